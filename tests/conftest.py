@@ -1,0 +1,15 @@
+"""Shared pytest set-up.
+
+Fixtures that stand up real parts live in tests/fixtures/, one module per part:
+engine.py (the local Docker engine, the debootstrapped base image), images.py
+(the `cpu` target image), sshd.py (a real sshd on loopback), sandbox.py (a
+3-node sandbox cluster of network namespaces). They are session-scoped and
+clean up after themselves, also on failure.
+"""
+
+pytest_plugins = [
+    "tests.fixtures.engine",
+    "tests.fixtures.images",
+    "tests.fixtures.sshd",
+    "tests.fixtures.sandbox",
+]
