@@ -282,10 +282,10 @@ _HINTS = {
     "user": "a login name (no spaces), or leave it out to use ~/.ssh/config / the current user",
     "identity_file": "the path of a readable private key (relative to the inventory's directory, ~ expands)",
     "slots": "a whole number of at least 1 (processes / accelerators on this node)",
-    "devices": "a list of absolute device paths, e.g. [/dev/infiniband]",
+    "devices": "a list of absolute device paths such as /dev/infiniband",
     "interface": "a network interface name of at most 15 characters, e.g. eth0",
-    "labels": "a mapping of names to text, e.g. {rack: a}",
-    "env": "a mapping of variable names to text, e.g. {NCCL_IB_HCA: mlx5_0}",
+    "labels": 'a mapping of names to text, e.g. {rack: a} (write "" for an empty value)',
+    "env": 'a mapping of variable names to text, e.g. {NCCL_IB_HCA: mlx5_0} (write "" for an empty value)',
     "master": "true or false (at most one node is master)",
     "master_port": "a whole number from 1 to 65535 (the port rank 0 listens on; default 29500)",
     "known_hosts": "a path to a known_hosts file (relative to the inventory's directory, ~ expands)",
@@ -384,7 +384,7 @@ class _Loader:
         """(problem, valid) in our words for one pydantic error."""
         top = str(where[0]) if where else ""
         if e["type"] == "extra_forbidden":
-            return f"unknown field {top!r}{did_you_mean(top, known)}", f"one of {one_of(known)}"
+            return f'unknown field "{top}"{did_you_mean(top, known)}', f"one of {one_of(known)}"
         if e["type"] == "missing":
             return "is missing", _HINTS.get(top, "")
         reason = e["msg"] if e["type"] == "clusterctl" else _REASONS.get(e["type"], e["msg"].lower())
@@ -405,32 +405,32 @@ class _Loader:
         if reason:
             self.add(loc, f"{path} {reason}", _HINTS["identity_file"])
 
-    def check_nodes(self, nodes: list[tuple[int, Node]]) -> None:
-        """Cross-node rules: unique names, unique host/port, at most one master."""
+    def check_nodes(self, raw: list[tuple[int, dict]]) -> None:
+        """Cross-node rules on the written values (so they are found even when a node has other
+        problems): unique names, unique host/port, at most one master."""
         seen_names: dict[str, int] = {}
         seen_addr: dict[tuple[str, int], int] = {}
         first_master: int | None = None
-        for i, n in nodes:
-            addr_dup = (n.host, n.port) in seen_addr
-            if n.name in seen_names and not (addr_dup and self.implicit_name(i)):
-                j = seen_names[n.name]
-                self.add(("nodes", i, "name"), f'"{n.name}" is already the name of {self.ref(j)}',
+        for i, d in raw:
+            name, host, port = d.get("name", d.get("host")), d.get("host"), d.get("port", 22)
+            addr = (host, port) if isinstance(host, str) and type(port) is int else None
+            addr_dup = addr in seen_addr
+            if isinstance(name, str) and name in seen_names and not (addr_dup and "name" not in d):
+                self.add(("nodes", i, "name"), f'"{name}" is already the name of {self.ref(seen_names[name])}',
                          "a name unique in this inventory")
-            seen_names.setdefault(n.name, i)
+            if isinstance(name, str):
+                seen_names.setdefault(name, i)
             if addr_dup:
-                j = seen_addr[(n.host, n.port)]
-                self.add(("nodes", i, "host"), f"{n.host} port {n.port} is already {self.ref(j)}",
+                self.add(("nodes", i, "host"), f"{host} port {port} is already {self.ref(seen_addr[addr])}",
                          "each node at a distinct host and port")
-            seen_addr.setdefault((n.host, n.port), i)
-            if n.master:
+            if addr is not None:
+                seen_addr.setdefault(addr, i)
+            if d.get("master") is True:
                 if first_master is not None:
                     self.add(("nodes", i, "master"), f"a second master ({self.ref(first_master)} is master too)",
                              "at most one node with master: true (default: the first node)")
                 else:
                     first_master = i
-
-    def implicit_name(self, i: int) -> bool:
-        return ("nodes", i, "name") not in self.lines
 
     def ref(self, i: int) -> str:
         return f"nodes[{i}] (line {self.line(('nodes', i))})"
@@ -474,14 +474,10 @@ class _HostfileLoader(_Loader):
                 raw.append(entry)
         if not raw and not self.problems:
             self.add((), "no hosts", self.VALID)
-        nodes = []
-        for i, data in enumerate(raw):
-            node, _ = self.validate(Node, data, ("nodes", i), ("host", "slots"))
-            if node is not None:
-                nodes.append((i, node))
-        self.check_nodes(nodes)
+        nodes = [self.validate(Node, data, ("nodes", i), ("host", "slots"))[0] for i, data in enumerate(raw)]
+        self.check_nodes(list(enumerate(raw)))
         self.fail_if_problems()
-        return Inventory(self.path, [n for _, n in nodes], format=self.format)
+        return Inventory(self.path, nodes, format=self.format)
 
     def _parse_line(self, lineno: int, text: str) -> dict | None:
         tokens = text.split("#", 1)[0].split()
@@ -522,7 +518,7 @@ class _YamlLoader(_Loader):
             self.fail_if_problems()
         for key in data:
             if key not in TOP_FIELDS:
-                self.add((key,), f"unknown field {key!r}{did_you_mean(str(key), TOP_FIELDS)}",
+                self.add((key,), f'unknown field "{key}"{did_you_mean(str(key), TOP_FIELDS)}',
                          f"one of {one_of(TOP_FIELDS)}")
         master_port = self._master_port(data.get("master_port", DEFAULT_MASTER_PORT))
         ssh = self._ssh(data.get("ssh"))
@@ -564,10 +560,13 @@ class _YamlLoader(_Loader):
             if k.tag == "tag:yaml.org,2002:merge":
                 continue
             key = loader.construct_object(k, deep=True)
-            if isinstance(key, (str, int)) and key in explicit:
-                self.add(loc + (key,), f"{key!r} is written twice (also on line {explicit[key]})",
-                         "each key once per mapping")
-            explicit.setdefault(key, k.start_mark.line + 1) if isinstance(key, (str, int)) else None
+            if not isinstance(key, (str, int)):
+                continue
+            if key in explicit:
+                self.problems.append(Problem(k.start_mark.line + 1, self.field_name(loc + (key,)),
+                                             f"is written twice (first on line {explicit[key]}; "
+                                             "the last one would silently win)", "each key once per mapping"))
+            explicit.setdefault(key, k.start_mark.line + 1)
         loader.flatten_mapping(node)  # YAML merge keys (<<: *anchor)
         for k, v in node.value:
             key = loader.construct_object(k, deep=True)
@@ -633,7 +632,8 @@ class _YamlLoader(_Loader):
                 "is empty" if raw in (None, []) else f"is {_show(raw)}, not a list")
             self.add(("nodes",), f"the node list {got}", _HINTS["nodes"] + ", e.g. nodes: [{host: 10.0.0.11}]")
             return []
-        nodes: list[tuple[int, Node]] = []
+        nodes: list[Node] = []
+        merged: list[tuple[int, dict]] = []
         for i, item in enumerate(raw):
             loc = ("nodes", i)
             if isinstance(item, str):  # shorthand: "- 10.0.0.11"
@@ -641,13 +641,14 @@ class _YamlLoader(_Loader):
             if not isinstance(item, dict):
                 self.add(loc, f"{_show(item)} is not a node", _HINTS["nodes"])
                 continue
-            node, _ = self.validate(Node, self._merge(defaults, self._resolved(item)), loc, NODE_FIELDS)
+            merged.append((i, self._merge(defaults, self._resolved(item))))
+            node, _ = self.validate(Node, merged[-1][1], loc, NODE_FIELDS)
             if node is not None:
                 if "identity_file" in item:
                     self.check_identity(node.identity_file, loc + ("identity_file",))
-                nodes.append((i, node))
-        self.check_nodes(nodes)
-        return [n for _, n in nodes]
+                nodes.append(node)
+        self.check_nodes(merged)
+        return nodes
 
     @staticmethod
     def _merge(defaults: dict, own: dict) -> dict:

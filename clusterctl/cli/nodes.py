@@ -1,0 +1,70 @@
+"""`clusterctl nodes --nodes FILE`: show the cluster an inventory describes, after validating it.
+
+Also the one way every command takes an inventory: ``NodesOption`` (or
+``nodes_option()``) gives ``--nodes/-n FILE`` with the ``CLUSTERCTL_NODES``
+environment variable as fallback, so ``--nodes`` means the same everywhere::
+
+    from clusterctl.cli.nodes import NodesOption
+
+    @app.command()
+    def check(nodes: NodesOption) -> None:
+        inventory = load_inventory(nodes)
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+
+from clusterctl.console import out, print_table
+from clusterctl.inventory import Inventory, load_inventory
+
+NODES_HELP = ("The inventory: a YAML file (see inventories/example.yaml), an MPI hostfile or a "
+              "DeepSpeed hostfile. Default: $CLUSTERCTL_NODES.")
+
+
+def nodes_option(help: str = NODES_HELP):
+    """The typer.Option for ``--nodes/-n FILE`` (existence is checked by load_inventory,
+    which says what would be valid, instead of click's generic message)."""
+    return typer.Option("--nodes", "-n", metavar="FILE", envvar="CLUSTERCTL_NODES",
+                        help=help, show_default=False)
+
+
+NodesOption = Annotated[Path, nodes_option()]
+
+
+def _text(values) -> str:
+    if isinstance(values, dict):
+        return ",".join(f"{k}={v}" for k, v in values.items())
+    return ",".join(str(v) for v in values)
+
+
+def node_rows(inventory: Inventory) -> list[list[str]]:
+    """One table row per node, in rank order (escaped: the table reads rich markup, values are text)."""
+    return [[escape(str(v)) for v in row] for row in _rows(inventory)]
+
+
+def _rows(inventory: Inventory) -> list[list[object]]:
+    return [[rank, n.name + (" (master)" if n.master else ""), n.host, n.port, n.user or "(ssh config)",
+             n.slots, _text(n.devices), n.interface or "(auto)", _text(n.labels)]
+            for rank, n in enumerate(inventory.nodes)]
+
+
+COLUMNS = ("rank", "name", "host", "port", "user", "slots", "devices", "interface", "labels")
+
+
+def nodes(nodes: NodesOption) -> None:
+    """Validate an inventory and list its nodes in rank order, the master and the master port."""
+    inventory = load_inventory(nodes)
+    print_table(f"{inventory.path} ({inventory.format})", COLUMNS, node_rows(inventory))
+    total = sum(n.slots for n in inventory.nodes)
+    out.print(f"master: {inventory.master.name} ({inventory.master.host}), "
+              f"master port {inventory.master_port}; {len(inventory)} nodes, {total} slots",
+              markup=False)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("nodes")(nodes)
