@@ -621,6 +621,9 @@ class Cluster:
 
     Use as a context manager so every connection is closed at the end. Keyword
     arguments override the inventory's ``ssh`` settings (None: keep them).
+    ``ssh_config`` replaces ~/.ssh/config (like ``ssh -F``); aliases, User,
+    Port, IdentityFile and ProxyJump there are honoured (through Fabric).
+    ``command_timeout`` applies to every command not given its own timeout.
     """
 
     def __init__(self, inventory, *, fanout: int | None = None,
@@ -628,7 +631,8 @@ class Cluster:
                  accept_new_host_keys: bool | None = None,
                  known_hosts: Path | str | None = None,
                  command_timeout: float | None = None,
-                 keepalive: int = KEEPALIVE_INTERVAL) -> None:
+                 keepalive: int = KEEPALIVE_INTERVAL,
+                 ssh_config: Path | str | None = None) -> None:
         self.inventory = inventory
         ssh = getattr(inventory, "ssh", None)
         kh = known_hosts or getattr(ssh, "known_hosts", None) or default_known_hosts()
@@ -643,7 +647,9 @@ class Cluster:
         )
         if self.settings.fanout < 1:
             raise UserError(f"fan-out must be at least 1, got {self.settings.fanout}")
-        self._fabric_config = Config()  # parses ~/.ssh/config once for all nodes
+        # parses ~/.ssh/config (or ssh_config) once for all nodes
+        self._fabric_config = (Config(runtime_ssh_path=str(Path(ssh_config).expanduser()))
+                               if ssh_config else Config())
         self._connections: dict[str, NodeConnection] = {}
         self._lock = threading.Lock()
 
@@ -687,7 +693,8 @@ class Cluster:
         exception on a node (connecting included) becomes NodeError(node,
         readable reason); the other nodes carry on.
         """
-        targets = [self._node(n) for n in (self.inventory.nodes if nodes is None else nodes)]
+        wanted = None if nodes is None else {self._node(n).name for n in nodes}
+        targets = [n for n in self.inventory.nodes if wanted is None or n.name in wanted]
         if not targets:
             return {}
 
