@@ -54,14 +54,15 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from clusterctl.errors import NodeError, UserError
+import paramiko
+
+from clusterctl.errors import NodeError, UserError, did_you_mean
 from clusterctl.paths import cache_dir
 
 BLOCK = 512
@@ -105,8 +106,6 @@ def source_image(client, ref: str) -> SourceImage:
         attrs = client.api.inspect_image(ref)
     except (ImageNotFound, NullResource):
         names = sorted({t for img in client.images.list() for t in img.tags})
-        from clusterctl.errors import did_you_mean
-
         raise UserError(
             f'image "{ref}" is not in the local Docker engine{did_you_mean(ref, names)}. '
             "Give a tag or ID listed by `docker images` (build it first with `clusterctl build`)."
@@ -465,3 +464,196 @@ def layout_for(client, image: SourceImage) -> dict[str, str] | None:
         stream.close()
     store_layout(image, layout)
     return layout or None
+
+
+# --------------------------------------------------------------------------- one node
+
+@dataclass
+class PushResult:
+    """How the image got to one node."""
+
+    node: str
+    status: str  # "skipped" | "layers" | "full" | "failed"
+    bytes_sent: int = 0
+    seconds: float = 0.0
+    layers_sent: int = 0
+    layers_total: int = 0
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status != "failed"
+
+    def describe(self) -> str:
+        if self.status == "layers":
+            return f"layers {self.layers_sent} of {self.layers_total}"
+        if self.status == "failed":
+            return f"FAILED {self.error}"
+        return self.status
+
+
+class PushProgress(Protocol):
+    """Receives events from the worker threads (implementations must be thread-safe)."""
+
+    def started(self, node: str, plan: str) -> None: ...
+    def sent(self, node: str, nbytes: int) -> None: ...
+    def finished(self, result: PushResult) -> None: ...
+
+
+class _NoProgress:
+    def started(self, node: str, plan: str) -> None:
+        pass
+
+    def sent(self, node: str, nbytes: int) -> None:
+        pass
+
+    def finished(self, result: PushResult) -> None:
+        pass
+
+
+def node_has_image(conn, image_id: str) -> bool:
+    """True when the node's engine holds an image with exactly this ID."""
+    r = conn.run(["docker", "image", "inspect", "--format", "{{.Id}}", image_id], timeout=120)
+    if r.ok:
+        return r.stdout.strip() == image_id
+    if "no such image" in r.stderr.lower():
+        return False
+    r.check()  # docker missing, daemon down: a NodeError with the node's own words
+    return False
+
+
+def node_chain_ids(conn) -> set[str]:
+    """Every layer chain ID the node's engine has (via its images' RootFS layers)."""
+    ids = sorted(set(conn.run(["docker", "image", "ls", "-a", "-q", "--no-trunc"],
+                              timeout=120, check=True).stdout.split()))
+    if not ids:
+        return set()
+    # an image removed meanwhile makes inspect exit 1 but still print the others
+    r = conn.run(["docker", "image", "inspect", "--format", "{{json .RootFS.Layers}}", *ids],
+                 timeout=120)
+    chains: set[str] = set()
+    for line in r.stdout.splitlines():
+        try:
+            chains.update(chain_ids(json.loads(line) or []))
+        except ValueError:
+            continue
+    return chains
+
+
+def _is_id(ref: str, image_id: str) -> bool:
+    """True when ``ref`` names the image by (a prefix of) its ID rather than by a tag."""
+    short = ref.removeprefix("sha256:")
+    return len(short) >= 4 and image_id.removeprefix("sha256:").startswith(short)
+
+
+def _tag(conn, image: SourceImage) -> None:
+    if not _is_id(image.ref, image.id):
+        conn.run(["docker", "tag", image.id, image.ref], timeout=120, check=True)
+
+
+def _loaded_id(stdout: str) -> str | None:
+    m = re.search(r"Loaded image ID: (sha256:[0-9a-f]{64})", stdout)
+    return m.group(1) if m else None
+
+
+_SEND_ERRORS = (OSError, EOFError, paramiko.SSHException)
+
+
+def _stream_to_node(conn, client, image: SourceImage, send: set[str],
+                    layout: dict[str, str] | None, stats: FilterStats,
+                    progress: PushProgress) -> None:
+    """Pipe the filtered save stream into ``docker load`` on the node; NodeError on failure."""
+    argv = ["docker", "load"]
+    chan = conn.exec_channel(argv)
+    source = client.api.get_image(image.id)
+    broken: BaseException | None = None
+    try:
+        for piece in filter_save_stream(source, image, send, layout=layout, stats=stats):
+            chan.sendall(piece)
+            progress.sent(conn.name, len(piece))
+    except _SEND_ERRORS as e:
+        broken = e  # the node's side went away; its exit status says why
+    except StreamError as e:
+        chan.close()
+        raise NodeError(conn.name, f"the local image stream broke: {e}") from None
+    finally:
+        source.close()
+    result = conn.wait_channel(chan, argv)
+    if not result.ok:
+        result.check()
+    if broken is not None:
+        raise NodeError(conn.name, f"sending the image failed: {broken}")
+    loaded = _loaded_id(result.stdout)
+    if loaded != image.id:
+        raise NodeError(conn.name, f"docker load produced image {loaded or '(no ID printed)'}, "
+                        f"not {image.id}")
+
+
+def push_to_node(conn, client, image: SourceImage, *, layout: dict[str, str] | None = None,
+                 progress: PushProgress | None = None) -> PushResult:
+    """Bring ``image`` to one node: skip, send the missing layers, or send it whole; verify."""
+    progress = progress or _NoProgress()
+    start = time.monotonic()
+    total = len(image.diff_ids)
+    stats = FilterStats()
+    result = PushResult(conn.name, "failed", layers_total=total)
+    try:
+        if node_has_image(conn, image.id):
+            result.status = "skipped"
+            progress.started(conn.name, "skip: same image ID")
+        else:
+            present = node_chain_ids(conn)
+            missing = [i for i, c in enumerate(image.chain_ids) if c not in present]
+            result.status = "full" if len(missing) == total else "layers"
+            progress.started(conn.name, f"{len(missing)} of {total} layers")
+            send = {image.diff_ids[i] for i in missing}
+            _stream_to_node(conn, client, image, send, layout, stats, progress)
+            if not node_has_image(conn, image.id):
+                raise NodeError(conn.name, f"image {image.id} is not on the node after docker load")
+        _tag(conn, image)
+    except NodeError as e:
+        result.status, result.error = "failed", e.reason
+    result.bytes_sent = stats.bytes_out
+    result.layers_sent = stats.layers_sent
+    result.seconds = time.monotonic() - start
+    if result.ok and layout is None and "manifest.json" in stats.small:
+        store_layout(image, layout_from_metadata(stats.small, image))
+    progress.finished(result)
+    return result
+
+
+# --------------------------------------------------------------------------- all nodes
+
+def push_image(image_ref: str, target, *, progress: PushProgress | None = None,
+               client=None, nodes: Iterable | None = None, fanout: int | None = None,
+               accept_new_host_keys: bool | None = None) -> list[PushResult]:
+    """Put the local image ``image_ref`` on every node of ``target`` (a Cluster or an Inventory).
+
+    Nodes run in parallel (the cluster's bounded fan-out), each with its own
+    stream; one node failing never stops the others. Results come back in
+    inventory order; a failed node has ``status == "failed"`` and ``error``.
+    UserError (exit 2) when the image is not in the local engine.
+    """
+    from clusterctl import engine
+    from clusterctl.transport import Cluster
+
+    client = client or engine.client()
+    image = source_image(client, image_ref)
+    layout = layout_for(client, image)
+    progress = progress or _NoProgress()
+    if isinstance(target, Cluster):
+        return _push_all(target, client, image, layout, progress, nodes)
+    with Cluster(target, fanout=fanout, accept_new_host_keys=accept_new_host_keys) as cluster:
+        return _push_all(cluster, client, image, layout, progress, nodes)
+
+
+def _push_all(cluster, client, image, layout, progress, nodes) -> list[PushResult]:
+    outcome = cluster.map(
+        lambda conn: push_to_node(conn, client, image, layout=layout, progress=progress), nodes)
+    results = []
+    for name, value in outcome.items():
+        if isinstance(value, NodeError):  # never reached push_to_node (e.g. unreachable)
+            value = PushResult(name, "failed", layers_total=len(image.diff_ids), error=value.reason)
+            progress.finished(value)
+        results.append(value)
+    return results
