@@ -29,7 +29,8 @@ Keys of a job file (unknown keys are an error)
       number of NODES, as the ACCL BERT scripts of seeds/003 expect (unlike
       torch's own RANK/WORLD_SIZE, which count processes).
 ``command``
-    The container command as a list of strings (argv, no shell).  Required.
+    The container command as a list of strings (argv, no shell; ``[sleep, 30]``
+    is fine: items are text as written).  Required.
 ``nproc_per_node``
     Processes per node: a positive integer, or ``slots`` (the default) for the
     node's ``slots`` in the inventory.
@@ -224,9 +225,11 @@ def list_jobs() -> list[Job]:
 def _load_yaml(path: Path) -> tuple[Any, dict[str, int]]:
     """Parse ``path`` (safe loader) and map each key path (``env.PHASE``) to its 1-based line.
 
-    Scalars under ``env`` and ``params`` are kept exactly as written (``PHASE: 1``
-    gives ``"1"``, ``FLAG: yes`` gives ``"yes"``, ``MASK: 0755`` gives
-    ``"0755"``): the rule of inventory env and of ``--set``.
+    Scalars under ``env``, ``params``, ``command``, ``docker_args`` and
+    ``mounts`` are kept exactly as written (``PHASE: 1`` gives ``"1"``,
+    ``FLAG: yes`` gives ``"yes"``, ``MASK: 0755`` gives ``"0755"``,
+    ``[sleep, 30]`` gives ``["sleep", "30"]``): the rule of inventory env and of
+    ``--set``.
     """
     try:
         text = path.read_text(encoding="utf-8")
@@ -248,7 +251,7 @@ def _load_yaml(path: Path) -> tuple[Any, dict[str, int]]:
     return data, lines
 
 
-_TEXT_SECTIONS = ("env", "params")
+_TEXT_SECTIONS = ("env", "params", "command", "docker_args", "mounts")
 _NULL = "tag:yaml.org,2002:null"
 
 
@@ -293,7 +296,7 @@ class _Spec(BaseModel):
 
 
 def _validate(path: Path, data: Any, lines: dict[str, int]) -> Job:
-    job_name = path.stem if path.parent == paths.jobs_dir() else str(path)
+    job_name = path.stem
 
     def fail(key: str, problem: str) -> UserError:
         top = key.split(".")[0]
