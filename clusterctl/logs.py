@@ -26,6 +26,7 @@ from typing import TextIO
 from rich.text import Text
 
 from clusterctl import console
+from clusterctl.plan import MASK
 from clusterctl.runs import MERGED_LOG, RunRecord
 
 _PALETTE = ("cyan", "magenta", "green", "yellow", "blue", "bright_red", "bright_cyan",
@@ -83,12 +84,18 @@ class Line:
 class LogSink:
     """Writes merged lines: to a console (prefixed; coloured on a terminal) and to run files.
 
+    ``redact``: secret values of the run; a line that contains one is shown and
+    stored with ``****`` in its place.
+
     ``run_dir`` None: console only (``clusterctl logs``).  ``stream`` None: files only.
     """
 
     def __init__(self, ranks: dict[str, int], *, run_dir: Path | None = None,
-                 stream: TextIO | None = None, color: bool | None = None) -> None:
+                 stream: TextIO | None = None, color: bool | None = None,
+                 redact: Iterable[str] = ()) -> None:
         self.ranks = dict(ranks)
+        # secret values a program might print: masked before any line is shown or written
+        self.redact = sorted({v for v in redact if v}, key=len, reverse=True)
         self.stream = stream
         self.color = console.interactive(stream) if color is None and stream is not None else bool(color)
         self.last: dict[str, deque[str]] = {n: deque(maxlen=KEEP_LAST) for n in ranks}
@@ -103,6 +110,8 @@ class LogSink:
     def write(self, node: str, text: str) -> None:
         rank = self.ranks.get(node, -1)
         text = text.rstrip("\r\n")
+        for secret in self.redact:
+            text = text.replace(secret, MASK)
         self.last.setdefault(node, deque(maxlen=KEEP_LAST)).append(text)
         pre = prefix(node, rank)
         if node in self._files:

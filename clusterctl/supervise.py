@@ -170,13 +170,15 @@ class Supervisor:
     """Follows one run's containers until they all succeed, one fails, a node is lost or stop."""
 
     def __init__(self, cluster, sources: list[Source], merger: Merger, *,
-                 settings: Settings | None = None, stop_event: threading.Event | None = None) -> None:
+                 settings: Settings | None = None, stop_event: threading.Event | None = None,
+                 stop_reason: Callable[[], str] | None = None) -> None:
         self.cluster = cluster
         self.sources = {s.node: s for s in sources}
         self.merger = merger
         self.settings = settings or Settings()
         self.stop_event = stop_event or threading.Event()
-        self.interrupted: str | None = None  # "SIGINT" / "SIGTERM", set by whoever sets stop_event
+        # why stop_event was set: "SIGINT" (exit 130, the default) or "SIGTERM" (exit 143)
+        self.stop_reason = stop_reason or (lambda: "SIGINT")
         self._events: queue.Queue[_Event] = queue.Queue()
         self._done = threading.Event()  # tells probers to end
         self._exit_codes: dict[str, int] = {}
@@ -215,7 +217,7 @@ class Supervisor:
                 reason = str(e) or e.__class__.__name__
             if time.time() - last_ok >= s.lost_after:
                 self._events.put(_Event("lost", src.node, at=last_ok, reason=(
-                    f"node stopped answering: no reply for {time.time() - last_ok:.0f}s ({reason})")))
+                    f"no reply for {time.time() - last_ok:.0f}s ({reason})")))
                 return
             self._done.wait(s.probe_interval)
 
@@ -282,14 +284,16 @@ class Supervisor:
         teardown_seconds = time.monotonic() - t0 if teardown else None
         self._join(followers, s.drain_timeout)
         states = self._final_states()
-        self._handle_events()
+        # News that arrives now is about containers we stopped (or late news that
+        # failures_by_time finds from the states): exit codes only, no failures.
+        self._events = queue.Queue()
         ranks = {n: src.rank for n, src in self.sources.items()}
         failures = failures_by_time(self._failures, states, ranks, cut)
         first = first_failure(failures)
         for f in failures:
             if f.kind == "exit":
                 self._exit_codes.setdefault(f.node, f.exit_code)
-        interrupted = self.interrupted if self.stop_event.is_set() else None
+        interrupted = self.stop_reason() if self.stop_event.is_set() else None
         code = run_exit_code(first, interrupted)
         exit_codes = {n: self._exit_codes.get(n, st.exit_code if st else None) for n, st in states.items()}
         state = "interrupted" if interrupted else ("succeeded" if code == 0 else "failed")
