@@ -59,7 +59,9 @@ class Target(_Model):
     pins: dict[str, str] = {}
     torch: TorchSpec | None
     requirements: list[str] = []
+    wheelhouse: Literal["required", "optional"] = "optional"
     pip: str | None
+    pip_flags: list[str] = []
     entrypoint_env: list[str] = []
     run: RunSpec
     env: dict[str, str] = {}
