@@ -9,6 +9,7 @@ UserError (one message, exit 2).
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated
 
 import typer
 
@@ -19,6 +20,10 @@ TARGET_HELP = "Target to use (see `clusterctl targets`)."
 TORCH_HELP = "torch version (targets with a version table; default: the table's default)."
 WHEELHOUSE_HELP = "Install Python packages offline from this directory of wheels (no index)."
 BASE_HELP = "Base image reference to build FROM instead of the target's default."
+OUTPUT_HELP = "Write here instead of dockerfiles/<target>/ (replaced as a whole)."
+TAG_HELP = "Image tag (default: the target's, e.g. clusterctl/cpu:2.13.0)."
+BUILD_ARG_HELP = "NAME=VALUE for an ARG of the Dockerfile (repeatable)."
+DRY_RUN_HELP = "Print what would be built with which args; build nothing (no engine needed)."
 
 
 def targets() -> None:
@@ -36,12 +41,11 @@ def targets() -> None:
 
 
 def render(
-    target: str = typer.Option(..., "--target", "-t", help=TARGET_HELP),
-    torch: str | None = typer.Option(None, "--torch", help=TORCH_HELP),
-    wheelhouse: Path | None = typer.Option(None, "--wheelhouse", help=WHEELHOUSE_HELP),
-    base_image: str | None = typer.Option(None, "--base-image", help=BASE_HELP),
-    output: Path | None = typer.Option(None, "-o", "--output",
-                                       help="Write here instead of dockerfiles/<target>/ (replaced as a whole)."),
+    target: Annotated[str, typer.Option("--target", "-t", help=TARGET_HELP)],
+    torch: Annotated[str | None, typer.Option("--torch", help=TORCH_HELP)] = None,
+    wheelhouse: Annotated[Path | None, typer.Option("--wheelhouse", help=WHEELHOUSE_HELP)] = None,
+    base_image: Annotated[str | None, typer.Option("--base-image", help=BASE_HELP)] = None,
+    output: Annotated[Path | None, typer.Option("-o", "--output", help=OUTPUT_HELP)] = None,
 ) -> None:
     """Write a target's Dockerfile and build context; print the Dockerfile when no -o is given."""
     from clusterctl import render as r
@@ -63,20 +67,20 @@ def _needs_wheelhouse(target: str) -> bool:
 
 
 def build(
-    target: str = typer.Option(..., "--target", "-t", help=TARGET_HELP),
-    tag: str | None = typer.Option(None, "--tag", help="Image tag (default: the target's, e.g. clusterctl/cpu:2.13.0)."),
-    torch: str | None = typer.Option(None, "--torch", help=TORCH_HELP),
-    build_arg: list[str] = typer.Option([], "--build-arg", help="NAME=VALUE for an ARG of the Dockerfile (repeatable)."),
-    no_cache: bool = typer.Option(False, "--no-cache", help="Do not use the engine's build cache."),
-    dry_run: bool = typer.Option(False, "--dry-run", help="Print what would be built with which args; build nothing."),
-    wheelhouse: Path | None = typer.Option(None, "--wheelhouse", help=WHEELHOUSE_HELP),
-    base_image: str | None = typer.Option(None, "--base-image", help=BASE_HELP),
+    target: Annotated[str, typer.Option("--target", "-t", help=TARGET_HELP)],
+    tag: Annotated[str | None, typer.Option("--tag", help=TAG_HELP)] = None,
+    torch: Annotated[str | None, typer.Option("--torch", help=TORCH_HELP)] = None,
+    build_arg: Annotated[list[str] | None, typer.Option("--build-arg", help=BUILD_ARG_HELP)] = None,
+    no_cache: Annotated[bool, typer.Option("--no-cache", help="Do not use the engine's build cache.")] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help=DRY_RUN_HELP)] = False,
+    wheelhouse: Annotated[Path | None, typer.Option("--wheelhouse", help=WHEELHOUSE_HELP)] = None,
+    base_image: Annotated[str | None, typer.Option("--base-image", help=BASE_HELP)] = None,
 ) -> None:
     """Render a target and build its image on the local Docker engine, then smoke-test it."""
     from clusterctl import engine, imagebuild
     from clusterctl import render as r
 
-    plan = r.plan_build(target, tag=tag, torch=torch, build_args=r.parse_build_args(build_arg),
+    plan = r.plan_build(target, tag=tag, torch=torch, build_args=r.parse_build_args(build_arg or []),
                         wheelhouse=wheelhouse, base_image=base_image)
     if dry_run:
         print_table(f"would build {plan.tag} (dry run: nothing built)", ["what", "value"], plan.describe())
