@@ -117,6 +117,11 @@ class Node(_NodeSettings):
     def __hash__(self) -> int:  # lists/dicts inside: hash by the identifying fields
         return hash((self.name, self.host, self.port))
 
+    def __repr_args__(self):
+        """name and host first (they are declared after the shared settings)."""
+        args = dict(super().__repr_args__())
+        return [(k, args[k]) for k in NODE_FIELDS]
+
     @model_validator(mode="before")
     @classmethod
     def _name_defaults_to_host(cls, data: Any) -> Any:
@@ -433,7 +438,7 @@ class _Loader:
                     first_master = i
 
     def ref(self, i: int) -> str:
-        return f"nodes[{i}] (line {self.line(('nodes', i))})"
+        return f"nodes[{i}] on line {self.line(('nodes', i))}"
 
 
 def _identity_problem(path: Path) -> str:
@@ -491,7 +496,7 @@ class _HostfileLoader(_Loader):
         for tok in tokens[1:]:
             key, eq, value = tok.partition("=")
             if not eq or key not in self.KEYS:
-                what = f"unknown setting {tok!r}{did_you_mean(key, self.KEYS)}" if eq else f"unexpected {tok!r}"
+                what = f'unknown setting "{tok}"{did_you_mean(key, self.KEYS)}' if eq else f'unexpected "{tok}"'
                 self.problems.append(Problem(lineno, "host", what, self.VALID))
             elif key == "slots":
                 entry["slots"] = self._slots(lineno, value, text)
@@ -503,8 +508,32 @@ class _HostfileLoader(_Loader):
         if value.isdigit() and int(value) >= 1:
             return int(value)
         self.problems.append(Problem(lineno, field, f'"{value}" is not a whole number of at least 1 '
-                                     f"(in {text.strip()!r})", self.VALID))
+                                     f'(in "{text.strip()}")', self.VALID))
         return None
+
+
+_YAML_TOKENS = {  # PyYAML's parser tokens in a newcomer's words
+    "<block end>": "the end of the indented block",
+    "'<block sequence start>'": "a '-' list item indented differently from the ones above",
+    "'<block mapping start>'": "a key indented differently from the ones above",
+}
+
+
+def _yaml_problem(e: yaml.YAMLError) -> Problem:
+    """A YAML syntax error at the line PyYAML stopped, naming where the open construct began."""
+    mark = getattr(e, "problem_mark", None)
+    context_mark = getattr(e, "context_mark", None)
+    what = getattr(e, "problem", None) or str(e)
+    for token, plain in _YAML_TOKENS.items():
+        what = what.replace(token, plain)
+    context = getattr(e, "context", None)
+    if context and context_mark is not None:
+        what += f" ({context} that began on line {context_mark.line + 1})"
+    valid = ("indent with spaces (YAML does not allow tabs)" if "\\t" in what or "\t" in what else
+             "YAML as in inventories/example.yaml (check indentation, colons, quotes and "
+             "brackets on this line and the lines above)")
+    line = (mark or context_mark).line + 1 if (mark or context_mark) else 1
+    return Problem(line, "(YAML syntax)", what, valid)
 
 
 class _YamlLoader(_Loader):
@@ -534,12 +563,7 @@ class _YamlLoader(_Loader):
             root = loader.get_single_node()
             return None if root is None else self._build(loader, root, ())
         except yaml.YAMLError as e:
-            mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
-            line = mark.line + 1 if mark else 1
-            what = " ".join(str(x) for x in (getattr(e, "context", None), getattr(e, "problem", None)) if x)
-            self.problems.append(Problem(line, "(YAML syntax)", what or str(e),
-                                         "YAML as in inventories/example.yaml (check indentation, "
-                                         "colons and quotes on this line and the one above)"))
+            self.problems.append(_yaml_problem(e))
             raise InventoryError(self.file, self.problems) from None
         finally:
             loader.dispose()

@@ -48,9 +48,16 @@ def node_rows(inventory: Inventory) -> list[list[str]]:
 
 
 def _rows(inventory: Inventory) -> list[list[object]]:
-    return [[rank, n.name + (" (master)" if n.master else ""), n.host, n.port, n.user or "(ssh config)",
+    return [[f"{rank} (master)" if n.master else rank, n.name, n.host, _port(n), n.user or FROM_SSH_CONFIG,
              n.slots, _text(n.devices), n.interface or "(auto)", _text(n.labels)]
             for rank, n in enumerate(inventory.nodes)]
+
+
+FROM_SSH_CONFIG = "-"  # decided by ~/.ssh/config (or ssh's defaults) at connect time
+
+
+def _port(node) -> object:
+    return node.port if "port" in node.model_fields_set else FROM_SSH_CONFIG
 
 
 COLUMNS = ("rank", "name", "host", "port", "user", "slots", "devices", "interface", "labels")
@@ -64,6 +71,9 @@ def nodes(nodes: NodesOption) -> None:
     out.print(f"master: {inventory.master.name} ({inventory.master.host}), "
               f"master port {inventory.master_port}; {len(inventory)} nodes, {total} slots",
               markup=False)
+    if any(FROM_SSH_CONFIG in (_port(n), n.user or FROM_SSH_CONFIG) for n in inventory.nodes):
+        out.print(f"{FROM_SSH_CONFIG}: taken from ~/.ssh/config (or ssh's defaults) when connecting",
+                  markup=False)
 
 
 def register(app: typer.Typer) -> None:
