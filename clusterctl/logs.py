@@ -272,3 +272,65 @@ def save_node_log(record: RunRecord, node: str, lines: Iterable[str]) -> Path:
     tmp.write_text("".join(t + "\n" for t in lines), encoding="utf-8")
     tmp.replace(path)
     return path
+
+
+# --- `clusterctl logs`: from the nodes while the containers exist, from runs/ after ---------
+
+def live_containers(cluster, record: RunRecord, *, node: str | None = None,
+                    timeout: float = 15.0) -> tuple[list[Source], dict[str, str]]:
+    """The run's containers that still exist on the nodes (found by label), and unreachable nodes."""
+    from clusterctl.runs import find_containers
+    from clusterctl.supervise import bounded
+
+    wanted = [n for n in record.nodes if node is None or n.node == node]
+    names = {n.name for n in cluster.inventory.nodes}
+    targets = [n.node for n in wanted if n.node in names]
+
+    def ask(conn):
+        return bounded(lambda: find_containers(conn, record.run_id, timeout=timeout), timeout)
+
+    answers = cluster.map(ask, nodes=targets) if targets else {}
+    sources, unreachable = [], {}
+    for n in wanted:
+        found = answers.get(n.node)
+        if isinstance(found, list) and found:
+            sources.append(Source(n.node, n.rank, found[0].name))
+        elif found is not None and not isinstance(found, list):
+            unreachable[n.node] = getattr(found, "reason", str(found))
+    return sources, unreachable
+
+
+def show_from_nodes(cluster, sources: list[Source], sink: LogSink, *, tail: int | None = None) -> None:
+    """Everything the containers wrote so far, merged by the nodes' timestamps."""
+    def fetch(conn):
+        src = next(s for s in sources if s.node == conn.name)
+        return fetch_node_lines(conn, src.container, tail=tail)
+
+    got = cluster.map(fetch, nodes=[s.node for s in sources])
+    per_node = {n: v for n, v in got.items() if isinstance(v, list)}
+    for node, text in merge_timestamped(per_node):
+        sink.write(node, text)
+    for node, v in got.items():
+        if not isinstance(v, list):
+            sink.write(node, f"[clusterctl] cannot read this node's log: {v.reason}")
+    sink.flush()
+
+
+def follow_from_nodes(cluster, sources: list[Source], sink: LogSink, *, tail: int | None = None) -> None:
+    """Stream the containers' output until every one has ended (Ctrl-C ends it sooner)."""
+    merger = Merger(sink)
+    threads = start_followers(cluster, sources, merger, tail=tail)
+    while any(t.is_alive() for t in threads.values()):
+        merger.drain(timeout=0.2)
+    merger.drain()
+
+
+def show_from_files(record: RunRecord, sink: LogSink, *, node: str | None = None,
+                    tail: int | None = None) -> int:
+    """A finished run's lines from runs/<id>/; returns how many were shown."""
+    n = 0
+    for node_name, text in lines_from_files(record, node=node, tail=tail):
+        sink.write(node_name, text)
+        n += 1
+    sink.flush()
+    return n

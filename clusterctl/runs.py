@@ -284,3 +284,63 @@ def find_containers(conn, run_id: str, *, timeout: float | None = 20.0) -> list[
                    timeout=timeout, check=True)
     ids = res.stdout.split()
     return inspect_containers(conn, ids, timeout=timeout)
+
+
+# --- status: the nodes' word first, the record's when a node cannot tell -------------------
+
+class NodeStatus(BaseModel):
+    """One row of ``clusterctl status``."""
+
+    node: str
+    rank: int
+    container: str
+    state: str
+    exit_code: int | None = None
+    started: datetime | None = None
+    finished: datetime | None = None
+    source: str = "node"  # "node": read from the node now; "record": from run.json
+    note: str = ""
+
+
+def run_status(record: RunRecord, cluster, *, timeout: float = 15.0) -> list[NodeStatus]:
+    """Each node's container of ``record``'s run, as the node reports it (found by label).
+
+    A node that does not answer in ``timeout`` or no longer has the container
+    falls back to what run.json recorded, and the row says so.
+    """
+    from clusterctl.supervise import bounded
+
+    def ask(conn):
+        return bounded(lambda: find_containers(conn, record.run_id, timeout=timeout), timeout,
+                       name=f"status-{conn.name}")
+
+    known = [n.node for n in record.nodes if _in_inventory(cluster, n.node)]
+    answers = cluster.map(ask, nodes=known) if known else {}
+    rows = []
+    for n in record.nodes:
+        found = answers.get(n.node)
+        if isinstance(found, list) and found:
+            st = found[0]
+            rows.append(NodeStatus(node=n.node, rank=n.rank, container=st.name, state=st.status,
+                                   exit_code=st.exit_code, started=st.started, finished=st.finished))
+            continue
+        if n.node not in known:
+            note = "not in this inventory"
+        elif isinstance(found, list):
+            note = "container removed"
+        else:
+            note = f"node not answering: {getattr(found, 'reason', found)}"
+        rows.append(NodeStatus(node=n.node, rank=n.rank, container=n.container, state=n.state,
+                               exit_code=n.exit_code, started=n.started, finished=n.finished,
+                               source="record", note=note))
+    return rows
+
+
+def _in_inventory(cluster, name: str) -> bool:
+    return any(node.name == name for node in cluster.inventory.nodes)
+
+
+def status_rows(rows: list[NodeStatus]) -> list[list[str]]:
+    return [[r.node, str(r.rank), r.state, "" if r.exit_code is None else str(r.exit_code),
+             _short_time(r.started), _short_time(r.finished),
+             r.source + (f" ({r.note})" if r.note else "")] for r in rows]

@@ -406,3 +406,91 @@ def _teardown_note(outcome: Outcome) -> str:
 
 def _not_stopped_lines(outcome: Outcome) -> list[str]:
     return [f"NOT STOPPED on {node}: {why}" for node, why in sorted(outcome.not_stopped.items())]
+
+
+# --- `clusterctl stop`: stop and remove a run's containers everywhere, keep their logs -------
+
+@dataclass
+class NodeStop:
+    """What ``stop_run`` did on one node."""
+
+    node: str
+    containers: list[ContainerState] = field(default_factory=list)  # final states, before removal
+    was_running: list[str] = field(default_factory=list)
+    lines: list[tuple[str, str]] = field(default_factory=list)  # (timestamp key, text), for runs/
+    error: str | None = None  # the node could not be reached / the containers not removed
+
+
+def stop_node(conn, run_id: str, *, grace: int = 3, timeout: float = 30.0) -> NodeStop:
+    """On one node: find the run's containers by label, save their output, stop, remove."""
+    from clusterctl.logs import fetch_node_lines
+    from clusterctl.runs import find_containers
+
+    result = NodeStop(conn.name)
+    found = find_containers(conn, run_id, timeout=timeout)
+    names = [c.name for c in found]
+    result.was_running = [c.name for c in found if c.running]
+    if not names:
+        return result
+    if result.was_running:
+        conn.run(["docker", "stop", "--time", str(grace), *result.was_running], timeout=timeout + grace)
+    for name in names:
+        result.lines += fetch_node_lines(conn, name)
+    result.containers = inspect_containers(conn, names, timeout=timeout)
+    rm = conn.run(["docker", "rm", "--force", *names], timeout=timeout)
+    if rm.exit_code != 0:
+        result.error = f"docker rm failed: {rm.stderr.strip().splitlines()[-1] if rm.stderr.strip() else rm.exit_code}"
+    return result
+
+
+def stop_run(cluster, record, *, grace: int = 3, timeout: float = 30.0) -> dict[str, NodeStop]:
+    """Stop and remove ``record``'s containers on every node (idempotent), then update runs/.
+
+    Each node's output is saved to ``runs/<id>/<node>.log`` first (when launch
+    was not following it) so ``clusterctl logs`` still works after the
+    containers are gone.  A node that does not answer within ``timeout`` is
+    reported in its NodeStop.error.
+    """
+    names = {n.name for n in cluster.inventory.nodes}
+    targets = [n.node for n in record.nodes if n.node in names]
+
+    def one(conn) -> NodeStop:
+        return bounded(lambda: stop_node(conn, record.run_id, grace=grace, timeout=timeout),
+                       timeout * 2 + grace, name=f"stop-{conn.name}")
+
+    results: dict[str, NodeStop] = {}
+    for node, r in (cluster.map(one, nodes=targets) if targets else {}).items():
+        results[node] = r if isinstance(r, NodeStop) else NodeStop(node, error=getattr(r, "reason", str(r)))
+    for n in record.nodes:
+        results.setdefault(n.node, NodeStop(n.node, error="not in this inventory"))
+    _record_stop(record, results)
+    return results
+
+
+def _record_stop(record, results: dict[str, NodeStop]) -> None:
+    """Keep logs and final states of stopped containers in the run record."""
+    from clusterctl import logs
+    from clusterctl.runs import MERGED_LOG, utcnow
+
+    got_lines = {n: r.lines for n, r in results.items() if r.containers}
+    for n in record.nodes:
+        r = results[n.node]
+        if r.containers:
+            st = r.containers[0]
+            n.state, n.exit_code, n.started, n.finished = st.status, st.exit_code, st.started, st.finished
+            if not record.log_path(n.node).exists():
+                logs.save_node_log(record, n.node, [t for _, t in r.lines])
+    if got_lines and not (record.dir / MERGED_LOG).exists():
+        ranks = {n.node: n.rank for n in record.nodes}
+        merged = logs.merge_timestamped(got_lines)
+        text = "".join(logs.prefix(node, ranks[node]) + t + "\n" for node, t in merged)
+        (record.dir / MERGED_LOG).write_text(text, encoding="utf-8")
+    if any(r.was_running for r in results.values()):
+        record.state, record.finished = "stopped", record.finished or utcnow()
+    elif record.state in ("starting", "running") and all(n.exit_code is not None for n in record.nodes):
+        # a detached run that had ended by itself: its true outcome, the first failure by time
+        failed = sorted((n for n in record.nodes if n.exit_code), key=lambda n: n.finished or utcnow())
+        record.state = "failed" if failed else "succeeded"
+        record.exit_code = failed[0].exit_code if failed else 0
+        record.finished = max((n.finished for n in record.nodes if n.finished), default=utcnow())
+    record.save()
