@@ -52,7 +52,9 @@ NODE_OFFSET = 10  # node i gets network address + 10 + i
 SSH_USER = "root"
 INTERFACE = "eth0"
 INVENTORY_MARKER = "# clusterctl-sandbox:"  # first line of an inventory we wrote; down removes only those
-NODE_DOCKERD_ARGS = ["--bridge=none", "--iptables=false", "--ip-masq=false"]
+# Node daemons own no network set-up (the sandbox does it), and are disposable: a short
+# shutdown timeout keeps `down` from waiting 15 s per daemon for containers to stop.
+NODE_DOCKERD_ARGS = ["--bridge=none", "--iptables=false", "--ip-masq=false", "--shutdown-timeout=2"]
 
 # A sandbox name goes into interface names, which the kernel limits to 15
 # characters: "cc<name>-<i>h" with a 3-digit node number leaves 8 for the name.
@@ -289,7 +291,11 @@ def _check_subnet_free(sb: Sandbox) -> None:
         if parts[0] == "default" or "dev" not in parts:
             continue
         dev = parts[parts.index("dev") + 1]
-        if dev != sb.bridge and ipaddress.IPv4Network(parts[0], strict=False).overlaps(net):
+        try:
+            dst = ipaddress.IPv4Network(parts[0], strict=False)
+        except ValueError:  # a route type word (unreachable, blackhole ...), not a network
+            continue
+        if dev != sb.bridge and dst.overlaps(net):
             raise UserError(_overlap_message(sb, f"route {parts[0]} via {dev}"))
 
 
@@ -345,6 +351,15 @@ def _forward_rule(bridge: str) -> list[str]:
     return ["FORWARD", "-i", bridge, "-o", bridge, "-j", "ACCEPT"]
 
 
+def _iptables(op: str, rule: list[str], *, check: bool = True) -> bool:
+    """``iptables -w OP rule``: -w waits for the xtables lock (other sandboxes, dockerd)."""
+    if not check:
+        return subprocess.run(["iptables", "-w", op, *rule], capture_output=True,
+                              stdin=subprocess.DEVNULL).returncode == 0
+    _run(["iptables", "-w", op, *rule])
+    return True
+
+
 def _ensure_bridge(sb: Sandbox) -> None:
     if not _link_exists(sb.bridge):
         _run(["ip", "link", "add", sb.bridge, "type", "bridge"])
@@ -352,8 +367,8 @@ def _ensure_bridge(sb: Sandbox) -> None:
     _run(["ip", "addr", "replace", head, "dev", sb.bridge])
     _run(["ip", "link", "set", sb.bridge, "up"])
     rule = _forward_rule(sb.bridge)
-    if subprocess.run(["iptables", "-C", *rule], capture_output=True).returncode != 0:
-        _run(["iptables", "-I", *rule])
+    if not _iptables("-C", rule, check=False):
+        _iptables("-I", rule)
 
 
 def _ensure_node_network(sb: Sandbox, node: SandboxNode) -> None:
@@ -589,6 +604,8 @@ def up(n: int, *, name: str = DEFAULT_NAME, subnet: str = DEFAULT_SUBNET,
         _check_inventory_ours(inventory, name)
         sb = Sandbox(name=name, subnet=subnet, node_count=n, slots=slots, bandwidth=bandwidth,
                      inventory_path=str(inventory))
+        if old is None:
+            _teardown(name)  # debris of a crash or a lost /run: start from a clean slate
         _check_subnet_free(sb)
         try:
             _bring_up(sb, old)
@@ -776,9 +793,9 @@ def _teardown(name: str) -> bool:
     if _link_exists(bridge):
         _run(["ip", "link", "del", bridge], check=False)
     rule = _forward_rule(bridge)
-    while subprocess.run(["iptables", "-C", *rule], capture_output=True).returncode == 0:
+    while _iptables("-C", rule, check=False):
         found = True
-        _run(["iptables", "-D", *rule])
+        _iptables("-D", rule)
     _terminate(_pids_using(state_base() / name))
     if sb is not None and sb.inventory_path:
         _remove_inventory(Path(sb.inventory_path), name)

@@ -258,10 +258,14 @@ def test_up_grow_shape_crash_and_down_leave_nothing(life_sandbox, sandbox3):
 
     node1 = sb.node("node1")
     pid1 = dockerd.read_pid(node1.daemon.pidfile)
-    r = _cli("sandbox", "up", "--nodes", "3", "--name", LIFE_NAME, "--subnet", LIFE_SUBNET,
-             "--inventory", str(inv))
-    assert r.exit_code == 0, r.output
+    for count in (4, 3):  # grow, then shrink: node4 goes away completely
+        r = _cli("sandbox", "up", "--nodes", str(count), "--name", LIFE_NAME, "--subnet", LIFE_SUBNET,
+                 "--inventory", str(inv))
+        assert r.exit_code == 0, r.output
     grown = sandbox.load(LIFE_NAME)
+    node4 = sandbox.node_for(LIFE_NAME, grown.network, 4)
+    assert not any(t.endswith((node4.netns, node4.veth)) or node4.name in t for t in _traces(LIFE_NAME))
+    assert not sandbox._tcp_open(node4.ip, timeout=1)
     assert [n.name for n in load_inventory(inv).nodes] == ["node1", "node2", "node3"]
     assert dockerd.read_pid(node1.daemon.pidfile) == pid1  # kept, not restarted
     assert len(grown.known_hosts_path.read_text().splitlines()) == 3
