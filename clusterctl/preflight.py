@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from clusterctl.errors import NodeError
@@ -275,43 +276,81 @@ def check_node(conn: NodeConnection, *, devices: Iterable[str] = (),
 
     ``devices`` are checked in addition to the node's own ``devices``;
     ``master_port`` is checked free when given (pass it for the master only).
+    Independent checks run at once, each on its own channel of the node's one
+    connection (a round trip costs ~0.3 s on a loaded machine); problems are
+    listed in a fixed order whatever finishes first.
     """
     node = conn.node
-    result = NodeCheck(node=node.name, host=node.host, ssh=True, required_bytes=required_bytes)
+    result = NodeCheck(node=node.name, host=node.host, ssh=True, required_bytes=required_bytes,
+                       master_port=master_port)
     result.devices = list(dict.fromkeys([*getattr(node, "devices", []), *devices]))
+    parts = [_check_arch, _check_docker, _check_devices, _check_interface]
+    if master_port is not None:
+        parts.append(_check_master_port)
+    with ThreadPoolExecutor(max_workers=len(parts), thread_name_prefix="preflight") as pool:
+        futures = [pool.submit(part, conn, result, timeout) for part in parts]
+        for f in futures:
+            result.problems.extend(f.result())
+    return result
 
-    def attempt(fn):
-        try:
-            return fn()
-        except NodeError as e:
-            result.problems.append(e.reason)
-            return None
 
-    result.arch = attempt(lambda: architecture(conn, timeout))
-    result.docker_version = attempt(lambda: docker_server_version(conn, timeout))
+def _attempt(problems: list[str], fn):
+    """fn(), or None with NodeError's reason added to problems."""
+    try:
+        return fn()
+    except NodeError as e:
+        problems.append(e.reason)
+        return None
+
+
+def _check_arch(conn: NodeConnection, result: NodeCheck, timeout) -> list[str]:
+    problems: list[str] = []
+    result.arch = _attempt(problems, lambda: architecture(conn, timeout))
+    return problems
+
+
+def _check_docker(conn: NodeConnection, result: NodeCheck, timeout) -> list[str]:
+    """Daemon version, then where it keeps images, then the free space there."""
+    problems: list[str] = []
+    result.docker_version = _attempt(problems, lambda: docker_server_version(conn, timeout))
     if result.docker_version is not None:
-        result.docker_root = attempt(lambda: docker_root_dir(conn, timeout))
+        result.docker_root = _attempt(problems, lambda: docker_root_dir(conn, timeout))
     if result.docker_root is not None:
-        result.free_bytes = attempt(lambda: free_disk_bytes(conn, result.docker_root, timeout))
-    if result.free_bytes is not None and required_bytes and result.free_bytes < required_bytes:
-        result.problems.append(f"only {human_bytes(result.free_bytes)} free at "
-                               f"{result.docker_root}, need {human_bytes(required_bytes)}")
-    missing = attempt(lambda: missing_devices(conn, result.devices, timeout))
+        result.free_bytes = _attempt(problems, lambda: free_disk_bytes(conn, result.docker_root,
+                                                                       timeout))
+    need = result.required_bytes
+    if result.free_bytes is not None and need and result.free_bytes < need:
+        problems.append(f"only {human_bytes(result.free_bytes)} free at {result.docker_root}, "
+                        f"need {human_bytes(need)}")
+    return problems
+
+
+def _check_devices(conn: NodeConnection, result: NodeCheck, timeout) -> list[str]:
+    problems: list[str] = []
+    missing = _attempt(problems, lambda: missing_devices(conn, result.devices, timeout))
     result.devices_checked = missing is not None
     if missing:
         result.missing_devices = missing
-        result.problems.append(f"missing device{'s' if len(missing) > 1 else ''}: "
-                               + ", ".join(missing))
-    located = attempt(lambda: locate_interface(conn, timeout=timeout))
+        problems.append(f"missing device{'s' if len(missing) > 1 else ''}: " + ", ".join(missing))
+    return problems
+
+
+def _check_interface(conn: NodeConnection, result: NodeCheck, timeout) -> list[str]:
+    problems: list[str] = []
+    located = _attempt(problems, lambda: locate_interface(conn, timeout=timeout))
     if located is not None:
         result.address, result.interface = located
-    if master_port is not None:
-        result.master_port = master_port
-        result.master_port_free = attempt(lambda: port_free(conn, master_port, timeout))
-        if result.master_port_free is False:
-            result.problems.append(f"master port {master_port} is already in use on the master "
-                                   "(another job? set master_port in the inventory)")
-    return result
+    return problems
+
+
+def _check_master_port(conn: NodeConnection, result: NodeCheck, timeout) -> list[str]:
+    problems: list[str] = []
+    port = result.master_port
+    result.master_port_free = _attempt(problems, lambda: port_free(conn, port, timeout))
+    if result.master_port_free is False:
+        problems.append(f"master port {port} is already in use on the master "
+                        "(another job? set master_port in the inventory)")
+    return problems
 
 
 def run_preflight(cluster: Cluster, *, devices: Iterable[str] | None = None,

@@ -41,7 +41,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -285,6 +285,7 @@ class NodeConnection:
                  connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
                  command_timeout: float | None = None,
                  keepalive: int = KEEPALIVE_INTERVAL,
+                 dead_peer_timeout: float = DEAD_PEER_TIMEOUT,
                  fabric_config: Config | None = None) -> None:
         self.node = node
         self.known_hosts = Path(known_hosts)
@@ -292,6 +293,7 @@ class NodeConnection:
         self.connect_timeout = connect_timeout
         self.command_timeout = command_timeout
         self.keepalive = keepalive
+        self.dead_peer_timeout = dead_peer_timeout
         self._config = fabric_config
         self._conn: Connection | None = None
         self._lock = threading.Lock()
@@ -363,7 +365,7 @@ class NodeConnection:
         if isinstance(sock, socket.socket) and hasattr(socket, "TCP_USER_TIMEOUT"):
             try:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT,
-                                int((self.keepalive + DEAD_PEER_TIMEOUT) * 1000))
+                                int((self.keepalive + self.dead_peer_timeout) * 1000))
             except OSError:
                 pass
 
@@ -613,7 +615,7 @@ class _Settings:
     fanout: int
     command_timeout: float | None
     keepalive: int = KEEPALIVE_INTERVAL
-    extra: dict = field(default_factory=dict)
+    dead_peer_timeout: float = DEAD_PEER_TIMEOUT
 
 
 class Cluster:
@@ -624,6 +626,7 @@ class Cluster:
     ``ssh_config`` replaces ~/.ssh/config (like ``ssh -F``); aliases, User,
     Port, IdentityFile and ProxyJump there are honoured (through Fabric).
     ``command_timeout`` applies to every command not given its own timeout.
+    ``keepalive`` / ``dead_peer_timeout`` tune how fast a dead node is noticed.
     """
 
     def __init__(self, inventory, *, fanout: int | None = None,
@@ -632,6 +635,7 @@ class Cluster:
                  known_hosts: Path | str | None = None,
                  command_timeout: float | None = None,
                  keepalive: int = KEEPALIVE_INTERVAL,
+                 dead_peer_timeout: float = DEAD_PEER_TIMEOUT,
                  ssh_config: Path | str | None = None) -> None:
         self.inventory = inventory
         ssh = getattr(inventory, "ssh", None)
@@ -644,6 +648,7 @@ class Cluster:
             fanout=int(_pick(fanout, ssh, "fanout", DEFAULT_FANOUT)),
             command_timeout=command_timeout,
             keepalive=keepalive,
+            dead_peer_timeout=dead_peer_timeout,
         )
         if self.settings.fanout < 1:
             raise UserError(f"fan-out must be at least 1, got {self.settings.fanout}")
@@ -681,7 +686,8 @@ class Cluster:
                 conn = NodeConnection(
                     node, known_hosts=s.known_hosts, accept_new_host_keys=s.accept_new_host_keys,
                     connect_timeout=s.connect_timeout, command_timeout=s.command_timeout,
-                    keepalive=s.keepalive, fabric_config=self._fabric_config)
+                    keepalive=s.keepalive, dead_peer_timeout=s.dead_peer_timeout,
+                    fabric_config=self._fabric_config)
                 self._connections[node.name] = conn
         return conn.open()
 
