@@ -141,7 +141,7 @@ def _failure(tag: str, error: str, tail: Iterable[str]) -> ClusterctlError:
 
 def build(client, context_dir: Path | str, *, tag: str, buildargs: Mapping[str, str] | None = None,
           labels: Mapping[str, str] | None = None, nocache: bool = False,
-          dockerfile: str = "Dockerfile",
+          dockerfile: str = "Dockerfile", network_mode: str = "host",
           on_output: Callable[[str], None] | None = None) -> str:
     """Build ``context_dir`` as ``tag``; returns the image id (``sha256:...``).
 
@@ -149,6 +149,9 @@ def build(client, context_dir: Path | str, *, tag: str, buildargs: Mapping[str, 
     console).  A failing step raises ClusterctlError (exit 1) whose message
     holds the engine's error and the last 20 output lines (also as ``.error``
     and ``.tail``).  Intermediate containers are removed also on failure.
+    RUN steps use the host network by default: it works on every engine,
+    including ones started with --bridge=none (the node daemons) or whose
+    docker0 is gone; builds install from the wheelhouse and need no network.
     """
     from docker.errors import APIError
 
@@ -159,7 +162,7 @@ def build(client, context_dir: Path | str, *, tag: str, buildargs: Mapping[str, 
         chunks = client.api.build(
             path=str(context_dir), tag=tag, dockerfile=dockerfile, buildargs=dict(buildargs or {}),
             labels=dict(labels or {}), nocache=nocache, rm=True, forcerm=True, pull=False,
-            decode=True,
+            network_mode=network_mode, decode=True,
         )
         image_id, error = _consume(chunks, lines)
     except APIError as e:
@@ -234,12 +237,14 @@ def _kill_quietly(container) -> None:
 
 
 def run_smoke(client, image: str, argv: Sequence[str], *, timeout: float = 300,
-              environment: Mapping[str, str] | None = None) -> str:
+              environment: Mapping[str, str] | None = None, network_mode: str = "host") -> str:
     """Run ``argv`` (a list, never a shell string) in a throwaway container of ``image``.
 
     Returns the combined stdout/stderr.  A non-zero exit or a run longer than
     ``timeout`` seconds raises ClusterctlError with the output's tail (also as
-    ``.output``).  The container is removed in every case.
+    ``.output``).  The container is removed in every case.  Host networking
+    by default: it is how targets run on nodes (``docker run --net=host``) and
+    needs no docker0 bridge.
     """
     from docker.errors import ImageNotFound
     from requests.exceptions import ConnectionError as ReqConnectionError
@@ -251,6 +256,7 @@ def run_smoke(client, image: str, argv: Sequence[str], *, timeout: float = 300,
     try:
         container = client.containers.create(image, command=list(argv), detach=True,
                                              environment=dict(environment or {}),
+                                             network_mode=network_mode,
                                              labels={f"{LABEL_PREFIX}role": "smoke"})
     except ImageNotFound:
         raise UserError(f"image {image} is not in the local engine; build it first "
