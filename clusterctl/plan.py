@@ -24,8 +24,8 @@ Environment precedence (later wins)
 ``MASTER_ADDR`` is the master node's inventory host as the other nodes reach
 it: an ``~/.ssh/config`` alias is resolved to its ``HostName``.  A
 ``MASTER_ADDR`` / ``MASTER_PORT`` given by layer 4 or 5 also becomes the
-``{master_addr}`` / ``{master_port}`` placeholder value, so a command line such
-as torchrun's ``--master-addr {master_addr}`` agrees with the environment.
+``{master_addr}`` / ``{master_port}`` placeholder value, so ``PET_MASTER_*`` and
+a command line such as torchrun's ``--master-addr={master_addr}`` agree with it.
 ``--set NAME=VALUE`` where NAME is one of the job's ``params`` sets that
 parameter instead of an environment variable.
 
@@ -62,6 +62,7 @@ import re
 import shlex
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 from clusterctl import targets
 from clusterctl.errors import UserError
@@ -133,15 +134,18 @@ def parse_sets(items: Iterable[str]) -> dict[str, str]:
     return out
 
 
-def resolve_host(host: str) -> str:
-    """The address other nodes use for ``host``: its ~/.ssh/config ``HostName``, else itself.
+def resolve_host(host: str, ssh_config: str | os.PathLike | None = None) -> str:
+    """The address other nodes use for ``host``: its ssh-config ``HostName``, else itself.
 
-    Uses Fabric's ssh-config loading, the same the transport connects with.
+    Reads ~/.ssh/config, or ``ssh_config`` (like ``ssh -F``), through Fabric:
+    the same loading :class:`clusterctl.transport.Cluster` connects with.
     """
     from fabric import Config
 
     try:
-        found = Config().base_ssh_config.lookup(host).get("hostname")
+        config = (Config(runtime_ssh_path=str(Path(ssh_config).expanduser()))
+                  if ssh_config else Config())
+        found = config.base_ssh_config.lookup(host).get("hostname")
     except Exception:  # an unreadable ssh config leaves the host as written
         return host
     return found or host
@@ -158,13 +162,16 @@ def make_plan(job: Job, inventory, *, run_id: str, image: str | None = None,
               interfaces: Mapping[str, str] | None = None,
               overrides: Mapping[str, str] | None = None,
               extra_docker_args: Sequence[str] = (),
-              host_env: Mapping[str, str] | None = None) -> list[NodePlan]:
+              host_env: Mapping[str, str] | None = None,
+              ssh_config: str | os.PathLike | None = None) -> list[NodePlan]:
     """One NodePlan per inventory node, in rank order.  Pure: nothing is contacted.
 
     ``image`` replaces the job's/target's image; ``interfaces`` maps node name
     to the NIC preflight found; ``overrides`` are the ``--set`` values
     (:func:`parse_sets`); ``host_env`` (default ``os.environ``) supplies listed
-    secrets no layer sets.  UserError (exit 2) on anything unusable.
+    secrets no layer sets; ``ssh_config`` replaces ~/.ssh/config when resolving
+    the master's address (pass what the Cluster uses).  UserError (exit 2) on
+    anything unusable.
     """
     overrides = dict(overrides or {})
     params = {**job.params, **{k: v for k, v in overrides.items() if k in job.params}}
@@ -182,7 +189,7 @@ def make_plan(job: Job, inventory, *, run_id: str, image: str | None = None,
         "nnodes": str(len(nodes)),
         "world_size": str(sum(nprocs)),
         "run_id": run_id,
-        "master_addr": resolve_host(inventory.master.host),
+        "master_addr": resolve_host(inventory.master.host, ssh_config),
         "master_port": str(inventory.master_port),
     }
     plans = []
