@@ -150,6 +150,7 @@ def template_values(resolved: Resolved, *, offline: bool) -> dict[str, object]:
         "requirements": resolved.requirements,
         "indexes": [i.model_dump() for i in resolved.indexes],
         "pip_command": t.pip,
+        "pip_setup": t.pip_setup or "",
         "pip_flags": t.pip_flags,
         "wheelhouse": offline or t.wheelhouse == "required",
         "entrypoint_env": resolved.entrypoint_env,

@@ -61,6 +61,7 @@ class Target(_Model):
     requirements: list[str] = []
     wheelhouse: Literal["required", "optional"] = "optional"
     pip: str | None
+    pip_setup: str | None = None
     pip_flags: list[str] = []
     entrypoint_env: list[str] = []
     run: RunSpec

@@ -17,7 +17,8 @@ ENV OMP_NUM_THREADS="1"
 
 # Offline: every wheel comes from wheels/ in the build context, no index is asked.
 COPY wheels/ /tmp/wheels/
-RUN python3 /tmp/wheels/pip-*.whl/pip install --no-cache-dir --no-index --find-links /tmp/wheels --break-system-packages \
+RUN set -- /tmp/wheels/pip-*.whl \
+ && python3 "$1/pip" install --no-cache-dir --no-index --find-links /tmp/wheels --break-system-packages \
         torch==2.13.0 \
  && rm -rf /tmp/wheels
 
