@@ -125,8 +125,8 @@ class Node(_NodeSettings):
     @model_validator(mode="before")
     @classmethod
     def _name_defaults_to_host(cls, data: Any) -> Any:
-        if isinstance(data, dict) and "name" not in data and isinstance(data.get("host"), str):
-            data = {**data, "name": data["host"]}
+        if isinstance(data, dict) and "name" not in data and data.get("host") is not None:
+            data = {**data, "name": str(data["host"])}  # a bad host is reported once, as the host
         return data
 
 
@@ -203,6 +203,10 @@ def rank_order(nodes: list[Node], *, where: str = "inventory") -> list[Node]:
     """Master first (the first node when none is marked), then file order; at most one master."""
     if not nodes:
         raise UserError(f"{where}: no nodes; valid: at least one node")
+    names = [n.name for n in nodes]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise UserError(f"{where}: node names used twice: {one_of(twice)}; valid: a unique name per node")
     masters = [n for n in nodes if n.master]
     if len(masters) > 1:
         raise UserError(f"{where}: {len(masters)} masters ({one_of([m.name for m in masters])}); "
@@ -257,7 +261,7 @@ def _read(path: Path) -> str:
     if not path.is_file():
         raise UserError(f"{file}: is not a file; valid: a YAML inventory, an MPI or a DeepSpeed hostfile")
     try:
-        return path.read_text(encoding="utf-8")
+        return path.read_text(encoding="utf-8-sig")  # a BOM from a Windows editor is not a host
     except (OSError, UnicodeDecodeError) as e:
         raise UserError(f"{file}: cannot read the inventory ({e}); valid: a readable UTF-8 text file") from None
 
@@ -458,11 +462,11 @@ def _identity_problem(path: Path) -> str:
 
 
 class _HostfileLoader(_Loader):
-    """MPI (``host``, ``host:N``, ``host slots=N [max_slots=M]``) and DeepSpeed (``host slots=N``)."""
+    """MPI (``[user@]host``, ``host:N``, ``host slots=N [max_slots=M]``) and DeepSpeed (``host slots=N``)."""
 
     format = "hostfile"
     KEYS = ("slots", "max_slots")
-    VALID = "one host per line: host, host:N or host slots=N (N a whole number of at least 1)"
+    VALID = "one host per line: [user@]host, host:N or host slots=N (N a whole number of at least 1)"
 
     def field_name(self, loc: tuple) -> str:
         return str(loc[2]) if len(loc) > 2 else "host"
@@ -492,11 +496,15 @@ class _HostfileLoader(_Loader):
         if host.count(":") == 1:  # MPICH style host:N
             host, _, n = host.partition(":")
             entry["slots"] = self._slots(lineno, n, text)
+        if "@" in host:  # Open MPI's user@host
+            entry["user"], _, host = host.rpartition("@")
         entry["host"] = host
         for tok in tokens[1:]:
             key, eq, value = tok.partition("=")
             if not eq or key not in self.KEYS:
                 what = f'unknown setting "{tok}"{did_you_mean(key, self.KEYS)}' if eq else f'unexpected "{tok}"'
+                if tok.isdigit():
+                    what += f' (did you mean "slots={tok}"?)'
                 self.problems.append(Problem(lineno, "host", what, self.VALID))
             elif key == "slots":
                 entry["slots"] = self._slots(lineno, value, text)
@@ -634,7 +642,11 @@ class _YamlLoader(_Loader):
         if not isinstance(value, dict):
             self.add(("defaults",), f"{_show(value)} is not a mapping", _HINTS["defaults"])
             return {}
-        value = self._resolved(value)
+        for key in ("name", "host", "master"):
+            if key in value:
+                self.add(("defaults", key), f'"{key}" cannot be a default (it belongs to each node)',
+                         f"set it on the node; defaults may hold {one_of(DEFAULT_FIELDS)}")
+        value = self._resolved({k: v for k, v in value.items() if k not in ("name", "host", "master")})
         _, bad = self.validate(_Defaults, value, ("defaults",), DEFAULT_FIELDS)
         good = {k: v for k, v in value.items() if k in DEFAULT_FIELDS and k not in bad}
         if "identity_file" in good:

@@ -56,6 +56,7 @@ BROKEN = [
     ("bad_hostfile_slots", 3, "slots", '"x" is not a whole number of at least 1 (in "node2 slots=x")',
      "host slots=N"),
     ("bad_hostfile_mpich", 3, "slots", '"0" is not a whole number of at least 1 (in "node2:0")', "host:N"),
+    ("bad_hostfile_extra_word", 3, "host", 'unexpected "4" (did you mean "slots=4"?)', "host slots=N"),
     ("bad_deepspeed_key", 3, "host", 'unknown setting "slot=8" (did you mean "slots"?)', "host slots=N"),
     ("bad_hostfile_duplicate", 4, "host", "worker-1 port 22 is already line 2", "distinct host and port"),
     ("bad_env_null.yaml", 9, "nodes[0].env.NCCL_SOCKET_IFNAME", "an empty value is not text",
@@ -83,6 +84,10 @@ MANY = {
     "bad_unknown_top_field.yaml": [
         (1, "nodes", "the node list is missing"),
         (3, "node", 'unknown field "node" (did you mean "nodes"?)'),
+    ],
+    "bad_defaults_node_key.yaml": [
+        (4, "defaults.host", '"host" cannot be a default (it belongs to each node)'),
+        (6, "nodes[0].host", "is missing"),
     ],
     "bad_ssh_settings.yaml": [
         (3, "ssh.accept_new_host_keys", '"yes" is not true or false'),
@@ -211,6 +216,12 @@ def test_mpi_hostfile():
 def test_deepspeed_hostfile():
     inv = load_inventory(CORPUS / "good_deepspeed_hostfile")
     assert [(n.name, n.slots, inv.rank(n.name)) for n in inv] == [("worker-1", 8, 0), ("worker-2", 8, 1)]
+
+
+def test_hostfile_with_byte_order_mark_and_user_at_host():
+    inv = load_inventory(CORPUS / "good_bom_hostfile")
+    assert [(n.name, n.host, n.user, n.slots) for n in inv] == [
+        ("worker-1", "worker-1", None, 2), ("worker-2", "worker-2", "admin", 2)]
 
 
 def test_shipped_example_parses_as_documented():
