@@ -16,6 +16,8 @@ Public API:
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import re
@@ -300,6 +302,33 @@ def ensure_base_image(client, tag: str = DEFAULT_TAG, *, suite: str = "bookworm"
         return old.id
     check_can_build()
     mirror = _resolve_mirror(mirror, suite)
+    with _build_lock(suite, log):
+        if not rebuild and (done := _existing(client, tag)) is not None:
+            log(f"base image {tag} was built meanwhile ({done.short_id}); kept")
+            return done.id
+        return _build(client, tag, suite=suite, include=include, mirror=mirror, old=old, log=log)
+
+
+@contextlib.contextmanager
+def _build_lock(suite: str, log: Callable[[str], None]) -> Iterator[None]:
+    """One base build per suite at a time on this machine: parallel test sessions and
+    CLI runs share the .deb cache and usually want the same tag."""
+    path = cache_dir() / "debootstrap" / f"{suite}.lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log(f"waiting for another base image build ({path})")
+            fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _build(client, tag: str, *, suite: str, include: Sequence[str], mirror: str, old,
+           log: Callable[[str], None]) -> str:
     rootfs = Path(tempfile.mkdtemp(prefix="clusterctl-rootfs-"))
     try:
         rootfs.chmod(0o755)  # becomes the image's "/": mkdtemp's 0700 would lock out non-root users

@@ -35,6 +35,10 @@ MANIFEST = "clusterctl-wheelhouse.json"
 _FORMAT = 1  # bump when the layout or the pip arguments change, so old caches are not reused
 
 
+# pip's words for "these requirements cannot be met": bad input, not a broken machine
+_UNSATISFIABLE = ("No matching distribution", "Could not find a version", "ResolutionImpossible")
+
+
 def _canonical(name: str) -> str:
     return re.sub(r"[-_.]+", "_", name).lower()
 
@@ -106,7 +110,7 @@ def _download(tmp: Path, reqs: list[str], python_version: str, platform: str | N
     text = "\n".join(tail)
     msg = (f"pip download of {' '.join(reqs)} (python {python_version}, platform "
            f"{platform or 'this machine'}) failed (exit {code}); last lines:\n{text}")
-    if "No matching distribution" in text or "Could not find a version" in text:
+    if any(sign in text for sign in _UNSATISFIABLE):
         raise UserError(msg + "\nCheck the requirement names and versions, or pass --wheelhouse DIR.")
     raise ClusterctlError(msg)
 
