@@ -350,7 +350,7 @@ class _Loader:
         self.path = path
         self.file = str(path)
         self.text = text
-        self.base = path.resolve().parent
+        self.base = path.absolute().parent  # the directory the user sees, even through a symlink
         self.lines: dict[tuple, int] = {(): 1}
         self.problems: list[Problem] = []
 
@@ -397,7 +397,12 @@ class _Loader:
         if e["type"] == "missing":
             return "is missing", _HINTS.get(top, "")
         reason = e["msg"] if e["type"] == "clusterctl" else _REASONS.get(e["type"], e["msg"].lower())
-        subject = f"key {_show(e['input'])}" if "[key]" in e["loc"] else _show(e["input"])
+        if "[key]" in e["loc"]:
+            subject = f"key {_show(e['input'])}"
+        elif top == "env":  # env values may be secrets (tokens): never echo them
+            subject = "the value"
+        else:
+            subject = _show(e["input"])
         return f"{subject} {reason}", _HINTS.get(top, "")
 
     def resolve_path(self, value: Any) -> Any:
@@ -633,7 +638,10 @@ class _YamlLoader(_Loader):
             return None
         if "known_hosts" in value:
             value = {**value, "known_hosts": self.resolve_path(value["known_hosts"])}
-        return self.validate(SSHSettings, value, ("ssh",), SSH_FIELDS)[0]
+        ssh = self.validate(SSHSettings, value, ("ssh",), SSH_FIELDS)[0]
+        if ssh is not None and ssh.known_hosts is not None and ssh.known_hosts.is_dir():
+            self.add(("ssh", "known_hosts"), f"{ssh.known_hosts} is a directory", _HINTS["known_hosts"])
+        return ssh
 
     def _defaults(self, value: Any) -> dict:
         """The defaults' keys that are valid (an invalid one is reported once, here, not per node)."""

@@ -63,6 +63,8 @@ BROKEN = [
      'write "" for an empty value'),
     ("bad_env_name.yaml", 5, "nodes[0].env.NCCL-DEBUG", 'key "NCCL-DEBUG" is not an environment variable name',
      "variable names to text"),
+    ("bad_env_secret.yaml", 4, "defaults.env", "the value is not a mapping", "variable names to text"),
+    ("bad_known_hosts_dir.yaml", 3, "ssh.known_hosts", f"{KEYS} is a directory", "a known_hosts file"),
     ("bad_duplicate_key.yaml", 6, "nodes[0].slots", "is written twice (first on line 5",
      "each key once per mapping"),
     ("bad_host_with_user.yaml", 4, "nodes[0].host", '"root@10.0.0.11" holds a user', "no user@"),
@@ -149,6 +151,15 @@ def test_broken_file_through_the_cli_exits_2_with_the_message(name, line, field)
     assert "Traceback" not in result.output
     assert _problem_line(path, line, field) in result.stderr
     assert result.stdout == ""  # no table: nothing printed as if the inventory were valid
+
+
+def test_env_values_are_never_echoed():
+    """env may carry tokens: a bad env value is described, not printed."""
+    with pytest.raises(InventoryError) as info:
+        load_inventory(CORPUS / "bad_env_secret.yaml")
+    assert "secret-token-123" not in info.value.message
+    result = CliRunner().invoke(app, ["nodes", "-n", str(CORPUS / "bad_env_secret.yaml")])
+    assert result.exit_code == 2 and "secret-token-123" not in result.output
 
 
 def test_missing_file_names_it_and_what_would_be_valid(tmp_path):
