@@ -412,8 +412,20 @@ def _devices_cell(c: NodeCheck) -> str:
     return f"{present}/{len(c.devices)} present"
 
 
-def table_rows(checks: Iterable[NodeCheck]) -> list[list[str]]:
-    """One row per node, plain text (escape it before a rich table reads markup)."""
+def _problems_cell(problems: list[str], compact: bool) -> str:
+    if not problems:
+        return "ok"
+    if compact:
+        return f"{len(problems)} problem{'s' if len(problems) > 1 else ''}"
+    return "; ".join(problems)
+
+
+def table_rows(checks: Iterable[NodeCheck], *, compact: bool = False) -> list[list[str]]:
+    """One row per node, plain text (escape it before a rich table reads markup).
+
+    ``compact`` puts the number of problems in the last column instead of their
+    text (for a table followed by one line per problem).
+    """
     rows = []
     for c in checks:
         rows.append([
@@ -425,6 +437,6 @@ def table_rows(checks: Iterable[NodeCheck]) -> list[list[str]]:
             human_bytes(c.free_bytes) if c.free_bytes is not None else "-",
             _devices_cell(c) if c.ssh else "-",
             (c.interface or "FAILED") if c.ssh else "-",
-            "; ".join(c.problems) or "ok",
+            _problems_cell(c.problems, compact),
         ])
     return rows

@@ -1,0 +1,123 @@
+"""`clusterctl check` through typer's CliRunner against a real sshd on loopback."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+
+import pytest
+from typer.testing import CliRunner
+
+from clusterctl.cli import app
+from tests.fixtures.sshd import ENGINE_SOCKET, free_port
+
+runner = CliRunner()
+
+
+def _check(*args: str):
+    return runner.invoke(app, ["check", *args])
+
+
+def _row(output: str, node: str) -> list[str]:
+    """The table cells of ``node``'s row."""
+    for line in output.splitlines():
+        cells = [c.strip() for c in line.strip("│ ").split("│")]
+        if cells and cells[0] == node:
+            return cells
+    raise AssertionError(f"no row for {node} in:\n{output}")
+
+
+@pytest.mark.docker
+def test_all_nodes_ready_is_exit_0_with_a_row_per_node(loopback_sshd):
+    inv = loopback_sshd.write_inventory(nodes=2)
+    r = _check("--nodes", str(inv))
+    assert r.exit_code == 0, r.output
+    version = subprocess.run(["docker", "-H", ENGINE_SOCKET, "version", "--format",
+                              "{{.Server.Version}}"], capture_output=True, text=True,
+                             check=True).stdout.strip()
+    row = _row(r.output, "node1")
+    assert row[:5] + row[6:] == ["node1", "127.0.0.1", "ok", version, _uname_m(), "-", "lo", "ok"]
+    assert re.fullmatch(r"\d+\.\d (MiB|GiB|TiB)", row[5]), row[5]
+    assert _row(r.output, "node2")[:4] == ["node2", "127.0.0.2", "ok", version]
+    assert "all 2 nodes ready; master port 29500 free" in r.output
+
+
+def _uname_m() -> str:
+    import platform
+
+    return platform.machine()
+
+
+def test_a_node_that_fails_is_exit_1_and_named_with_its_reason(loopback_sshd):
+    inv = loopback_sshd.write_inventory(nodes=[
+        loopback_sshd.node("good", 0), loopback_sshd.node("gone", 1, port=free_port("127.0.0.2"))])
+    r = _check("--nodes", str(inv), "--fanout", "1")
+    assert r.exit_code == 1, r.output
+    assert _row(r.output, "good")[-1] == "ok"
+    assert _row(r.output, "gone")[2:4] == ["FAILED", "-"]
+    assert "gone: connection refused to " in r.output
+    assert "1 of 2 nodes not ready: gone" in r.output
+
+
+def test_unknown_host_key_fails_until_accepted_with_the_flag(loopback_sshd):
+    kh = loopback_sshd.empty_known_hosts()
+    inv = loopback_sshd.write_inventory(nodes=1, known_hosts=kh)
+    refused = _check("--nodes", str(inv))
+    assert refused.exit_code == 1
+    assert f"node1: host key unknown: [127.0.0.1]:{loopback_sshd.port}" in refused.output
+    assert "--accept-new-host-keys" in refused.output
+    assert kh.read_text() == ""
+    accepted = _check("--nodes", str(inv), "--accept-new-host-keys")
+    assert accepted.exit_code == 0, accepted.output
+    assert f"[127.0.0.1]:{loopback_sshd.port} ssh-ed25519 " in kh.read_text()
+    assert _check("--nodes", str(inv)).exit_code == 0  # strict again, now known
+
+
+def test_changed_host_key_fails_even_with_the_flag(loopback_sshd):
+    inv = loopback_sshd.write_inventory(nodes=1, known_hosts=loopback_sshd.wrong_known_hosts())
+    r = _check("--nodes", str(inv), "--accept-new-host-keys")
+    assert r.exit_code == 1
+    assert "node1: host key CHANGED" in r.output
+
+
+def test_target_devices_are_required(loopback_sshd):
+    inv = loopback_sshd.write_inventory(nodes=[loopback_sshd.node("mlu", 0, slots=2)])
+    r = _check("--nodes", str(inv), "--target", "cambricon")
+    assert r.exit_code == 1
+    assert _row(r.output, "mlu")[6] == "0/3 present"
+    assert ("mlu: missing devices: /dev/cambricon_ctl, /dev/cambricon_dev0, /dev/cambricon_dev1"
+            in r.output)
+    assert _check("--nodes", str(inv), "--target", "cpu").exit_code == 0
+
+
+def test_need_disk_compares_with_free_space(loopback_sshd):
+    inv = loopback_sshd.write_inventory(nodes=1)
+    assert _check("--nodes", str(inv), "--need-disk", "1M").exit_code == 0
+    r = _check("--nodes", str(inv), "--need-disk", "4096T")
+    assert r.exit_code == 1
+    assert "need 4096.0 TiB" in r.output
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["--need-disk", "lots"], "--need-disk 'lots' is not a size"),
+    (["--target", "cambrican"], 'unknown target "cambrican" (did you mean "cambricon"?)'),
+    (["--fanout", "0"], "--fanout"),
+])
+def test_bad_options_are_exit_2_and_contact_no_node(loopback_sshd, args, expected):
+    inv = loopback_sshd.write_inventory(nodes=[loopback_sshd.node("x", 0, port=free_port())])
+    r = _check("--nodes", str(inv), *args)
+    assert r.exit_code == 2, r.output
+    assert expected in r.output
+    assert "connection refused" not in r.output  # stopped before connecting
+    assert "Traceback" not in r.output
+
+
+def test_bad_inventory_is_exit_2_with_file_and_line(tmp_path):
+    inv = tmp_path / "bad.yaml"
+    inv.write_text("nodes:\n  - host: 10.0.0.1\n    port: 99999\n")
+    r = _check("--nodes", str(inv))
+    assert r.exit_code == 2
+    assert f"{inv}:3: nodes[0].port" in r.output
+    assert "Traceback" not in r.output
+    missing = _check("--nodes", str(tmp_path / "none.yaml"))
+    assert missing.exit_code == 2 and "does not exist" in missing.output
