@@ -399,7 +399,7 @@ class _Loader:
         reason = e["msg"] if e["type"] == "clusterctl" else _REASONS.get(e["type"], e["msg"].lower())
         if "[key]" in e["loc"]:
             subject = f"key {_show(e['input'])}"
-        elif top == "env":  # env values may be secrets (tokens): never echo them
+        elif top == "env" and e["input"] is not None:  # env values may be secrets (tokens): never echo them
             subject = "the value"
         else:
             subject = _show(e["input"])
