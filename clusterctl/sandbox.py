@@ -445,7 +445,8 @@ def _sshd_config(sb: Sandbox, node: SandboxNode) -> str:
     ])
 
 
-def _tcp_open(ip: str, port: int = 22, timeout: float = 1.0) -> bool:
+def port_open(ip: str, port: int = 22, timeout: float = 1.0) -> bool:
+    """True when something accepts TCP on ip:port (from the head, across the bridge)."""
     try:
         with socket.create_connection((ip, port), timeout=timeout):
             return True
@@ -461,7 +462,7 @@ def _start_sshd(sb: Sandbox, node: SandboxNode, timeout: float = 20.0) -> None:
     node.dir.mkdir(parents=True, exist_ok=True)
     _keygen(node.host_key, f"{sb.name}-{node.name}")
     node.sshd_config.write_text(_sshd_config(sb, node))
-    if sshd_running(node) and _tcp_open(node.ip):
+    if sshd_running(node) and port_open(node.ip):
         return
     _stop_pid(node.sshd_pidfile)
     Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # sshd's privilege-separation dir
@@ -470,7 +471,7 @@ def _start_sshd(sb: Sandbox, node: SandboxNode, timeout: float = 20.0) -> None:
           "-E", str(node.dir / "sshd.log")], node=node.name)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if _tcp_open(node.ip):
+        if port_open(node.ip):
             return
         time.sleep(0.1)
     raise NodeError(node.name, f"sshd did not accept connections on {node.ip}:22 within "
@@ -541,7 +542,7 @@ def _netns_pids(netns: str) -> list[int]:
     return [int(p) for p in out.split()]
 
 
-def _pids_using(path: Path) -> list[int]:
+def processes_using(path: Path) -> list[int]:
     """Processes whose command line names ``path``: dockerd, containerd, shims, sshd of a node."""
     needle = str(path).encode() + b"/"
     found = []
@@ -734,7 +735,7 @@ def _remove_node(node: SandboxNode) -> None:
         _run(["ip", "netns", "del", node.netns], check=False)
     if _link_exists(node.veth):
         _run(["ip", "link", "del", node.veth], check=False)
-    _terminate(_pids_using(node.dir))
+    _terminate(processes_using(node.dir))
     _remove_tree(node.dir)
     _remove_tree(node.daemon.data_root)
 
@@ -796,7 +797,7 @@ def _teardown(name: str) -> bool:
     while _iptables("-C", rule, check=False):
         found = True
         _iptables("-D", rule)
-    _terminate(_pids_using(state_base() / name))
+    _terminate(processes_using(state_base() / name))
     if sb is not None and sb.inventory_path:
         _remove_inventory(Path(sb.inventory_path), name)
     for path in (state_base() / name, data_base() / name):
@@ -869,7 +870,7 @@ def status(name: str | None = None) -> list[SandboxStatus]:
             up_ns = n.netns in netns
             st.nodes.append(NodeStatus(
                 n.name, n.netns, n.ip if sb else "?", up_ns,
-                up_ns and sshd_running(n) and (_tcp_open(n.ip) if sb else False),
+                up_ns and sshd_running(n) and (port_open(n.ip) if sb else False),
                 dockerd.socket_answers(n.daemon.socket), _image_count(n)))
         if sb or st.nodes or st.bridge_exists:
             result.append(st)

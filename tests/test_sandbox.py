@@ -182,20 +182,20 @@ def test_stop_and_start_sshd_and_link_helpers(sandbox3):
     ip = sandbox3.nodes["node3"]
     sandbox3.stop_sshd("node3")
     try:
-        assert not sandbox._tcp_open(ip)
+        assert not sandbox.port_open(ip)
         assert sandbox3.node_docker("node3", "info", "--format", "{{.ID}}").stdout.strip()
     finally:
         sandbox3.start_sshd("node3")
-    assert sandbox._tcp_open(ip)
+    assert sandbox.port_open(ip)
     sandbox3.link_down("node3")
     try:
-        assert not sandbox._tcp_open(ip, timeout=2)
+        assert not sandbox.port_open(ip, timeout=2)
     finally:
         sandbox3.link_up("node3")
     deadline = time.monotonic() + 10
-    while not sandbox._tcp_open(ip) and time.monotonic() < deadline:
+    while not sandbox.port_open(ip) and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert sandbox._tcp_open(ip)
+    assert sandbox.port_open(ip)
 
 
 def test_status_lists_the_nodes(sandbox3):
@@ -225,7 +225,7 @@ def _traces(name: str) -> list[str]:
     left += [f"rule {line}" for line in rules.splitlines() if f"cc-{name} " in line]
     state, data = sandbox.state_base() / name, sandbox.data_base() / name
     left += [f"dir {p}" for p in (state, data) if p.exists()]
-    left += [f"process {p}" for p in sandbox._pids_using(state)]
+    left += [f"process {p}" for p in sandbox.processes_using(state)]
     return left
 
 
@@ -265,7 +265,7 @@ def test_up_grow_shape_crash_and_down_leave_nothing(life_sandbox, sandbox3):
     grown = sandbox.load(LIFE_NAME)
     node4 = sandbox.node_for(LIFE_NAME, grown.network, 4)
     assert not any(t.endswith((node4.netns, node4.veth)) or node4.name in t for t in _traces(LIFE_NAME))
-    assert not sandbox._tcp_open(node4.ip, timeout=1)
+    assert not sandbox.port_open(node4.ip, timeout=1)
     assert [n.name for n in load_inventory(inv).nodes] == ["node1", "node2", "node3"]
     assert dockerd.read_pid(node1.daemon.pidfile) == pid1  # kept, not restarted
     assert len(grown.known_hosts_path.read_text().splitlines()) == 3
@@ -289,7 +289,7 @@ def test_up_grow_shape_crash_and_down_leave_nothing(life_sandbox, sandbox3):
     assert _traces(LIFE_NAME) == []
     assert not inv.exists()
     # the other sandbox was not touched
-    assert all(sandbox._tcp_open(ip) for ip in sandbox3.nodes.values())
+    assert all(sandbox.port_open(ip) for ip in sandbox3.nodes.values())
     assert _traces(sandbox3.name)  # still up
 
 
