@@ -105,3 +105,13 @@ def test_nodes_option_is_reusable_by_other_commands(tmp_path):
     assert runner.invoke(other, ["other-cmd"], env={"CLUSTERCTL_NODES": path}).exit_code == 0
     names = ["node1", "node2", "node3", "node4.cluster.example"]
     assert seen == [names, names, path]
+
+
+@pytest.mark.xfail(reason="clusterctl/cli/__init__.py prints UserError messages as rich markup; "
+                          "needs rich.markup.escape(e.message) (reported, not our file)", strict=False)
+def test_error_message_with_brackets_is_printed_verbatim(tmp_path):
+    inv = tmp_path / "inv.yaml"
+    inv.write_text('nodes:\n  - {name: "[/x]", host: h1}\n')
+    result = CliRunner().invoke(app, ["nodes", "-n", str(inv)])
+    assert result.exit_code == 2
+    assert f'{inv}:2: nodes[0].name: "[/x]" is not a usable node name' in result.stderr
