@@ -271,8 +271,10 @@ def test_logs_status_stop_on_a_detached_run_then_on_the_finished_one(clean_nodes
     assert only.output.strip().splitlines() == ["node2[1]| node rank 1 of 3 started"]
 
     st = cli("status", "--nodes", inv)  # RUN defaults to the newest
-    assert st.exit_code == 0, st.output
-    assert st.output.count("running") >= 3 and "live1" in st.output
+    assert st.exit_code == 0 and "live1" in st.output, st.output
+    st = json.loads(cli("status", "live1", "--json").output)
+    assert [(n["node"], n["state"], n["source"]) for n in st["nodes"]] == [
+        ("node1", "running", "node"), ("node2", "running", "node"), ("node3", "running", "node")]
 
     # a node that does not answer: named, exit 1, the others stopped anyway
     sb.stop_sshd("node3")
@@ -298,8 +300,9 @@ def test_logs_status_stop_on_a_detached_run_then_on_the_finished_one(clean_nodes
         "node1[0]| node rank 0 of 3 started", "node2[1]| node rank 1 of 3 started",
         "node3[2]| node rank 2 of 3 started"]
     assert (runs_dir / "live1" / "node2.log").read_text() == "node rank 1 of 3 started\n"
-    st = cli("status", "live1")
-    assert st.exit_code == 0 and "record" in st.output and "running" not in st.output
+    st = json.loads(cli("status", "live1", "--json").output)
+    assert {(n["source"], n["state"]) for n in st["nodes"]} == {("record", "exited")}
+    assert st["state"] == "stopped"
 
     # a run that finished in the foreground, then `runs` lists both, newest first
     job = write_job(runs_dir.parent, "hello", cpu_image,

@@ -173,12 +173,17 @@ def _may_have_containers(record: runs_mod.RunRecord) -> bool:
 
 # --------------------------------------------------------------------------- status
 
-def status(run: RunArg = None, nodes: RunNodesOption = None) -> None:
+def status(run: RunArg = None, nodes: RunNodesOption = None,
+           json_: Annotated[bool, typer.Option("--json", help="One JSON object per node.")] = False) -> None:
     """Each node's container of a run: state, exit code, start and end (from the nodes,
     else from the run record)."""
     record = runs_mod.resolve(run)
     with _cluster(_inventory(nodes, record)) as cluster:
         rows = runs_mod.run_status(record, cluster)
+    if json_:
+        typer.echo(json.dumps({"run_id": record.run_id, "state": record.state, "exit_code": record.exit_code,
+                               "nodes": [json.loads(r.model_dump_json()) for r in rows]}, indent=2))
+        return
     outcome = record.state + ("" if record.exit_code is None else f", exit {record.exit_code}")
     print_table(f"run {escape(record.run_id)} ({escape(record.job)}; {escape(outcome)})",
                 ["node", "rank", "container state", "exit code", "started (UTC)", "finished (UTC)", "source"],
