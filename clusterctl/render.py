@@ -169,14 +169,18 @@ def _render_template(env: SandboxedEnvironment, name: str, values: dict[str, obj
         raise ClusterctlError(f"template {name}: {e}") from None
 
 
-def _texts(resolved: Resolved, *, offline: bool) -> dict[str, str]:
-    """The rendered files of the build context, by name (Dockerfile, entrypoint.sh)."""
+def _require_renderable(resolved: Resolved) -> None:
     if not resolved.target.renderable:
         raise UserError(
             f"target {resolved.target.name} is not rendered from a template "
             f"({resolved.target.description}); build it with `clusterctl build --target "
             f"{resolved.target.name}`."
         )
+
+
+def _texts(resolved: Resolved, *, offline: bool) -> dict[str, str]:
+    """The rendered files of the build context, by name (Dockerfile, entrypoint.sh)."""
+    _require_renderable(resolved)
     env = environment()
     values = template_values(resolved, offline=offline)
     return {
@@ -294,6 +298,7 @@ def render(target: str, *, torch: str | None = None, wheelhouse: Path | str | No
     """Render ``target`` into ``out_dir`` (default ``dockerfiles/<target>/``); returns what was written."""
     plan = plan_build(target, torch=torch, wheelhouse=wheelhouse, base_image=base_image,
                       build_args=build_args, out_dir=out_dir, tag=tag)
+    _require_renderable(plan.resolved)
     return plan.write(plan.wheelhouse)
 
 
