@@ -1,7 +1,7 @@
 """The save-stream rewriting of clusterctl.distribute, on real ``docker save`` streams.
 
 Images are built here FROM scratch (no registry, no base image needed) on the
-local engine, so the layer tars have known contents.  The rewritten streams are
+local docker_client, so the layer tars have known contents.  The rewritten streams are
 checked member by member and loaded into a private dockerd standing in for a
 node.  This machine's engine (20.10) writes the legacy format; the OCI layout
 is produced from the same images by skopeo (a real tool, ``apt-get install
@@ -50,32 +50,22 @@ def _build(client, tag: str, files: dict[str, bytes], dockerfile: str) -> distri
 
 
 @pytest.fixture(scope="module")
-def engine():
-    from clusterctl import engine as eng
-
-    try:
-        return eng.client()
-    except Exception as e:  # noqa: BLE001
-        pytest.fail(f"these tests need the local Docker engine: {e}")
-
-
-@pytest.fixture(scope="module")
-def images(engine):
+def images(docker_client):
     """parent: 2 layers (a, b); child: parent + one 300 KB layer (c). Removed after."""
     rnd = os.urandom
     files = {"a": rnd(200_000), "b": rnd(100_000), "c": rnd(300_000)}
-    parent = _build(engine, f"{TAG}:parent", files, "FROM scratch\nCOPY a /a\nCOPY b /b\n")
-    child = _build(engine, f"{TAG}:child", files, f"FROM {TAG}:parent\nCOPY c /c\n")
+    parent = _build(docker_client, f"{TAG}:parent", files, "FROM scratch\nCOPY a /a\nCOPY b /b\n")
+    child = _build(docker_client, f"{TAG}:child", files, f"FROM {TAG}:parent\nCOPY c /c\n")
     yield parent, child
     for tag in (f"{TAG}:child", f"{TAG}:parent"):
         try:
-            engine.images.remove(tag, force=True)
+            docker_client.images.remove(tag, force=True)
         except Exception:  # noqa: BLE001 - already gone
             pass
 
 
-def _save(engine, image) -> bytes:
-    return b"".join(engine.api.get_image(image.id))
+def _save(docker_client, image) -> bytes:
+    return b"".join(docker_client.api.get_image(image.id))
 
 
 def _chunks(data: bytes, size: int = 4096):
@@ -97,18 +87,18 @@ def _filter(data: bytes, image, send, **kw) -> tuple[bytes, distribute.FilterSta
 
 # --------------------------------------------------------------------------- legacy format
 
-def test_sending_every_layer_reproduces_the_save_stream_byte_for_byte(engine, images):
+def test_sending_every_layer_reproduces_the_save_stream_byte_for_byte(docker_client, images):
     _, child = images
-    data = _save(engine, child)
+    data = _save(docker_client, child)
     out, stats = _filter(data, child, child.diff_ids)
     assert hashlib.sha256(out).hexdigest() == hashlib.sha256(data).hexdigest()
     assert stats.bytes_out == len(data)
     assert stats.layers_sent == 3 and stats.layers_skipped == 0 and stats.unidentified == []
 
 
-def test_legacy_layers_are_identified_before_their_data_matching_the_manifest(engine, images):
+def test_legacy_layers_are_identified_before_their_data_matching_the_manifest(docker_client, images):
     _, child = images
-    data = _save(engine, child)
+    data = _save(docker_client, child)
     members = _members(data)
     manifest = json.loads(members["manifest.json"])[0]
     chains = child.chain_ids
@@ -119,9 +109,9 @@ def test_legacy_layers_are_identified_before_their_data_matching_the_manifest(en
     assert distribute.legacy_layer_position(v1_json, list(reversed(chains))) is None
 
 
-def test_only_the_missing_layer_is_kept_and_the_manifest_still_lists_all(engine, images):
+def test_only_the_missing_layer_is_kept_and_the_manifest_still_lists_all(docker_client, images):
     _, child = images
-    data = _save(engine, child)
+    data = _save(docker_client, child)
     out, stats = _filter(data, child, [child.diff_ids[-1]])
     kept = _members(out)
     manifest = json.loads(kept["manifest.json"])[0]
@@ -157,25 +147,25 @@ def _load(paths: DaemonPaths, data: bytes) -> subprocess.CompletedProcess:
 
 
 def test_filtered_stream_loads_to_the_same_image_id_on_an_engine_with_the_base(
-        engine, images, node_engine):
+        docker_client, images, node_engine):
     parent, child = images
-    assert _load(node_engine, _save(engine, parent)).returncode == 0
-    out, _ = _filter(_save(engine, child), child, [child.diff_ids[-1]])
+    assert _load(node_engine, _save(docker_client, parent)).returncode == 0
+    out, _ = _filter(_save(docker_client, child), child, [child.diff_ids[-1]])
     r = _load(node_engine, out)
     assert r.returncode == 0, r.stderr
     assert f"Loaded image ID: {child.id}" in r.stdout.decode()
 
 
-def test_filtered_stream_does_not_load_where_the_base_is_missing(engine, images, node_engine):
+def test_filtered_stream_does_not_load_where_the_base_is_missing(docker_client, images, node_engine):
     _, child = images
-    out, _ = _filter(_save(engine, child), child, [child.diff_ids[-1]])
+    out, _ = _filter(_save(docker_client, child), child, [child.diff_ids[-1]])
     r = _load(node_engine, out)
     assert r.returncode != 0
 
 
 # --------------------------------------------------------------------------- OCI layout
 
-def _skopeo_oci(engine, image, tmp_path: Path, compress: bool) -> bytes:
+def _skopeo_oci(docker_client, image, tmp_path: Path, compress: bool) -> bytes:
     if shutil.which("skopeo") is None:
         pytest.skip("skopeo is not installed (apt-get install skopeo): no OCI layout tool here")
     target = tmp_path / "oci.tar"
@@ -190,9 +180,9 @@ def _skopeo_oci(engine, image, tmp_path: Path, compress: bool) -> bytes:
     return target.read_bytes()
 
 
-def test_oci_uncompressed_layers_are_identified_on_the_fly(engine, images, tmp_path):
+def test_oci_uncompressed_layers_are_identified_on_the_fly(docker_client, images, tmp_path):
     _, child = images
-    data = _skopeo_oci(engine, child, tmp_path, compress=False)
+    data = _skopeo_oci(docker_client, child, tmp_path, compress=False)
     assert "index.json" in _members(data)
     out, stats = _filter(data, child, [child.diff_ids[-1]])
     kept = _members(out)
@@ -202,9 +192,9 @@ def test_oci_uncompressed_layers_are_identified_on_the_fly(engine, images, tmp_p
     assert {"index.json", "oci-layout"} <= kept.keys()
 
 
-def test_oci_compressed_layers_need_the_layout_scan_then_filter_exactly(engine, images, tmp_path):
+def test_oci_compressed_layers_need_the_layout_scan_then_filter_exactly(docker_client, images, tmp_path):
     _, child = images
-    data = _skopeo_oci(engine, child, tmp_path, compress=True)
+    data = _skopeo_oci(docker_client, child, tmp_path, compress=True)
     layout = distribute.scan_layout(_chunks(data), child)
     assert sorted(layout.values()) == sorted(child.diff_ids)
     assert all(p.startswith("blobs/sha256/") for p in layout)
@@ -242,14 +232,14 @@ def test_pax_long_names_and_extended_headers_pass_through_verbatim():
     assert stats.unidentified == [long_name]
 
 
-def test_truncated_stream_is_an_error_not_a_short_image(engine, images):
+def test_truncated_stream_is_an_error_not_a_short_image(docker_client, images):
     _, child = images
-    data = _save(engine, child)
+    data = _save(docker_client, child)
     with pytest.raises(distribute.StreamError):
         _filter(data[: len(data) // 2], child, child.diff_ids)
 
 
-def test_unknown_local_image_is_a_user_error_naming_it(engine):
+def test_unknown_local_image_is_a_user_error_naming_it(docker_client):
     with pytest.raises(UserError) as e:
-        distribute.source_image(engine, "clusterctl-test/no-such-image:1")
+        distribute.source_image(docker_client, "clusterctl-test/no-such-image:1")
     assert "clusterctl-test/no-such-image:1" in e.value.message and e.value.exit_code == 2
