@@ -470,6 +470,7 @@ class NodeConnection:
 
         Raises NodeError on timeout (after asking the command to stop) and when
         the connection dies (keepalive / TCP_USER_TIMEOUT noticed a dead node).
+        -1 means the command ended without an exit status (killed by a signal).
         """
         deadline = None if timeout is None else time.monotonic() + timeout
         try:
@@ -480,7 +481,12 @@ class NodeConnection:
                     on_err(chan.recv_stderr(_READ))
                 drained = not chan.recv_ready() and not chan.recv_stderr_ready()
                 if drained and chan.exit_status_ready() and (chan.eof_received or chan.closed):
-                    return chan.recv_exit_status()
+                    code = chan.recv_exit_status()
+                    if code == -1 and not chan.get_transport().is_active():
+                        # paramiko closes every channel with status -1 when the connection dies
+                        raise NodeError(self.name, f"connection lost while running "
+                                        f"`{_short(argv)}` (the node stopped answering)")
+                    return code
                 if drained and chan.closed:
                     raise NodeError(self.name, f"connection lost while running `{_short(argv)}` "
                                     "(no exit status)")

@@ -295,3 +295,40 @@ def test_map_on_a_subset_keeps_rank_order(loopback_sshd):
     with _cluster(loopback_sshd, 4) as cluster:
         results = cluster.map(lambda c: c.name, nodes=["node3", "node1"])
     assert list(results) == ["node1", "node3"] and results["node3"] == "node3"
+
+
+# --------------------------------------------------------------------------- a dead node (sandbox)
+
+@pytest.mark.sandbox
+@pytest.mark.slow
+def test_keepalives_notice_a_node_whose_link_died_and_a_later_command_reconnects(sandbox3):
+    """The link is taken down under a running command: the keepalive (1 s here) and
+    TCP_USER_TIMEOUT break the connection, so the command fails as "connection lost"
+    long before its own 120 s timeout would say "timed out"."""
+    started = threading.Event()
+    outcome: dict = {}
+
+    def long_command(conn) -> None:
+        try:
+            conn.stream(["sh", "-c", "echo started; exec sleep 300"],
+                        lambda line: started.set(), timeout=120)
+        except NodeError as e:
+            outcome["error"] = e
+
+    with Cluster(load_inventory(sandbox3.inventory_path), keepalive=1,
+                 dead_peer_timeout=3) as cluster:
+        conn = cluster.connection("node3")
+        worker = threading.Thread(target=long_command, args=(conn,))
+        worker.start()
+        assert started.wait(30), "the remote command never started"
+        sandbox3.link_down("node3")
+        try:
+            worker.join(150)
+        finally:
+            sandbox3.link_up("node3")
+        err = outcome.get("error")
+        assert isinstance(err, NodeError) and err.node == "node3"
+        assert "connection lost" in str(err), err
+        # the dead connection is replaced on next use; the other nodes never noticed
+        results = cluster.map(lambda c: c.run(["hostname", "-I"], check=True).stdout.split())
+    assert all(sandbox3.nodes[n] in addrs for n, addrs in results.items()), results
