@@ -266,20 +266,26 @@ def _read(path: Path) -> str:
         raise UserError(f"{file}: cannot read the inventory ({e}); valid: a readable UTF-8 text file") from None
 
 
-_YAML_LINE = re.compile(r"\s*(-(\s|$)|---|\{|[^\s#:]+\s*:(\s|$))")
+_YAML_MARKERS = re.compile(r"---|\{|-(\s|$)|\s+[^\s#:]+\s*:(\s|$)")  # document, flow map, list, indented key
+_TOP_KEY = re.compile(r"([A-Za-z_]+)\s*:(\s|$)")
 
 
 def detect_format(path: Path, text: str) -> str:
-    """"yaml" for .yaml/.yml files or text with a YAML key / list item; "hostfile" otherwise.
+    """"yaml" for .yaml/.yml files or text that is recognisably YAML; "hostfile" otherwise.
 
-    A hostfile line (``host``, ``host:4``, ``host slots=4``) never has a colon
-    followed by a blank, so one such line is enough to tell a YAML file, even a
-    malformed one, which must then be reported as YAML with its line.
+    Hostfile lines (``host``, ``host:4``, ``host slots=4``) are never indented
+    keys, list items or flow mappings, and a top-level ``key:`` counts as YAML
+    only when the key is (close to) an inventory section: so ``node9:`` in a
+    hostfile is a host with a missing count, while ``node:`` (a typo of
+    ``nodes:``) in a malformed inventory is still reported as YAML with its line.
     """
     if path.suffix.lower() in (".yaml", ".yml"):
         return "yaml"
     for line in text.splitlines():
-        if line.strip() and not line.lstrip().startswith("#") and _YAML_LINE.match(line):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        key = _TOP_KEY.match(line)
+        if _YAML_MARKERS.match(line) or (key and (key[1] in TOP_FIELDS or did_you_mean(key[1], TOP_FIELDS))):
             return "yaml"
     return "hostfile"
 
@@ -471,7 +477,7 @@ class _HostfileLoader(_Loader):
 
     format = "hostfile"
     KEYS = ("slots", "max_slots")
-    VALID = "one host per line: [user@]host, host:N or host slots=N (N a whole number of at least 1)"
+    VALID = "one host per line: host, user@host, host:N or host slots=N (N a whole number of at least 1)"
 
     def field_name(self, loc: tuple) -> str:
         return str(loc[2]) if len(loc) > 2 else "host"
@@ -503,6 +509,9 @@ class _HostfileLoader(_Loader):
             entry["slots"] = self._slots(lineno, n, text)
         if "@" in host:  # Open MPI's user@host
             entry["user"], _, host = host.rpartition("@")
+        if not host:
+            self.problems.append(Problem(lineno, "host", f'no host name in "{text.strip()}"', self.VALID))
+            return None
         entry["host"] = host
         for tok in tokens[1:]:
             key, eq, value = tok.partition("=")

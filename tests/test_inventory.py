@@ -282,6 +282,9 @@ def test_format_detection():
     assert detect_format(Path("hosts"), "# c\nnode1 slots=4\nnode2:4\n") == "hostfile"
     assert detect_format(Path("hosts"), "nodes:\n  - host: a\n") == "yaml"
     assert detect_format(Path("hosts"), "- a\n- b\n") == "yaml"
+    assert detect_format(Path("hosts"), "node1\nnode9:\n") == "hostfile"  # host:N with N missing
+    assert detect_format(Path("hosts"), "# typo of nodes:\nnode:\n  - host: a\n") == "yaml"
+    assert detect_format(Path("hosts"), "master_port: 1\n") == "yaml"
 
 
 # ----------------------------------------------------------------------------- the Inventory API
@@ -314,3 +317,50 @@ def test_nodes_are_frozen_and_hashable():
         n.port = 2
     assert {n: 1}[Node(name="a", host="h1", env={"A": "1"})] == 1
     assert len({n, Node(name="a", host="h1", env={"A": "2"})}) == 2
+
+
+# ----------------------------------------------------------------------------- never a traceback
+
+_REPLACEMENTS = ["", "~", "[]", "{}", "[1, 2]", "{a: 1}", '"text"', "-1", "0", "3.5", "true", "&a x", "*nope"]
+
+
+def _mutations(text: str):
+    """Every line deleted, and every value replaced by each kind of wrong value."""
+    lines = text.splitlines()
+    for i in range(len(lines)):
+        yield "\n".join(lines[:i] + lines[i + 1:])
+        head, colon, _ = lines[i].partition(": ")
+        if colon and not head.lstrip().startswith("#"):
+            for r in _REPLACEMENTS:
+                yield "\n".join(lines[:i] + [f"{head}: {r}"] + lines[i + 1:])
+
+
+def test_no_edit_of_a_good_file_gives_a_traceback(tmp_path):
+    """Deleting any line of good_full.yaml or giving any value a wrong kind is a located problem,
+    never an exception of another kind, and never a problem outside the file's lines."""
+    (tmp_path / "keys").mkdir()
+    (tmp_path / "keys/id_placeholder").write_text("placeholder")
+    f = tmp_path / "inv.yaml"
+    failures = 0
+    for text in _mutations((CORPUS / "good_full.yaml").read_text()):
+        f.write_text(text)
+        try:
+            load_inventory(f)
+        except InventoryError as e:
+            failures += 1
+            n_lines = len(text.splitlines())
+            assert all(1 <= p.line <= max(n_lines, 1) for p in e.problems), (text, e.message)
+            assert all(p.valid for p in e.problems), e.message
+    assert failures > 100  # the mutations do break the file
+
+
+@pytest.mark.parametrize("bad", ["node9:x", "node9 slots=", "node9 =4", "node9 slots=4=5", "@", ":",
+                                 "node9:", "node9 slots=-1", "node9 max_slots=two", "node9 a b",
+                                 "-node9", "node9 slots=1.5", "user@", "node9:"])
+def test_hostfile_bad_line_is_located(tmp_path, bad):
+    f = tmp_path / "hosts"
+    f.write_text(f"# hosts\nnode1 slots=2\n{bad}\nnode3\n")
+    with pytest.raises(InventoryError) as info:
+        load_inventory(f)
+    assert {p.line for p in info.value.problems} == {3}, info.value.message
+    assert all(p.valid for p in info.value.problems)
