@@ -29,6 +29,7 @@ from clusterctl.errors import ClusterctlError, UserError
 TAIL_LINES = 20
 LABEL_PREFIX = "io.clusterctl."
 _STEP = re.compile(r"^Step \d+/\d+ : ")
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")  # the engine colours RUN's stderr red
 
 
 # ---------------------------------------------------------------- labels
@@ -97,7 +98,7 @@ class _Lines:
             self.buf = ""
 
     def _emit(self, line: str) -> None:
-        line = line.rstrip("\r")
+        line = _ANSI.sub("", line).rstrip("\r")
         self.tail.append(line)
         self.on_line(line)
 

@@ -4,9 +4,13 @@ Containers here cannot verify TLS to package indexes (FIELD-NOTES §1) and
 air-gapped clusters have none, so image builds never download: ``prepare``
 runs ``pip download`` on the host into a cached wheelhouse and the build
 context gets the wheels via ``link_into``.  The wheelhouse always holds pip's
-own wheel, because the image runs pip from it:
+own wheel, because the image runs pip from it (Debian's python3 has no pip):
 
-    python3 /tmp/wheels/pip-*.whl/pip install --no-index --find-links /tmp/wheels ...
+    RUN set -- /tmp/wheels/pip-*.whl && python3 "$1/pip" install --no-index \
+        --find-links /tmp/wheels --break-system-packages torch==2.13.0
+
+Note the ``set --``: a shell glob never matches ``/tmp/wheels/pip-*.whl/pip``
+(the wheel is a file, not a directory), so that spelling runs a literal ``*``.
 
 Public API:
     prepare(requirements, *, python_version, platform, dest, log) -> wheelhouse dir (cached)
