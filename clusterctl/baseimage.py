@@ -235,9 +235,16 @@ def import_rootfs(client, rootfs: Path, tag: str, labels: dict[str, str]) -> str
     from docker.utils import parse_repository_tag
 
     repository, version = parse_repository_tag(tag)
+    from docker.errors import APIError
+
     status = _TarStatus()
-    client.api.import_image(src=_tar_stream(rootfs, status), repository=repository, tag=version or "latest",
-                            changes=[*_IMAGE_CHANGES, *_label_changes(labels)], stream_src=True)
+    try:
+        client.api.import_image(src=_tar_stream(rootfs, status), repository=repository,
+                                tag=version or "latest", stream_src=True,
+                                changes=[*_IMAGE_CHANGES, *_label_changes(labels)])
+    except APIError as e:
+        raise ClusterctlError(f"the Docker engine refused to import {rootfs} as {tag}: "
+                              f"{e.explanation or e}") from None
     image = client.images.get(tag)
     if status.returncode != 0:
         # The engine may have tagged a truncated rootfs: never leave that behind.

@@ -80,12 +80,18 @@ def default_dir(requirements: Sequence[str], python_version: str = "3.11",
     return cache_dir() / "wheelhouse" / cache_key(requirements, python_version, platform)
 
 
-def is_complete(directory: Path) -> bool:
-    """True when ``directory`` holds a manifest and every wheel it lists, at the listed size."""
+def _manifest(directory: Path) -> dict | None:
     try:
         manifest = json.loads((directory / MANIFEST).read_text())
-        files = manifest["files"]
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError):
+        return None
+    return manifest if isinstance(manifest, dict) else None
+
+
+def is_complete(directory: Path) -> bool:
+    """True when ``directory`` holds a manifest and every wheel it lists, at the listed size."""
+    files = (_manifest(directory) or {}).get("files")
+    if not isinstance(files, dict):
         return False
     for name, size in files.items():
         try:
@@ -126,6 +132,11 @@ def _write_manifest(directory: Path, reqs: list[str], python_version: str, platf
     (directory / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
 
 
+def _made_for(directory: Path, reqs: list[str], python_version: str, platform: str | None) -> bool:
+    m = _manifest(directory) or {}
+    return (m.get("requirements"), m.get("python"), m.get("platform")) == (reqs, python_version, platform)
+
+
 def _publish(tmp: Path, final: Path) -> None:
     """Rename the finished temp dir into place; a wheelhouse another process finished first wins."""
     try:
@@ -147,13 +158,14 @@ def prepare(requirements: Sequence[str], *, python_version: str = "3.11", platfo
     """
     reqs = _normalise(requirements)
     final = Path(dest) if dest else default_dir(reqs, python_version, platform)
-    if is_complete(final):
+    if is_complete(final) and _made_for(final, reqs, python_version, platform):
         log(f"wheelhouse {final} is complete ({len(wheels(final))} wheels); reused")
         return final
     if final.exists():
         if dest:
-            raise UserError(f"{final} exists but is not a complete wheelhouse made by clusterctl "
-                            f"(no valid {MANIFEST}); remove it or choose another directory.")
+            raise UserError(f"{final} exists but is not a complete wheelhouse made by clusterctl for "
+                            f"{' '.join(reqs)} (python {python_version}; see its {MANIFEST}); "
+                            "remove it or choose another directory.")
         shutil.rmtree(final)  # our own cache entry, damaged by hand
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=final.parent))

@@ -175,3 +175,17 @@ def test_link_into_copies_across_filesystems(tmp_path):
         assert copied.stat().st_ino != (src / "demo-1.0-py3-none-any.whl").stat().st_ino
     finally:
         shutil.rmtree(target)
+
+
+def test_dest_is_reused_for_the_same_inputs_and_refused_for_others(tmp_path):
+    dest = tmp_path / "house"
+    first = wheelhouse.prepare(["mpmath==1.3.0"], dest=dest, log=lambda line: None)
+    assert first == dest
+    assert {w.name.split("-")[0] for w in wheelhouse.wheels(dest)} == {"mpmath", "pip"}
+    log: list[str] = []
+    assert wheelhouse.prepare(["mpmath==1.3.0"], dest=dest, log=log.append) == dest
+    assert any("reused" in line for line in log)
+    with pytest.raises(UserError) as e:
+        wheelhouse.prepare(["mpmath==1.3.0"], python_version="3.12", dest=dest, log=lambda line: None)
+    assert str(dest) in e.value.message and "python 3.12" in e.value.message
+    assert wheelhouse.is_complete(dest)  # the refusal touched nothing
