@@ -519,7 +519,9 @@ def send_signal(chan: paramiko.Channel, name: str = "TERM") -> None:
     """Ask sshd to send signal ``name`` to the channel's command (RFC 4254 6.9), best effort.
 
     paramiko has no API for the "signal" channel request, so it is built here.
-    OpenSSH honours it for commands run without a pty.
+    OpenSSH honours it only for non-root logins (it needs privilege separation,
+    which root sessions skip): a timed-out command run as root may keep
+    running, so whoever starts long-lived things (containers) stops them by name.
     """
     try:
         m = paramiko.Message()
@@ -719,9 +721,17 @@ class Cluster:
                 return NodeError(node.name, describe_error(e))
 
         workers = min(self.settings.fanout, len(targets))
-        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="ssh") as pool:
+        pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="ssh")
+        try:
             futures = {n.name: pool.submit(one, n) for n in targets}
             return {name: f.result() for name, f in futures.items()}
+        except BaseException:
+            # Ctrl-C: nodes not started yet are skipped and the caller gets control
+            # back at once (to tear down) instead of waiting for every node.
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+        finally:
+            pool.shutdown(wait=False)
 
     def close(self) -> None:
         with self._lock:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import subprocess
 import threading
 import uuid
 
@@ -12,6 +13,7 @@ import pytest
 from clusterctl.errors import NodeError, UserError
 from clusterctl.inventory import load_inventory
 from clusterctl.transport import Cluster, CommandResult, command_line
+from tests.fixtures.sshd import ENGINE_SOCKET
 
 
 def _cluster(sshd, nodes=1, **kwargs) -> Cluster:
@@ -145,6 +147,42 @@ def test_exec_channel_pipes_raw_bytes_and_gives_the_exit_status(loopback_sshd):
         assert failing.recv_exit_status() == 7
 
 
+@pytest.mark.docker
+def test_exec_channel_carries_docker_save_into_the_nodes_docker_load(loopback_sshd, tmp_path):
+    """The push pattern: a local `docker save` stream fed to `docker load` on the node."""
+    docker = ["docker", "-H", ENGINE_SOCKET]
+    tag = f"clusterctl-test/transport-{uuid.uuid4().hex[:10]}:1"
+    rootfs = tmp_path / "rootfs"
+    rootfs.mkdir()
+    (rootfs / "payload").write_bytes(os.urandom(3 * 1024 * 1024))
+    tar = subprocess.run(["tar", "-C", str(rootfs), "-c", "."], capture_output=True, check=True)
+    subprocess.run([*docker, "import", "-", tag], input=tar.stdout, capture_output=True, check=True)
+
+    def image_id() -> str:
+        r = subprocess.run([*docker, "image", "inspect", "--format", "{{.Id}}", tag],
+                           capture_output=True, text=True)
+        return r.stdout.strip() if r.returncode == 0 else ""
+
+    try:
+        original = image_id()
+        saved = tmp_path / "image.tar"
+        with open(saved, "wb") as fh:
+            subprocess.run([*docker, "save", tag], stdout=fh, check=True)
+        subprocess.run([*docker, "rmi", tag], capture_output=True, check=True)
+        assert image_id() == ""
+        with _cluster(loopback_sshd) as cluster:
+            conn = cluster.connection("node1")
+            chan = conn.exec_channel(["docker", "load"])
+            with open(saved, "rb") as fh:
+                while chunk := fh.read(1 << 20):
+                    chan.sendall(chunk)
+            r = conn.wait_channel(chan, ["docker", "load"], timeout=300, check=True)
+        assert f"Loaded image: {tag}" in r.stdout
+        assert image_id() == original
+    finally:
+        subprocess.run([*docker, "rmi", "-f", tag], capture_output=True)
+
+
 def test_command_timeout_names_the_node_and_leaves_the_connection_usable(loopback_sshd):
     with _cluster(loopback_sshd) as cluster:
         conn = cluster.connection("node1")
@@ -165,6 +203,27 @@ def test_ssh_config_alias_port_user_and_key_are_honoured(loopback_sshd, tmp_path
     with Cluster(load_inventory(inv), ssh_config=config) as cluster:
         r = cluster.connection("aliased").run(["printenv", "SSH_CONNECTION"], check=True)
     assert r.stdout.split()[2:] == [loopback_sshd.host, str(loopback_sshd.port)]
+
+
+def test_proxyjump_gateways_get_the_same_strict_host_key_checking(loopback_sshd, tmp_path):
+    """Fabric builds a ProxyJump gateway with its own trust-anything client: it must not."""
+    sshd = loopback_sshd
+    config = tmp_path / "ssh_config"
+    config.write_text(f"Host jumped\n  HostName 127.0.0.2\n  Port {sshd.port}\n"
+                      f"  ProxyJump {sshd.user}@127.0.0.1:{sshd.port}\n"
+                      f"Host *\n  IdentityFile {sshd.key}\n")
+    only_target = tmp_path / "known_hosts"  # knows the target (127.0.0.2), not the jump host
+    only_target.write_text(sshd.known_hosts_line().replace(f"[127.0.0.1]:{sshd.port},", ""))
+    for kh in (sshd.known_hosts, only_target):
+        inv = tmp_path / "inv.yaml"
+        inv.write_text(f"ssh: {{known_hosts: {kh}}}\nnodes:\n  - name: j\n    host: jumped\n")
+        with Cluster(load_inventory(inv), ssh_config=config) as cluster:
+            results = cluster.map(lambda c: c.run(["printenv", "SSH_CONNECTION"]).stdout.split())
+        if kh == sshd.known_hosts:  # through the jump host: the client address is 127.0.0.1
+            assert results["j"][0] == "127.0.0.1" and results["j"][2] == "127.0.0.2"
+        else:
+            assert isinstance(results["j"], NodeError)
+            assert f"host key unknown: [127.0.0.1]:{sshd.port}" in str(results["j"])
 
 
 # --------------------------------------------------------------------------- host keys
@@ -199,6 +258,16 @@ def test_accept_new_can_come_from_the_inventory(loopback_sshd):
     with _cluster(loopback_sshd, known_hosts=kh, ssh={"accept_new_host_keys": True}) as cluster:
         assert cluster.map(lambda c: c.run(["true"]).exit_code) == {"node1": 0}
     assert f"[{loopback_sshd.host}]:{loopback_sshd.port}" in kh.read_text()
+
+
+def test_hashed_known_hosts_from_openssh_are_understood(loopback_sshd):
+    """Debian's ssh_config sets HashKnownHosts yes: users' files hold |1|salt|hash names."""
+    kh = loopback_sshd.tmp("known_hosts")
+    kh.write_text(loopback_sshd.known_hosts_line())
+    subprocess.run(["ssh-keygen", "-q", "-H", "-f", str(kh)], check=True, capture_output=True)
+    assert kh.read_text().startswith("|1|") and "127.0.0.1" not in kh.read_text()
+    with _cluster(loopback_sshd, 2, known_hosts=kh) as cluster:
+        assert cluster.map(lambda c: c.run(["true"]).exit_code) == {"node1": 0, "node2": 0}
 
 
 @pytest.mark.parametrize("accept_new", [False, True])
