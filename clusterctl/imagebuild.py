@@ -6,7 +6,8 @@ only returns the log once the build is over).
 
 Public API:
     build(client, context_dir, *, tag, buildargs, labels, nocache, dockerfile, on_output) -> image id
-    BuildDisplay(title)        on_output for the CLI: live step + elapsed on a terminal, plain lines otherwise
+    BuildDisplay(title)        on_output for the CLI: live step + elapsed on a terminal, plain lines
+                               otherwise; its .note(line) is a matching log= for base/wheelhouse
     run_smoke(client, image, argv, *, timeout) -> output
     image_labels(target, *, version, torch, dockerfile_sha256, source, created, extra) -> labels
     file_sha256(path) -> hex digest (for the dockerfile label)
@@ -210,6 +211,15 @@ class BuildDisplay:
         if _STEP.match(line):
             self.progress.console.print(line, markup=False, highlight=False)
             self.progress.update(self.task, description=f"{self.title}: {line[:60]}")
+        elif line.strip():
+            self.progress.update(self.task, last=line.strip()[:60])
+
+    def note(self, line: str) -> None:
+        """A progress message (debootstrap, pip download): on a terminal it only updates the
+        live line, since hundreds of "I: Retrieving ..." lines bury the build; plain otherwise.
+        Pass it as ``log=`` to baseimage.ensure_base_image / wheelhouse.prepare."""
+        if not self.live:
+            self.con.print(line, markup=False, highlight=False)
         elif line.strip():
             self.progress.update(self.task, last=line.strip()[:60])
 
