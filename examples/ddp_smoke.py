@@ -116,6 +116,7 @@ def main() -> int:
           f"steps={steps} loss0={loss0:.6f}", flush=True)
 
     results = gather(rank, node, digest, loss0, world)
+    dist.barrier()  # nobody leaves (and has torchrun kill its siblings) before all have the results
     dist.destroy_process_group()
 
     found = problems(results, initial)
