@@ -120,6 +120,11 @@ class SandboxNode:
         return self.daemon.url
 
     @property
+    def cgroup(self) -> str:
+        """Parent cgroup of the node's containers: down finds them even after dockerd died."""
+        return f"/clusterctl/{self.sandbox}/{self.name}"
+
+    @property
     def sshd_config(self) -> Path:
         return self.dir / "sshd_config"
 
@@ -503,7 +508,7 @@ def _write_known_hosts(sb: Sandbox) -> None:
 def _stop_pid(pidfile: Path, timeout: float = 10.0) -> bool:
     pid = dockerd.read_pid(pidfile)
     if pid is not None:
-        _terminate([pid], timeout)
+        _terminate([pid], grace=timeout)
     pidfile.unlink(missing_ok=True)
     return pid is not None
 
@@ -522,16 +527,18 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _terminate(pids: list[int], timeout: float = 10.0) -> None:
-    """SIGTERM, then SIGKILL what is left after ``timeout``."""
+def _terminate(pids: list[int], grace: float = 10.0) -> None:
+    """SIGTERM, then SIGKILL what is left after ``grace`` seconds (0: SIGKILL at once)."""
     pids = [p for p in pids if p != os.getpid()]
-    for sig in (signal.SIGTERM, signal.SIGKILL):
+    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
+        if wait <= 0:
+            continue
         for pid in pids:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, sig)
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + wait
         while time.monotonic() < deadline and any(_alive(p) for p in pids):
-            time.sleep(0.1)
+            time.sleep(0.05)
         pids = [p for p in pids if _alive(p)]
         if not pids:
             return
@@ -566,7 +573,7 @@ def _dockerd_args(node: SandboxNode) -> list[str]:
     config = node.dir / "daemon.json"
     node.dir.mkdir(parents=True, exist_ok=True)
     config.write_text(json.dumps({"deprecated-key-path": str(node.dir / "key.json")}, indent=2) + "\n")
-    return [*NODE_DOCKERD_ARGS, "--config-file", str(config)]
+    return [*NODE_DOCKERD_ARGS, "--config-file", str(config), "--cgroup-parent", node.cgroup]
 
 
 def _start_node(sb: Sandbox, node: SandboxNode) -> None:
@@ -736,8 +743,34 @@ def _remove_node(node: SandboxNode) -> None:
     if _link_exists(node.veth):
         _run(["ip", "link", "del", node.veth], check=False)
     _terminate(processes_using(node.dir))
+    _remove_cgroups(node.cgroup)
     _remove_tree(node.dir)
     _remove_tree(node.daemon.data_root)
+
+
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+
+
+def _cgroup_dirs(relative: str) -> list[Path]:
+    """``relative`` in every cgroup hierarchy (v1: one per controller; v2: the root)."""
+    rel = relative.strip("/")
+    bases = [CGROUP_ROOT, *(d for d in CGROUP_ROOT.iterdir() if d.is_dir())] if CGROUP_ROOT.is_dir() else []
+    return [b / rel for b in bases if (b / rel / "cgroup.procs").exists()]
+
+
+def _remove_cgroups(relative: str) -> None:
+    """Kill every process left in the cgroup tree (containers whose daemon died) and remove it."""
+    for top in _cgroup_dirs(relative):
+        groups = sorted((p.parent for p in top.rglob("cgroup.procs")), key=lambda p: len(p.parts),
+                        reverse=True)
+        pids = set()
+        for g in groups:
+            with contextlib.suppress(OSError, ValueError):
+                pids |= {int(x) for x in (g / "cgroup.procs").read_text().split()}
+        _terminate(sorted(pids), grace=0)  # their daemon is gone: nobody stops them gently
+        for g in groups:  # deepest first: a cgroup is removed with rmdir once empty
+            with contextlib.suppress(OSError):
+                g.rmdir()
 
 
 def _unmount_under(path: Path) -> None:
@@ -798,6 +831,10 @@ def _teardown(name: str) -> bool:
         found = True
         _iptables("-D", rule)
     _terminate(processes_using(state_base() / name))
+    _remove_cgroups(f"/clusterctl/{name}")
+    for parent in _cgroup_dirs("/clusterctl"):  # empty unless another sandbox is up
+        with contextlib.suppress(OSError):
+            parent.rmdir()
     if sb is not None and sb.inventory_path:
         _remove_inventory(Path(sb.inventory_path), name)
     for path in (state_base() / name, data_base() / name):

@@ -230,9 +230,9 @@ def _traces(name: str) -> list[str]:
 
 
 @pytest.fixture
-def life_sandbox(tmp_path):
-    """A second sandbox for life-cycle tests; removed after the test whatever happens."""
-    _needs_root()
+def life_sandbox(tmp_path, sandbox3):
+    """A second sandbox for life-cycle tests; removed after the test whatever happens.
+    (Asking for sandbox3 holds the session's claim on the test names.)"""
     sandbox.down(LIFE_NAME)
     try:
         yield tmp_path / "life.yaml"
@@ -240,7 +240,30 @@ def life_sandbox(tmp_path):
         sandbox.down(LIFE_NAME)
 
 
-def test_up_grow_shape_crash_and_down_leave_nothing(life_sandbox, sandbox3):
+def _children(pid: int) -> list[int]:
+    out = subprocess.run(["ps", "-o", "pid=", "--ppid", str(pid)], capture_output=True, text=True).stdout
+    return [int(p) for p in out.split()]
+
+
+def _start_container(name: str, node: str, tmp_path: Path) -> int:
+    """A `sleep` container (its own network namespace) on a node's daemon; returns its host pid.
+
+    The image is a tar of symlinks into /usr, which is bind-mounted from this machine:
+    no registry and no base image needed."""
+    root = tmp_path / "img"
+    root.mkdir()
+    for link in ("bin", "lib", "lib64", "sbin"):
+        (root / link).symlink_to(f"usr/{link}")
+    subprocess.run(["tar", "-C", str(root), "-cf", str(tmp_path / "img.tar"), "."], check=True)
+    sandbox.node_docker(name, node, "import", str(tmp_path / "img.tar"), "cc-test/usr:1", check=True)
+    cid = sandbox.node_docker(name, node, "run", "-d", "--net=none", "-v", "/usr:/usr:ro",
+                              "cc-test/usr:1", "sleep", "600", check=True).stdout.strip()
+    pid = sandbox.node_docker(name, node, "inspect", "--format", "{{.State.Pid}}", cid,
+                              check=True).stdout.strip()
+    return int(pid)
+
+
+def test_up_grow_shape_crash_and_down_leave_nothing(life_sandbox, sandbox3, tmp_path):
     inv = life_sandbox
     r = _cli("sandbox", "up", "--nodes", "2", "--name", LIFE_NAME, "--subnet", LIFE_SUBNET,
              "--bandwidth", "100mbit", "--inventory", str(inv))
@@ -272,8 +295,12 @@ def test_up_grow_shape_crash_and_down_leave_nothing(life_sandbox, sandbox3):
     assert "tbf" not in subprocess.run(["tc", "qdisc", "show", "dev", node1.veth],
                                        capture_output=True, text=True).stdout  # unshaped now
 
-    # a crash-like state: daemons killed hard, a stray process left in a namespace
-    os.kill(dockerd.read_pid(node1.daemon.pidfile), 9)
+    # a crash-like state: a container whose daemon is killed hard (with its containerd),
+    # sshd killed, a stray process left in a namespace
+    container_pid = _start_container(LIFE_NAME, "node1", tmp_path)
+    daemon_pid = dockerd.read_pid(node1.daemon.pidfile)
+    for pid in [*_children(daemon_pid), daemon_pid]:
+        os.kill(pid, 9)
     os.kill(dockerd.read_pid(grown.node("node2").sshd_pidfile), 9)
     stray = subprocess.Popen(["nsenter", f"--net=/run/netns/{grown.node('node3').netns}",
                               "sleep", "600"])
@@ -286,6 +313,8 @@ def test_up_grow_shape_crash_and_down_leave_nothing(life_sandbox, sandbox3):
     r = _cli("sandbox", "down", "--name", LIFE_NAME)
     assert r.exit_code == 0, r.output
     stray.wait(timeout=10)
+    assert not Path(f"/proc/{container_pid}").exists()
+    assert not list(Path("/sys/fs/cgroup").glob(f"*/clusterctl/{LIFE_NAME}"))
     assert _traces(LIFE_NAME) == []
     assert not inv.exists()
     # the other sandbox was not touched
