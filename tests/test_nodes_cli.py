@@ -45,6 +45,8 @@ def test_nodes_table_in_rank_order_with_master_and_port(wide):
     ]
     assert "master: node2 (10.0.0.12), master port 23456; 3 nodes, 20 slots" in result.stdout
     assert "~/.ssh/config" not in result.stdout  # every port and user is written in the file
+    assert (f"ssh: host keys checked against {CORPUS / 'keys/known_hosts'} (new hosts recorded on first "
+            "contact), connect timeout 2.5s, 4 nodes at once") in result.stdout
 
 
 def test_hostfile_nodes_show_what_ssh_config_decides(wide):
@@ -56,6 +58,8 @@ def test_hostfile_nodes_show_what_ssh_config_decides(wide):
     ]
     assert "-: taken from ~/.ssh/config" in result.stdout
     assert "master port 29500; 2 nodes, 16 slots" in result.stdout
+    assert "ssh: host keys checked against ~/.ssh/known_hosts, connect timeout 10s, 32 nodes at once" \
+        in result.stdout
 
 
 def test_shipped_example_through_the_cli(wide):

@@ -71,6 +71,10 @@ def nodes(nodes: NodesOption) -> None:
     out.print(f"master: {inventory.master.name} ({inventory.master.host}), "
               f"master port {inventory.master_port}; {len(inventory)} nodes, {total} slots",
               markup=False)
+    ssh = inventory.ssh
+    out.print(f"ssh: host keys checked against {ssh.known_hosts or '~/.ssh/known_hosts'}"
+              f"{' (new hosts recorded on first contact)' if ssh.accept_new_host_keys else ''}, "
+              f"connect timeout {ssh.connect_timeout:g}s, {ssh.fanout} nodes at once", markup=False)
     if any(FROM_SSH_CONFIG in (_port(n), n.user or FROM_SSH_CONFIG) for n in inventory.nodes):
         out.print(f"{FROM_SSH_CONFIG}: taken from ~/.ssh/config (or ssh's defaults) when connecting",
                   markup=False)
