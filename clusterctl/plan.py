@@ -224,9 +224,7 @@ def _environment(job: Job, target, node, values: dict[str, str], iface: str | No
 def _node_plan(job: Job, target, node, rank: int, nproc: int, env: dict[str, str],
                values: dict[str, str], image: str | None, run_id: str,
                extra_docker_args: Sequence[str], host_env) -> NodePlan:
-    if not image:
-        raise UserError(f"{job.path}: job {job.name} has no image: give `image` or `target` in "
-                        "the job, or --image.")
+    _check_image(job, image)
     secrets = _secret_names(job, env, host_env)
     name = container_name(run_id, node.name)
     labels = {f"{LABEL_PREFIX}run": run_id, f"{LABEL_PREFIX}job": job.name,
@@ -246,6 +244,16 @@ def _node_plan(job: Job, target, node, rank: int, nproc: int, env: dict[str, str
     return NodePlan(node=node.name, host=node.host, rank=rank, env=env, argv=argv,
                     container=name, run_id=run_id, job=job.name, image=image, nproc=nproc,
                     labels=labels, secrets=frozenset(secrets), stdin=stdin)
+
+
+def _check_image(job: Job, image: str | None) -> None:
+    """The image must be a plain reference: docker would read ``-x`` as an option."""
+    if not image:
+        raise UserError(f"{job.path}: job {job.name} has no image: give `image` or `target` in "
+                        "the job, or --image.")
+    if image.startswith("-") or any(c.isspace() for c in image):
+        raise UserError(f"image {image!r} is not an image reference (it starts with '-' or "
+                        "contains whitespace); valid: e.g. clusterctl/cpu:2.13.0.")
 
 
 def _docker_options(job: Job, target, node, values: dict[str, str],

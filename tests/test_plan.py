@@ -401,3 +401,54 @@ def test_planned_argv_delivers_values_exactly_in_a_real_container(tmp_path, pyth
     assert got["WEIRD"] == weird and got["HF_TOKEN"] == secret
     assert got["FROM_JOB"] == "job value with {braces} and 0"
     assert got["FROM_INV"] == "inv $HOME"
+
+
+# --------------------------------------------------------------------------- through the CLI
+
+def cli(*args: str):
+    from typer.testing import CliRunner
+
+    from clusterctl.cli import app
+
+    return CliRunner().invoke(app, list(args))
+
+
+def test_cli_dry_run_prints_the_plan_and_touches_no_node(tmp_path):
+    inv = write(tmp_path, "inv.yaml", """
+        nodes:
+          - {name: a, host: 10.35.110.11, slots: 8}
+          - {name: b, host: 10.35.110.12, slots: 8}
+    """)
+    result = cli("launch", "bert", "--nodes", str(inv), "--dry-run", "--run-id", "dry1",
+                 "--set", "PHASE=2", "--set", "NOTE=$(rm -rf /) 'x'", "--set", "WANDB_API_KEY=k-123")
+    assert result.exit_code == 0, result.output
+    commands = [shlex.split(line) for line in result.stdout.splitlines() if line.startswith("docker ")]
+    expected = [masked(p).argv for p in make_plan(
+        load_job("bert"), load_inventory(inv), run_id="dry1",
+        overrides={"PHASE": "2", "NOTE": "$(rm -rf /) 'x'", "WANDB_API_KEY": "k-123"})]
+    assert commands == expected
+    assert "-e PHASE=2" in argv_flags(commands[1]) and "-e NOTE=$(rm -rf /) 'x'" in argv_flags(commands[0])
+    assert "k-123" not in result.output and f"WANDB_API_KEY={MASK}" in result.output
+    data = json.loads(cli("launch", "bert", "--nodes", str(inv), "--dry-run", "--json",
+                          "--run-id", "dry1", "--set", "PHASE=2").stdout)
+    assert [(d["node"], d["rank"], d["env"]["PHASE"], d["env"]["RANK"]) for d in data] == \
+        [("a", 0, "2", "0"), ("b", 1, "2", "1")]
+
+
+def test_cli_bad_set_and_bad_job_exit_2_with_the_place(tmp_path):
+    inv = write(tmp_path, "inv.yaml", "nodes: [{host: 10.0.0.1}]\n")
+    result = cli("launch", "bert", "--nodes", str(inv), "--dry-run", "--set", "PHASE")
+    assert result.exit_code == 2 and "--set 'PHASE': expected NAME=VALUE" in result.output
+    assert "Traceback" not in result.output
+    job = write(tmp_path, "job.yaml", """
+        image: x
+        command:
+          - run
+          - "--rank={rnak}"
+    """)
+    result = cli("launch", str(job), "--nodes", str(inv), "--dry-run")
+    assert result.exit_code == 2
+    assert f"{job}:4: command.1: unknown placeholder {{rnak}}" in " ".join(result.output.split())
+    assert "Traceback" not in result.output
+    result = cli("launch", "ddp-smoke", "--nodes", str(inv), "--dry-run", "--image", "--privileged")
+    assert result.exit_code == 2 and "not an image reference" in result.output
