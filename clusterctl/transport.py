@@ -32,6 +32,7 @@ import codecs
 import errno
 import fcntl
 import hashlib
+import logging
 import math
 import os
 import select
@@ -51,6 +52,13 @@ from fabric import Config, Connection
 from clusterctl.errors import ClusterctlError, NodeError, UserError, did_you_mean
 
 T = TypeVar("T")
+
+# paramiko logs failures of its transport thread with full tracebacks (e.g. "Error
+# reading SSH protocol banner"); with no handler anywhere, Python's last-resort
+# handler would print them on stderr. Every such failure already reaches the user
+# as a one-line NodeError, so they stay in the logging system (a -v handler on the
+# root logger still sees them) and never reach the terminal by default.
+logging.getLogger("paramiko").addHandler(logging.NullHandler())
 
 DEFAULT_FANOUT = 32
 DEFAULT_CONNECT_TIMEOUT = 10.0
@@ -265,7 +273,10 @@ def describe_error(exc: BaseException, *, target: str = "", known_hosts: Path | 
     if isinstance(exc, paramiko.SSHException):
         text = str(exc) or type(exc).__name__
         if "banner" in text.lower():
-            return f"no SSH server answered{where} in time ({text})"
+            return f"no SSH server answered{where} ({text})"
+        if text in ("No existing session", "Negotiation failed."):  # handshake cut short
+            after = f" within {timeout:g}s" if timeout else ""
+            return f"the SSH handshake{where} did not complete{after} (is an SSH server there?)"
         return f"ssh error{where}: {text}"
     if isinstance(exc, OSError):
         return f"network error{where}: {exc.strerror or exc}"

@@ -121,3 +121,30 @@ def test_bad_inventory_is_exit_2_with_file_and_line(tmp_path):
     assert "Traceback" not in r.output
     missing = _check("--nodes", str(tmp_path / "none.yaml"))
     assert missing.exit_code == 2 and "does not exist" in missing.output
+
+
+def test_a_port_that_is_not_ssh_is_one_line_and_no_traceback_from_paramiko(loopback_sshd):
+    """paramiko logs its thread's failures with tracebacks; a real process (not CliRunner,
+    where pytest's log capture would hide them) must print only the one-line reason."""
+    import socket
+    import sys
+    import threading
+
+    with socket.socket() as http:
+        http.bind(("127.0.0.2", 0))
+        http.listen(8)
+
+        def answer() -> None:
+            conn, _ = http.accept()
+            with conn:
+                conn.sendall(b"HTTP/1.1 400 Bad Request\r\n\r\n")
+
+        threading.Thread(target=answer, daemon=True).start()
+        inv = loopback_sshd.write_inventory(nodes=[
+            loopback_sshd.node("good", 0),
+            loopback_sshd.node("web", 1, port=http.getsockname()[1])])
+        r = subprocess.run([sys.executable, "-m", "clusterctl", "check", "--nodes", str(inv),
+                            "--connect-timeout", "5"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "web: no SSH server answered to " in r.stdout
+    assert "Traceback" not in r.stderr and "Exception (client)" not in r.stderr, r.stderr
