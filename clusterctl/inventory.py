@@ -3,8 +3,14 @@
 One file, three accepted formats (auto-detected, see ``detect_format``):
 
 * a YAML inventory (documented by ``inventories/example.yaml``),
-* an MPI hostfile (``host``, ``host:N`` or ``host slots=N`` per line, ``#`` comments),
+* an MPI hostfile (``host``, ``user@host``, ``host:N`` or ``host slots=N [max_slots=M]``
+  per line, ``#`` comments),
 * a DeepSpeed hostfile (``host slots=N`` per line).
+
+Hostfile nodes write no port, user or key: the transport takes them from
+``~/.ssh/config`` at connect time (``"port" in node.model_fields_set`` tells a
+written port from the default 22).  Ranks: the master (``master: true``, else
+the first node) is rank 0, then file order.
 
 Everything is validated before anything touches a node.  pydantic checks the
 types, but every problem is reported in our own words as
@@ -349,8 +355,6 @@ def _show(value: Any) -> str:
 
 class _Loader:
     """Shared by both formats: turns raw node mappings into validated Nodes and collects Problems."""
-
-    format = "yaml"
 
     def __init__(self, path: Path, text: str) -> None:
         self.path = path
