@@ -36,6 +36,13 @@ def nodes_option(help: str = NODES_HELP):
 NodesOption = Annotated[Path, nodes_option()]
 
 
+FROM_SSH_CONFIG = "-"  # decided by ~/.ssh/config (or ssh's defaults) at connect time
+
+
+def _port(node) -> object:
+    return node.port if "port" in node.model_fields_set else FROM_SSH_CONFIG
+
+
 def _text(values) -> str:
     if isinstance(values, dict):
         return ",".join(f"{k}={v}" for k, v in values.items())
@@ -53,20 +60,13 @@ def _rows(inventory: Inventory) -> list[list[object]]:
             for rank, n in enumerate(inventory.nodes)]
 
 
-FROM_SSH_CONFIG = "-"  # decided by ~/.ssh/config (or ssh's defaults) at connect time
-
-
-def _port(node) -> object:
-    return node.port if "port" in node.model_fields_set else FROM_SSH_CONFIG
-
-
 COLUMNS = ("rank", "name", "host", "port", "user", "slots", "devices", "interface", "labels")
 
 
 def nodes(nodes: NodesOption) -> None:
     """Validate an inventory and list its nodes in rank order, the master and the master port."""
     inventory = load_inventory(nodes)
-    print_table(f"{inventory.path} ({inventory.format})", COLUMNS, node_rows(inventory))
+    print_table(escape(f"{inventory.path} ({inventory.format})"), COLUMNS, node_rows(inventory))
     total = sum(n.slots for n in inventory.nodes)
     out.print(f"master: {inventory.master.name} ({inventory.master.host}), "
               f"master port {inventory.master_port}; {len(inventory)} nodes, {total} slots",
