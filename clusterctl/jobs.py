@@ -170,11 +170,7 @@ class Job:
 
     def where(self, key: str) -> str:
         """``file:line: key`` for a message about ``key`` (its line, else its parent's)."""
-        probe = key
-        while probe and probe not in self.lines:
-            probe = probe.rpartition(".")[0]
-        line = self.lines.get(probe)
-        return f"{self.path}:{line}: {key}" if line else f"{self.path}: {key}"
+        return _locate(self.path, self.lines, key)
 
     @property
     def placeholder_names(self) -> frozenset[str]:
@@ -299,14 +295,9 @@ def _validate(path: Path, data: Any, lines: dict[str, int]) -> Job:
     job_name = path.stem
 
     def fail(key: str, problem: str) -> UserError:
-        top = key.split(".")[0]
-        hint = KEY_HELP.get(top)
-        probe = key
-        while probe and probe not in lines:
-            probe = probe.rpartition(".")[0]
-        at = f"{path}:{lines[probe]}" if probe else str(path)
-        valid = f"; valid: {hint}" if hint and top in KEY_HELP else ""
-        return UserError(f"{at}: {key}: {problem}{valid}.")
+        hint = KEY_HELP.get(key.split(".")[0])
+        valid = f"; valid: {hint}" if hint else ""
+        return UserError(f"{_locate(path, lines, key)}: {problem}{valid}.")
 
     if not isinstance(data, dict):
         raise UserError(f"{path}: a job file is a YAML mapping with at least `command` and "
@@ -329,6 +320,14 @@ def _validate(path: Path, data: Any, lines: dict[str, int]) -> Job:
     job = Job(name=job_name, path=path, lines=lines, **spec.model_dump())
     _check_placeholders(job)
     return job
+
+
+def _locate(path: Path, lines: dict[str, int], key: str) -> str:
+    """``file:line: key``, with the line of ``key`` or of its nearest parent that has one."""
+    probe = key
+    while probe and probe not in lines:
+        probe = probe.rpartition(".")[0]
+    return f"{path}:{lines[probe]}: {key}" if probe else f"{path}: {key}"
 
 
 def _is_union_tag(part: Any) -> bool:

@@ -262,7 +262,12 @@ def _docker_options(job: Job, target, node, values: dict[str, str],
     out: list[str] = []
     if target:
         out += target.run.flags
-    out += [expand(a, values) for a in job.docker_args]
+    for i, arg in enumerate(job.docker_args):
+        arg = expand(arg, values)
+        if reserved_flag(arg):
+            raise UserError(f"{job.where(f'docker_args.{i}')}: expands to {arg!r}; "
+                            f"`{reserved_flag(arg)}` is set by clusterctl itself.")
+        out.append(arg)
     for i, mount in enumerate(job.mounts):
         spec = expand(mount, values)
         problem = mount_problem(spec)

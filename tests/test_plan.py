@@ -157,6 +157,20 @@ def test_image_override_and_devices_from_inventory(tmp_path):
         make_plan(load_job("bert"), inv, run_id="r", extra_docker_args=["--rm"])
 
 
+def test_docker_args_from_params_are_checked_after_expansion(tmp_path, two_nodes):
+    job = load_job(write(tmp_path, "job.yaml", """
+        image: x
+        params: {EXTRA: --cap-add=IPC_LOCK}
+        docker_args: ["{EXTRA}"]
+        command: [run]
+    """))
+    assert "--cap-add=SYS_NICE" in make_plan(job, two_nodes, run_id="r",
+                                             overrides={"EXTRA": "--cap-add=SYS_NICE"})[0].argv
+    with pytest.raises(UserError) as info:
+        make_plan(job, two_nodes, run_id="r", overrides={"EXTRA": "--rm"})
+    assert ":4: docker_args.0" in info.value.message and "--rm" in info.value.message
+
+
 # --------------------------------------------------------------------------- ddp-smoke
 
 def test_ddp_smoke_torchrun_command_per_node(tmp_path):
