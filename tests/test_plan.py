@@ -168,7 +168,7 @@ def test_docker_args_from_params_are_checked_after_expansion(tmp_path, two_nodes
                                              overrides={"EXTRA": "--cap-add=SYS_NICE"})[0].argv
     with pytest.raises(UserError) as info:
         make_plan(job, two_nodes, run_id="r", overrides={"EXTRA": "--rm"})
-    assert ":4: docker_args.0" in info.value.message and "--rm" in info.value.message
+    assert ":3: docker_args.0" in info.value.message and "--rm" in info.value.message
 
 
 # --------------------------------------------------------------------------- ddp-smoke
