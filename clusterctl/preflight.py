@@ -20,7 +20,7 @@ from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from clusterctl.errors import NodeError
+from clusterctl.errors import NodeError, UserError
 from clusterctl.transport import Cluster, NodeConnection
 
 #: uname -m -> Docker's architecture names (image platforms, `docker version` Arch).
@@ -47,6 +47,7 @@ class NodeCheck:
     ssh: bool = False
     docker_version: str | None = None
     arch: str | None = None
+    expected_arch: str | None = None  # Docker's name (amd64, arm64), e.g. the image's
     docker_root: str | None = None
     free_bytes: int | None = None
     required_bytes: int | None = None
@@ -271,18 +272,19 @@ def port_free(conn: NodeConnection, port: int, timeout: float | None = 30) -> bo
 
 def check_node(conn: NodeConnection, *, devices: Iterable[str] = (),
                required_bytes: int | None = None, master_port: int | None = None,
-               timeout: float | None = 30) -> NodeCheck:
+               expected_arch: str | None = None, timeout: float | None = 30) -> NodeCheck:
     """Run every check on one connected node, collecting problems instead of stopping.
 
     ``devices`` are checked in addition to the node's own ``devices``;
-    ``master_port`` is checked free when given (pass it for the master only).
+    ``master_port`` is checked free when given (pass it for the master only);
+    ``expected_arch`` (amd64, arm64, or a uname name) must match the node's.
     Independent checks run at once, each on its own channel of the node's one
     connection (a round trip costs ~0.3 s on a loaded machine); problems are
     listed in a fixed order whatever finishes first.
     """
     node = conn.node
     result = NodeCheck(node=node.name, host=node.host, ssh=True, required_bytes=required_bytes,
-                       master_port=master_port)
+                       master_port=master_port, expected_arch=expected_arch)
     result.devices = list(dict.fromkeys([*getattr(node, "devices", []), *devices]))
     parts = [_check_arch, _check_docker, _check_devices, _check_interface]
     if master_port is not None:
@@ -306,7 +308,16 @@ def _attempt(problems: list[str], fn):
 def _check_arch(conn: NodeConnection, result: NodeCheck, timeout) -> list[str]:
     problems: list[str] = []
     result.arch = _attempt(problems, lambda: architecture(conn, timeout))
+    want = result.expected_arch
+    if result.arch and want and docker_arch(result.arch) != docker_arch(want):
+        problems.append(f"architecture {result.arch} ({docker_arch(result.arch)}) cannot run "
+                        f"{docker_arch(want)} images")
     return problems
+
+
+def docker_arch(name: str) -> str:
+    """Docker's name for an architecture given as ``uname -m`` or Docker prints it."""
+    return DOCKER_ARCH.get(name.lower(), name.lower())
 
 
 def _check_docker(conn: NodeConnection, result: NodeCheck, timeout) -> list[str]:
@@ -355,8 +366,8 @@ def _check_master_port(conn: NodeConnection, result: NodeCheck, timeout) -> list
 
 def run_preflight(cluster: Cluster, *, devices: Iterable[str] | None = None,
                   devices_for=None, required_bytes: int | None = None,
-                  check_master_port: bool = True, nodes=None,
-                  timeout: float | None = 30) -> list[NodeCheck]:
+                  check_master_port: bool = True, expected_arch: str | None = None,
+                  nodes=None, timeout: float | None = 30) -> list[NodeCheck]:
     """Check every node (or ``nodes``) in parallel; one NodeCheck per node in rank order.
 
     ``devices`` are required on every node; ``devices_for(node)`` (optional)
@@ -370,7 +381,8 @@ def run_preflight(cluster: Cluster, *, devices: Iterable[str] | None = None,
     def one(conn: NodeConnection) -> NodeCheck:
         extra = [*(devices or []), *(devices_for(conn.node) if devices_for else [])]
         return check_node(conn, devices=extra, required_bytes=required_bytes,
-                          master_port=port if conn.name == master else None, timeout=timeout)
+                          master_port=port if conn.name == master else None,
+                          expected_arch=expected_arch, timeout=timeout)
 
     results = cluster.map(one, nodes)
     checks = []
@@ -380,6 +392,30 @@ def run_preflight(cluster: Cluster, *, devices: Iterable[str] | None = None,
             r = NodeCheck(node=name, host=node.host, ssh=False, problems=[r.reason])
         checks.append(r)
     return checks
+
+
+@dataclass(frozen=True)
+class ImageNeeds:
+    """What a local image asks of a node: its architecture and room for its layers."""
+
+    ref: str
+    arch: str
+    size: int
+
+
+def image_needs(ref: str) -> ImageNeeds:
+    """Architecture and unpacked size of ``ref`` in the local engine; UserError when absent."""
+    from docker.errors import ImageNotFound
+
+    from clusterctl import engine
+
+    try:
+        attrs = engine.client().images.get(ref).attrs
+    except ImageNotFound:
+        raise UserError(f"image {ref!r} is not in the local Docker engine; valid: a built image "
+                        "(see `docker images`, or build one with `clusterctl build`)") from None
+    return ImageNeeds(ref, docker_arch(attrs.get("Architecture") or "amd64"),
+                      int(attrs.get("Size") or 0))
 
 
 def interfaces(checks: Iterable[NodeCheck]) -> dict[str, str]:

@@ -148,3 +148,62 @@ def test_a_port_that_is_not_ssh_is_one_line_and_no_traceback_from_paramiko(loopb
     assert r.returncode == 1, r.stdout + r.stderr
     assert "web: no SSH server answered to " in r.stdout
     assert "Traceback" not in r.stderr and "Exception (client)" not in r.stderr, r.stderr
+
+
+def _load_image(tag: str, arch: str, payload: bytes) -> None:
+    """Load a one-layer image of architecture ``arch`` into the local engine (docker load of a
+    hand-made docker-archive: the only way to get a foreign-architecture image offline)."""
+    import hashlib
+    import io
+    import json
+    import tarfile
+
+    def tar_of(files: dict[str, bytes]) -> bytes:
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w") as t:
+            for name, data in files.items():
+                info = tarfile.TarInfo(name)
+                info.size = len(data)
+                t.addfile(info, io.BytesIO(data))
+        return buf.getvalue()
+
+    layer = tar_of({"payload": payload})
+    config = json.dumps({"architecture": arch, "os": "linux", "config": {},
+                         "rootfs": {"type": "layers",
+                                    "diff_ids": ["sha256:" + hashlib.sha256(layer).hexdigest()]}
+                         }).encode()
+    config_name = hashlib.sha256(config).hexdigest() + ".json"
+    manifest = json.dumps([{"Config": config_name, "RepoTags": [tag],
+                            "Layers": ["layer/layer.tar"]}]).encode()
+    archive = tar_of({"layer/layer.tar": layer, config_name: config, "manifest.json": manifest})
+    subprocess.run(["docker", "-H", ENGINE_SOCKET, "load"], input=archive, check=True,
+                   capture_output=True)
+
+
+@pytest.mark.docker
+def test_image_sets_the_architecture_and_the_disk_space_nodes_need(loopback_sshd):
+    import platform
+    import uuid
+
+    from clusterctl.preflight import docker_arch
+
+    here = docker_arch(platform.machine())
+    other = "arm64" if here != "arm64" else "amd64"
+    native, foreign = (f"clusterctl-test/check-{uuid.uuid4().hex[:10]}:{a}" for a in (here, other))
+    _load_image(native, here, b"x" * 4096)
+    _load_image(foreign, other, b"y" * 4096)
+    try:
+        inv = loopback_sshd.write_inventory(nodes=1)
+        ok = _check("--nodes", str(inv), "--image", native)
+        assert ok.exit_code == 0, ok.output
+        wrong = _check("--nodes", str(inv), "--image", foreign)
+        assert wrong.exit_code == 1
+        assert (f"node1: architecture {platform.machine()} ({here}) cannot run {other} images"
+                in wrong.output)
+        too_big = _check("--nodes", str(inv), "--image", native, "--need-disk", "4096T")
+        assert too_big.exit_code == 1 and "need 4096.0 TiB" in too_big.output
+        missing = _check("--nodes", str(inv), "--image", native + "-absent")
+        assert missing.exit_code == 2 and "is not in the local Docker engine" in missing.output
+    finally:
+        subprocess.run(["docker", "-H", ENGINE_SOCKET, "rmi", "-f", native, foreign],
+                       capture_output=True)

@@ -49,6 +49,9 @@ def check(
     need_disk: Annotated[str | None, typer.Option(
         "--need-disk", metavar="SIZE", help="Free space every node needs where Docker keeps "
         "images, e.g. 20G.")] = None,
+    image: Annotated[str | None, typer.Option(
+        "--image", metavar="REF", help="A local image the nodes must take: its architecture "
+        "must be the node's and its size must fit in the free disk (unless --need-disk).")] = None,
     connect_timeout: Annotated[float | None, typer.Option(
         "--connect-timeout", min=0.1, metavar="SECONDS",
         help="SSH connect timeout per node (default: the inventory's, 10).")] = None,
@@ -57,6 +60,9 @@ def check(
     the network interface launch will use, and the master port."""
     required = parse_size(need_disk) if need_disk is not None else None
     inventory = load_inventory(nodes)
+    needs = preflight.image_needs(image) if image else None
+    if needs is not None and required is None:
+        required = needs.size
     devices_for = None
     if target is not None:
         from clusterctl.targets import get_target
@@ -65,7 +71,8 @@ def check(
         devices_for = lambda node: run_spec.devices_for(node.slots)  # noqa: E731
     with Cluster(inventory, fanout=fanout, connect_timeout=connect_timeout,
                  accept_new_host_keys=True if accept_new_host_keys else None) as cluster:
-        checks = preflight.run_preflight(cluster, devices_for=devices_for, required_bytes=required)
+        checks = preflight.run_preflight(cluster, devices_for=devices_for, required_bytes=required,
+                                         expected_arch=needs.arch if needs else None)
     _report(inventory, checks)
     if not all(c.ok for c in checks):
         raise typer.Exit(1)
