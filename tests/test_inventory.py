@@ -8,6 +8,7 @@ same line, no traceback). Good files must parse to exactly the expected nodes.
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,7 @@ from clusterctl.inventory import (
     load_inventory,
 )
 from clusterctl.paths import inventories_dir
+from clusterctl.transport import Cluster
 
 CORPUS = Path(__file__).parent / "inventories"
 KEYS = CORPUS / "keys"
@@ -364,3 +366,39 @@ def test_hostfile_bad_line_is_located(tmp_path, bad):
         load_inventory(f)
     assert {p.line for p in info.value.problems} == {3}, info.value.message
     assert all(p.valid for p in info.value.problems)
+
+
+# ----------------------------------------------------------------------------- against a real sshd
+
+def test_hostfile_nodes_reach_a_real_sshd_through_ssh_config(loopback_sshd, tmp_path):
+    """Hostfile nodes write no port/user/key: ~/.ssh/config (here ssh -F) supplies them at connect time."""
+    sshd = loopback_sshd
+    config = tmp_path / "ssh_config"
+    config.write_text("".join(f"Host worker-{i}\n  HostName {h}\n  Port {sshd.port}\n  User {sshd.user}\n"
+                              f"  IdentityFile {sshd.key}\n" for i, h in enumerate(sshd.hosts[:2], 1)))
+    hostfile = tmp_path / "hostfile"
+    hostfile.write_text("# DeepSpeed style\nworker-1 slots=2\nworker-2 slots=2\n")
+    inv = load_inventory(hostfile)
+    with Cluster(inv, known_hosts=sshd.known_hosts, ssh_config=config) as cluster:
+        seen = cluster.map(lambda c: c.run(["printenv", "SSH_CONNECTION"], check=True).stdout.split()[2:])
+    assert seen == {"worker-1": [sshd.hosts[0], str(sshd.port)], "worker-2": [sshd.hosts[1], str(sshd.port)]}
+
+
+def test_relative_key_and_known_hosts_work_over_real_ssh_from_any_directory(loopback_sshd, tmp_path,
+                                                                             monkeypatch):
+    """identity_file and known_hosts relative to the inventory file, not to the working directory."""
+    sshd = loopback_sshd
+    cluster_dir = tmp_path / "cluster"
+    (cluster_dir / "keys").mkdir(parents=True)
+    shutil.copy(sshd.key, cluster_dir / "keys/id")
+    shutil.copy(sshd.known_hosts, cluster_dir / "keys/known_hosts")
+    (cluster_dir / "inv.yaml").write_text(
+        "ssh: {known_hosts: keys/known_hosts}\n"
+        f"defaults: {{user: {sshd.user}, port: {sshd.port}, identity_file: keys/id}}\n"
+        f"nodes: [{sshd.hosts[0]}, {sshd.hosts[1]}]\n")
+    monkeypatch.chdir(tmp_path)
+    inv = load_inventory("cluster/inv.yaml")
+    monkeypatch.chdir("/")
+    with Cluster(inv) as cluster:
+        codes = cluster.map(lambda c: c.run(["true"]).exit_code)
+    assert codes == {sshd.hosts[0]: 0, sshd.hosts[1]: 0}
