@@ -380,8 +380,11 @@ def _ensure_node_network(sb: Sandbox, node: SandboxNode) -> None:
     """netns, veth pair (peer created inside as eth0), address, links up; keeps what exists."""
     if node.netns not in _netns_list():
         _run(["ip", "netns", "add", node.netns], node=node.name)
-    if not _link_exists(node.veth):
-        if _link_exists(INTERFACE, node.netns):  # half-made by a crash: a stray eth0
+    if not (_link_exists(node.veth) and _link_exists(INTERFACE, node.netns)):
+        # missing or half-made (a crash; a netns deleted under a live pair): make it afresh
+        if _link_exists(node.veth):
+            _run(["ip", "link", "del", node.veth], node=node.name)
+        if _link_exists(INTERFACE, node.netns):
             _run(["ip", "-n", node.netns, "link", "del", INTERFACE], node=node.name)
         _run(["ip", "link", "add", node.veth, "type", "veth",
               "peer", "name", INTERFACE, "netns", node.netns], node=node.name)
@@ -467,7 +470,8 @@ def _start_sshd(sb: Sandbox, node: SandboxNode, timeout: float = 20.0) -> None:
     node.dir.mkdir(parents=True, exist_ok=True)
     _keygen(node.host_key, f"{sb.name}-{node.name}")
     node.sshd_config.write_text(_sshd_config(sb, node))
-    if sshd_running(node) and port_open(node.ip):
+    pid = dockerd.read_pid(node.sshd_pidfile)
+    if in_netns(pid, node.netns) and port_open(node.ip):
         return
     _stop_pid(node.sshd_pidfile)
     Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # sshd's privilege-separation dir
@@ -576,9 +580,25 @@ def _dockerd_args(node: SandboxNode) -> list[str]:
     return [*NODE_DOCKERD_ARGS, "--config-file", str(config), "--cgroup-parent", node.cgroup]
 
 
+def in_netns(pid: int | None, netns: str) -> bool:
+    """True when process ``pid`` lives in network namespace ``netns``.
+
+    A daemon outliving a deleted-and-recreated netns still answers on its unix
+    socket, but its containers would land in the orphaned namespace."""
+    if pid is None:
+        return False
+    try:
+        return os.stat(f"/proc/{pid}/ns/net").st_ino == os.stat(f"/run/netns/{netns}").st_ino
+    except OSError:
+        return False
+
+
 def _start_node(sb: Sandbox, node: SandboxNode) -> None:
-    """sshd and dockerd of one node (each kept when already running)."""
+    """sshd and dockerd of one node (each kept when already running in the node's netns)."""
     _start_sshd(sb, node)
+    daemon_pid = dockerd.read_pid(node.daemon.pidfile)
+    if daemon_pid is not None and not in_netns(daemon_pid, node.netns):
+        dockerd.stop(node.daemon)
     try:
         dockerd.start(node.daemon, netns=node.netns, extra_args=_dockerd_args(node))
     except EnvironmentProblem as e:

@@ -332,6 +332,23 @@ def test_down_cleans_debris_without_a_state_file(life_sandbox):
     assert _traces(LIFE_NAME) == []
 
 
+def test_up_repairs_a_node_whose_namespace_was_deleted(life_sandbox):
+    """Daemons (and the veth pair) outlive `ip netns del` in an orphaned namespace, still
+    answering on their sockets; up replaces them with ones in the node's new namespace."""
+    sb = sandbox.up(1, name=LIFE_NAME, subnet=LIFE_SUBNET, inventory_path=life_sandbox)
+    node = sb.node("node1")
+    old = dockerd.read_pid(node.daemon.pidfile), dockerd.read_pid(node.sshd_pidfile)
+    subprocess.run(["ip", "netns", "del", node.netns], check=True)
+    assert not any(sandbox.in_netns(pid, node.netns) for pid in old)
+    sandbox.up(1, name=LIFE_NAME, subnet=LIFE_SUBNET, inventory_path=life_sandbox)
+    new = dockerd.read_pid(node.daemon.pidfile), dockerd.read_pid(node.sshd_pidfile)
+    assert all(new) and set(new).isdisjoint(old)
+    assert all(sandbox.in_netns(pid, node.netns) for pid in new)
+    assert not any(Path(f"/proc/{pid}").exists() for pid in old)
+    assert sandbox.port_open(node.ip)
+    assert sandbox.down(LIFE_NAME) and _traces(LIFE_NAME) == []
+
+
 def test_down_of_an_unknown_sandbox_says_so():
     _needs_root()
     r = _cli("sandbox", "down", "--name", "zzqnone")
