@@ -234,6 +234,10 @@ def labels_for(resolved: Resolved, dockerfile: str) -> dict[str, str]:
 
 def _check_destination(dest: Path) -> None:
     """Refuse to replace a directory that is not an earlier render (it may hold the user's files)."""
+    here = Path.cwd().resolve()
+    if dest.resolve() == here or dest.resolve() in here.parents:
+        raise UserError(f"output directory {dest} is the working directory or above it; a render "
+                        "replaces its directory as a whole, so give a subdirectory with -o DIR.")
     if dest.exists() and not (dest / RENDER_MARKER).exists():
         if not dest.is_dir() or any(dest.iterdir()):
             raise UserError(

@@ -119,6 +119,13 @@ def test_render_refuses_to_replace_a_directory_it_did_not_write(in_tmp):
     assert [p.name for p in mine.iterdir()] == ["notes.txt"]
 
 
+@pytest.mark.parametrize("where", [".", ".."])
+def test_render_never_replaces_the_working_directory(in_tmp, where):
+    with pytest.raises(UserError, match="working directory or above it"):
+        render.render("nccl", out_dir=Path(where))
+    assert list(in_tmp.iterdir()) == []
+
+
 def test_a_failure_while_writing_leaves_nothing(in_tmp, wheelhouse, monkeypatch):
     from clusterctl import wheelhouse as wh
 
