@@ -67,7 +67,9 @@ Values in ``env``, ``command``, ``docker_args`` and ``mounts`` may contain
 
 ``{master_addr}`` ``{master_port}`` ``{node_rank}`` ``{nnodes}``
 ``{nproc_per_node}`` (this node's) ``{world_size}`` (sum over nodes)
-``{node_name}`` ``{run_id}``, plus every ``params`` name.
+``{node_name}`` ``{run_id}`` ``{backend}`` (the target's torch.distributed
+backend, e.g. ``gloo``, ``accl``; empty without a target), plus every
+``params`` name.
 
 Write ``{{`` and ``}}`` for literal braces.  An unknown placeholder is an error
 naming the file, line and key.  Values given with ``--set`` are never expanded:
@@ -91,7 +93,7 @@ from clusterctl.errors import UserError, did_you_mean, one_of
 #: The launch values every placeholder may name (see the module docstring).
 LAUNCH_VALUES: tuple[str, ...] = (
     "master_addr", "master_port", "node_rank", "nnodes", "nproc_per_node",
-    "world_size", "node_name", "run_id",
+    "world_size", "node_name", "run_id", "backend",
 )
 
 #: Launch environment every job gets, as templates over LAUNCH_VALUES: what

@@ -189,6 +189,7 @@ def make_plan(job: Job, inventory, *, run_id: str, image: str | None = None,
         "nnodes": str(len(nodes)),
         "world_size": str(sum(nprocs)),
         "run_id": run_id,
+        "backend": (target.backend or "") if target else "",
         "master_addr": resolve_host(inventory.master.host, ssh_config),
         "master_port": str(inventory.master_port),
     }

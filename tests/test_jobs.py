@@ -45,7 +45,7 @@ def test_bert_job_follows_the_seed():
     job = load_job("bert")
     assert (job.target, job.contract, job.nproc_per_node) == ("accl", "accl-bert", "slots")
     assert job.command == ["/workspace/BERT/run_pretraining.sh"]
-    assert job.env == {"PHASE": "1", "BATCH_SIZE": "384", "BACKEND": "accl", "ACCL_LOG_LEVEL": "INFO"}
+    assert job.env == {"PHASE": "1", "BATCH_SIZE": "384", "BACKEND": "{backend}", "ACCL_LOG_LEVEL": "INFO"}
     assert job.params == {"BERT_DIR": "/home/accl/BERT"}
     assert job.mounts == ["{BERT_DIR}:/workspace/BERT"]
 
