@@ -209,3 +209,29 @@ def test_dry_run_description_names_tag_args_and_wheelhouse(in_tmp):
     assert "clusterctl build --target base" in rows["base image"]
     assert rows["wheelhouse"].endswith("torch==2.13.0")
     assert not (in_tmp / "dockerfiles").exists()
+
+
+@pytest.mark.parametrize("target", ["cpu", "ipex", "accl", "nccl", "cambricon"])
+def test_entrypoint_runs_the_command(in_tmp, target):
+    import subprocess
+
+    r = render.render(target)
+    script = r.context_dir / "entrypoint.sh"
+    assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
+    if target == "ipex":
+        return  # needs the oneCCL bindings; see the next test
+    proc = subprocess.run([str(script), "echo", "ran", "with args"], capture_output=True, text=True)
+    assert (proc.returncode, proc.stdout) == (0, "ran with args\n"), proc.stderr
+
+
+def test_ipex_entrypoint_stops_when_the_ccl_environment_cannot_be_set_up(in_tmp):
+    """Here the oneCCL bindings are not installed: the entrypoint must not run the command."""
+    import subprocess
+
+    r = render.render("ipex", torch="2.3.1")
+    proc = subprocess.run([str(r.context_dir / "entrypoint.sh"), "echo", "should not run"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 1
+    assert "should not run" not in proc.stdout
+    assert "clusterctl entrypoint (ipex): environment step 1 failed" in proc.stderr
+    assert "oneccl_bindings_for_pytorch" in proc.stderr   # python's ModuleNotFoundError
