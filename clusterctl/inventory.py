@@ -338,6 +338,28 @@ _REASONS = {
 }
 
 
+# words newcomers use for our fields (from ssh, MPI, torchrun, Ansible inventories)
+_SYNONYMS = {
+    "address": "host", "addr": "host", "ip": "host", "hostname": "host", "ansible_host": "host",
+    "username": "user", "login": "user", "ansible_user": "user",
+    "ssh_port": "port", "ansible_port": "port",
+    "key": "identity_file", "ssh_key": "identity_file", "keyfile": "identity_file",
+    "private_key": "identity_file", "identityfile": "identity_file",
+    "gpus": "slots", "nproc_per_node": "slots", "nproc": "slots", "procs": "slots", "accelerators": "slots",
+    "nic": "interface", "iface": "interface", "ifname": "interface", "socket_ifname": "interface",
+    "environment": "env", "tags": "labels",
+    "rank0": "master", "head": "master",
+    "hosts": "nodes", "workers": "nodes", "machines": "nodes",
+    "port_master": "master_port", "rdzv_port": "master_port",
+}
+
+
+def _suggest(word: str, known: tuple[str, ...]) -> str:
+    """' (did you mean "x"?)' from the word other tools use for our field, or from spelling."""
+    meant = _SYNONYMS.get(word.lower())
+    return f' (did you mean "{meant}"?)' if meant in known else did_you_mean(word, known)
+
+
 def _show(value: Any) -> str:
     """A value as the user wrote it, in YAML terms."""
     if value is None:
@@ -392,7 +414,10 @@ class _Loader:
             return model.model_validate(data), set()
         except ValidationError as exc:
             bad = set()
+            missing = {e["loc"] for e in exc.errors() if e["type"] == "missing"}
             for e in exc.errors():
+                if e["loc"] == ("name",) and ("host",) in missing:
+                    continue  # the name defaults to the host: one problem, the missing host
                 where = tuple(p for p in e["loc"] if p != "[key]")
                 self.add(loc + where, *self._describe(e, where, known))
                 bad.add(where[0] if where else None)
@@ -403,7 +428,7 @@ class _Loader:
         """(problem, valid) in our words for one pydantic error."""
         top = str(where[0]) if where else ""
         if e["type"] == "extra_forbidden":
-            return f'unknown field "{top}"{did_you_mean(top, known)}', f"one of {one_of(known)}"
+            return f'unknown field "{top}"{_suggest(top, known)}', f"one of {one_of(known)}"
         if e["type"] == "missing":
             return "is missing", _HINTS.get(top, "")
         reason = e["msg"] if e["type"] == "clusterctl" else _REASONS.get(e["type"], e["msg"].lower())
@@ -573,7 +598,7 @@ class _YamlLoader(_Loader):
             self.fail_if_problems()
         for key in data:
             if key not in TOP_FIELDS:
-                self.add((key,), f'unknown field "{key}"{did_you_mean(str(key), TOP_FIELDS)}',
+                self.add((key,), f'unknown field "{key}"{_suggest(str(key), TOP_FIELDS)}',
                          f"one of {one_of(TOP_FIELDS)}")
         master_port = self._master_port(data.get("master_port", DEFAULT_MASTER_PORT))
         ssh = self._ssh(data.get("ssh"))

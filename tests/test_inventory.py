@@ -93,6 +93,12 @@ MANY = {
         (4, "defaults.host", '"host" cannot be a default (it belongs to each node)'),
         (6, "nodes[0].host", "is missing"),
     ],
+    "bad_other_tools_words.yaml": [
+        (3, "nodes[0].hostname", 'unknown field "hostname" (did you mean "host"?)'),
+        (3, "nodes[0].host", "is missing"),
+        (4, "nodes[0].gpus", 'unknown field "gpus" (did you mean "slots"?)'),
+        (5, "nodes[0].nic", 'unknown field "nic" (did you mean "interface"?)'),
+    ],
     "bad_ssh_settings.yaml": [
         (3, "ssh.accept_new_host_keys", '"yes" is not true or false'),
         (4, "ssh.fanout", "0 is out of range"),
