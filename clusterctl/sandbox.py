@@ -655,8 +655,7 @@ def _existing(name: str) -> Sandbox | None:
 def _bring_up(sb: Sandbox, old: Sandbox | None) -> None:
     _save(sb)  # first, so that a crash leaves a state that `down` reads
     if old is not None:
-        for extra in old.nodes[sb.node_count:]:
-            _remove_node(extra)
+        _remove_nodes(old.nodes[sb.node_count:])
     _ensure_keys(sb)
     _ensure_bridge(sb)
     _shape(sb.bridge, sb.bandwidth)
@@ -793,6 +792,13 @@ def _remove_cgroups(relative: str) -> None:
                 g.rmdir()
 
 
+def _remove_nodes(nodes: list[SandboxNode]) -> None:
+    """Remove nodes in parallel: each waits seconds for its daemon to stop."""
+    if nodes:
+        with ThreadPoolExecutor(max_workers=min(8, len(nodes))) as pool:
+            list(pool.map(_remove_node, nodes))
+
+
 def _unmount_under(path: Path) -> None:
     """Lazily unmount what a killed dockerd left mounted below ``path`` (deepest first)."""
     prefix = str(path) + "/"
@@ -842,8 +848,7 @@ def _teardown(name: str) -> bool:
         nodes.update({n.index: n for n in sb.nodes})
     bridge = f"cc-{name}"
     found = bool(nodes) or sb is not None or _link_exists(bridge)
-    for node in nodes.values():
-        _remove_node(node)
+    _remove_nodes(list(nodes.values()))
     if _link_exists(bridge):
         _run(["ip", "link", "del", bridge], check=False)
     rule = _forward_rule(bridge)
