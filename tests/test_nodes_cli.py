@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -47,6 +48,23 @@ def test_nodes_table_in_rank_order_with_master_and_port(wide):
     assert "~/.ssh/config" not in result.stdout  # every port and user is written in the file
     assert (f"ssh: host keys checked against {CORPUS / 'keys/known_hosts'} (new hosts recorded on first "
             "contact), connect timeout 2.5s, 4 nodes at once") in result.stdout
+
+
+def test_json_output_for_scripts_leaves_env_values_out():
+    result = CliRunner().invoke(app, ["nodes", "-n", str(CORPUS / "good_full.yaml"), "--json"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert (doc["master"], doc["master_port"], doc["format"]) == ("node2", 23456, "yaml")
+    assert doc["ssh"] == {"known_hosts": str(CORPUS / "keys/known_hosts"), "accept_new_host_keys": True,
+                          "connect_timeout": 2.5, "fanout": 4}
+    assert [(n["rank"], n["name"], n["port"], n["slots"], n["master"]) for n in doc["nodes"]] == [
+        (0, "node2", 2222, 8, True), (1, "node1", 2222, 8, False), (2, "gpu-box", 22, 4, False)]
+    assert doc["nodes"][0]["env_names"] == ["EMPTY", "FLAG", "MASK", "NCCL_DEBUG", "NCCL_IB_HCA",
+                                            "OMP_NUM_THREADS"]
+    assert "mlx5_0" not in result.stdout and "INFO" not in result.stdout
+    assert doc["nodes"][1]["identity_file"] == str(CORPUS / "keys/id_placeholder")
+    hostfile = CliRunner().invoke(app, ["nodes", "-n", str(CORPUS / "good_mpi_hostfile"), "--json"])
+    assert [(n["port"], n["user"]) for n in json.loads(hostfile.stdout)["nodes"]] == [(None, None)] * 4
 
 
 def test_hostfile_nodes_show_what_ssh_config_decides(wide):

@@ -13,6 +13,7 @@ environment variable as fallback, so ``--nodes`` means the same everywhere::
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Annotated
 
@@ -63,9 +64,35 @@ def _rows(inventory: Inventory) -> list[list[object]]:
 COLUMNS = ("rank", "name", "host", "port", "user", "slots", "devices", "interface", "labels")
 
 
-def nodes(nodes: NodesOption) -> None:
+def inventory_json(inventory: Inventory) -> dict:
+    """The validated inventory for scripts; env values are left out (they may be secrets), names kept."""
+    ssh = inventory.ssh
+    return {
+        "path": str(inventory.path), "format": inventory.format, "master": inventory.master.name,
+        "master_port": inventory.master_port,
+        "ssh": {"known_hosts": str(ssh.known_hosts) if ssh.known_hosts else None,
+                "accept_new_host_keys": ssh.accept_new_host_keys,
+                "connect_timeout": ssh.connect_timeout, "fanout": ssh.fanout},
+        "nodes": [{"rank": rank, "name": n.name, "host": n.host,
+                   "port": n.port if "port" in n.model_fields_set else None, "user": n.user,
+                   "identity_file": str(n.identity_file) if n.identity_file else None, "slots": n.slots,
+                   "devices": n.devices, "interface": n.interface, "labels": n.labels,
+                   "env_names": sorted(n.env), "master": n.master}
+                  for rank, n in enumerate(inventory.nodes)],
+    }
+
+
+_JsonOption = Annotated[bool, typer.Option(
+    "--json", help="Print the validated inventory as JSON (null: decided by ~/.ssh/config; "
+                   "env values left out: they may be secrets).")]
+
+
+def nodes(nodes: NodesOption, as_json: _JsonOption = False) -> None:
     """Validate an inventory and list its nodes in rank order, the master and the master port."""
     inventory = load_inventory(nodes)
+    if as_json:
+        typer.echo(json.dumps(inventory_json(inventory), indent=2))
+        return
     print_table(escape(f"{inventory.path} ({inventory.format})"), COLUMNS, node_rows(inventory))
     total = sum(n.slots for n in inventory.nodes)
     out.print(f"master: {inventory.master.name} ({inventory.master.host}), "
