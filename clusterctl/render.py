@@ -246,22 +246,31 @@ def _check_destination(dest: Path) -> None:
             )
 
 
+def _copy_examples(dest: Path) -> None:
+    """The repository's examples/ (training scripts), baked into every image."""
+    examples = paths.examples_dir()
+    if examples.is_dir():
+        shutil.copytree(examples, dest, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    else:
+        dest.mkdir()
+
+
+def _copy_template_files(resolved: Resolved, tmp: Path) -> None:
+    """Plain files next to the target's template (e.g. accl/patch_c10d.py), which its Dockerfile COPYs."""
+    template_dir = paths.templates_dir() / Path(resolved.target.template).parent
+    for extra in sorted(template_dir.iterdir()):
+        if extra.is_file() and not extra.name.endswith(".j2"):
+            (tmp / template_dir.name).mkdir(exist_ok=True)
+            shutil.copy2(extra, tmp / template_dir.name / extra.name)
+
+
 def _write_context(tmp: Path, texts: Mapping[str, str], resolved: Resolved, wheelhouse: Path | None) -> None:
     (tmp / "Dockerfile").write_text(texts["Dockerfile"])
     entry = tmp / "entrypoint.sh"
     entry.write_text(texts["entrypoint.sh"])
     entry.chmod(0o755)  # COPY keeps the mode; the classic builder has no COPY --chmod
-    examples = paths.examples_dir()
-    if examples.is_dir():
-        shutil.copytree(examples, tmp / "examples",
-                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    else:
-        (tmp / "examples").mkdir()
-    template_dir = paths.templates_dir() / Path(resolved.target.template).parent
-    for extra in sorted(template_dir.iterdir()):  # files the Dockerfile COPYs (e.g. accl/patch_c10d.py)
-        if extra.is_file() and not extra.name.endswith(".j2"):
-            (tmp / template_dir.name).mkdir(exist_ok=True)
-            shutil.copy2(extra, tmp / template_dir.name / extra.name)
+    _copy_examples(tmp / "examples")
+    _copy_template_files(resolved, tmp)
     if wheelhouse is not None:
         from clusterctl import wheelhouse as wh
 
@@ -270,13 +279,18 @@ def _write_context(tmp: Path, texts: Mapping[str, str], resolved: Resolved, whee
 
 
 def _replace_dir(tmp: Path, dest: Path) -> None:
-    """Put the finished ``tmp`` at ``dest`` (the old render, if any, is removed after)."""
-    old = None
-    if dest.exists():
-        old = Path(tempfile.mkdtemp(prefix=f".{dest.name}.old-", dir=dest.parent))
-        dest.rename(old / dest.name)
-    tmp.rename(dest)
-    if old is not None:
+    """Put the finished ``tmp`` at ``dest``; the old render, if any, is removed after (or put back)."""
+    if not dest.exists():
+        tmp.rename(dest)
+        return
+    old = Path(tempfile.mkdtemp(prefix=f".{dest.name}.old-", dir=dest.parent))
+    dest.rename(old / dest.name)
+    try:
+        tmp.rename(dest)
+    except OSError:
+        (old / dest.name).rename(dest)
+        raise
+    finally:
         shutil.rmtree(old, ignore_errors=True)
 
 

@@ -159,6 +159,16 @@ def test_cpu_image_fixture_is_the_real_cpu_target(docker_client, cpu_image):
 
 
 @pytest.mark.docker
+def test_cpu_image_holds_the_repository_examples(docker_client, cpu_image):
+    from clusterctl.imagebuild import run_smoke
+    from clusterctl.paths import examples_dir
+
+    expected = sorted(p.name for p in examples_dir().iterdir() if p.name != "__pycache__")
+    listing = run_smoke(docker_client, cpu_image, ["ls", "-1", "/opt/clusterctl/examples/"])
+    assert sorted(listing.split()) == expected
+
+
+@pytest.mark.docker
 @pytest.mark.slow
 def test_a_failing_smoke_fails_the_build_and_untags(in_tmp, docker_client, cpu_image, throwaway_tag):
     from docker.errors import ImageNotFound
