@@ -594,7 +594,10 @@ class _YamlLoader(_Loader):
         data = self._parse()
         if not isinstance(data, dict):
             got = "is empty" if data is None else f"is {_show(data)}, not a mapping"
-            self.add((), f"the file {got}", "a mapping with nodes: (see inventories/example.yaml)")
+            hint = "a mapping with nodes: (see inventories/example.yaml)"
+            if isinstance(data, str):  # host lines read as YAML text: a hostfile named *.yaml
+                hint += "; a hostfile is read as one only when its name does not end in .yaml/.yml"
+            self.add((), f"the file {got}", hint)
             self.fail_if_problems()
         for key in data:
             if key not in TOP_FIELDS:

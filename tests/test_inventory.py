@@ -285,6 +285,14 @@ def test_yaml_merge_keys_and_anchors(tmp_path):
     assert [(n.name, n.host, n.slots) for n in inv] == [("a", "h1", 8), ("b", "h2", 8)]
 
 
+def test_hostfile_named_yaml_says_why_it_was_read_as_yaml(tmp_path):
+    f = tmp_path / "hosts.yaml"
+    f.write_text("worker-1 slots=8\nworker-2 slots=8\n")
+    with pytest.raises(InventoryError, match=r"hosts.yaml:1: \(file\): the file is .* not a mapping; "
+                                             r"valid: .*name does not end in .yaml"):
+        load_inventory(f)
+
+
 def test_format_detection():
     assert detect_format(Path("x.yaml"), "node1 slots=4\n") == "yaml"
     assert detect_format(Path("hosts"), "# c\nnode1 slots=4\nnode2:4\n") == "hostfile"
