@@ -379,6 +379,9 @@ class BuildPlan:
             elif self.needs_wheelhouse:
                 rows.append(("wheelhouse", "prepared on the host (pip download, cached): "
                              + " ".join(r.requirements)))
+        else:
+            rows.append(("how", f"debootstrap {r.pins.get('debian', '')} + docker import, only when the "
+                                "engine lacks the tag (--no-cache: always)"))
         rows.append(("smoke", shlex.join(r.smoke)))
         return rows
 

@@ -29,6 +29,7 @@ VARIANTS = [
     ("nccl.Dockerfile", "nccl", None, False),
     ("nccl-wheelhouse.Dockerfile", "nccl", None, True),
     ("cambricon.Dockerfile", "cambricon", None, False),
+    ("cambricon-wheelhouse.Dockerfile", "cambricon", None, True),
 ]
 
 
