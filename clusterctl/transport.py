@@ -260,7 +260,8 @@ def describe_error(exc: BaseException, *, target: str = "", known_hosts: Path | 
             return f"connection refused{where} (is sshd running and listening on that port?)"
         return f"cannot connect{where}: {'; '.join(str(e) for e in errs) or exc}"
     if isinstance(exc, socket.gaierror):
-        return f"cannot resolve the host name{where}: {exc.strerror or exc}"
+        of = f" of {target}" if target else ""
+        return f"cannot resolve the host name{of}: {exc.strerror or exc}"
     if isinstance(exc, TimeoutError | socket.timeout):
         after = f" after {timeout:g}s" if timeout else ""
         return f"connection{where} timed out{after}"
@@ -332,7 +333,11 @@ class NodeConnection:
             if self.connected:
                 return self
             self._close_quietly()
-            conn = self._fabric_connection()
+            try:
+                conn = self._fabric_connection()
+            except Exception as e:  # e.g. `Port abc` for this host in ~/.ssh/config
+                raise NodeError(self.name, f"cannot use the ssh config for {self.node.host!r}: "
+                                f"{describe_error(e)}") from None
             target = f"{conn.user}@{conn.host}:{conn.port}"
             try:
                 conn.open()
@@ -671,9 +676,7 @@ class Cluster:
         )
         if self.settings.fanout < 1:
             raise UserError(f"fan-out must be at least 1, got {self.settings.fanout}")
-        # parses ~/.ssh/config (or ssh_config) once for all nodes
-        self._fabric_config = (Config(runtime_ssh_path=str(Path(ssh_config).expanduser()))
-                               if ssh_config else Config())
+        self._fabric_config = _fabric_config(ssh_config)
         self._connections: dict[str, NodeConnection] = {}
         self._lock = threading.Lock()
 
@@ -749,6 +752,23 @@ class Cluster:
             conns, self._connections = list(self._connections.values()), {}
         for c in conns:
             c.close()
+
+
+def _fabric_config(ssh_config: Path | str | None) -> Config:
+    """Fabric's config, parsing ~/.ssh/config (or ``ssh_config``) once for all nodes."""
+    try:
+        if ssh_config:
+            path = Path(ssh_config).expanduser()
+            if not path.is_file():
+                raise UserError(f"ssh config {path} does not exist; valid: a readable ssh_config file")
+            return Config(runtime_ssh_path=str(path))
+        return Config()
+    except UserError:
+        raise
+    except Exception as e:  # paramiko's ConfigParseError, an unreadable file
+        where = ssh_config or "~/.ssh/config (or /etc/ssh/ssh_config)"
+        raise UserError(f"cannot read the ssh config {where}: {e}; valid: OpenSSH ssh_config "
+                        "syntax (man ssh_config)") from None
 
 
 def _pick(explicit, ssh, attr: str, default):

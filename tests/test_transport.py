@@ -226,6 +226,22 @@ def test_proxyjump_gateways_get_the_same_strict_host_key_checking(loopback_sshd,
             assert f"host key unknown: [127.0.0.1]:{sshd.port}" in str(results["j"])
 
 
+def test_bad_ssh_config_is_a_user_error_or_the_nodes_error(loopback_sshd, tmp_path):
+    config = tmp_path / "ssh_config"
+    inv = loopback_sshd.inventory([{"name": "a", "host": "alias-a"},
+                                   {"name": "b", "host": "alias-b"}])
+    config.write_text("Host\n")
+    with pytest.raises(UserError) as e:
+        Cluster(inv, ssh_config=config)
+    assert str(config) in str(e.value) and "Unparsable line Host" in str(e.value)
+    config.write_text("Host alias-a\n  Port abc\nHost alias-b\n  HostName clusterctl-none.invalid\n")
+    with Cluster(inv, ssh_config=config) as cluster:
+        results = cluster.map(lambda c: 1)
+    assert str(results["a"]).startswith("a: cannot use the ssh config for 'alias-a'")
+    assert str(results["b"]).startswith("b: cannot resolve the host name of ")
+    assert "clusterctl-none.invalid" in str(results["b"])
+
+
 # --------------------------------------------------------------------------- host keys
 
 def test_unknown_host_key_is_refused_naming_the_node_and_the_way_to_accept(loopback_sshd):
