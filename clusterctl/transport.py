@@ -95,7 +95,7 @@ def command_line(argv: Sequence[str | os.PathLike]) -> str:
 
 @dataclass
 class CommandResult:
-    """What one remote command did on one node."""
+    """What one remote command did on one node (exit_code -1: killed by a signal)."""
 
     node: str
     argv: list[str]
@@ -118,7 +118,8 @@ def _exit_message(argv: Sequence[str], code: int, stderr: str) -> str:
     tail = stderr.strip()
     if len(tail) > _STDERR_TAIL:
         tail = "..." + tail[-_STDERR_TAIL:]
-    msg = f"`{_short(argv)}` exited {code}"
+    msg = (f"`{_short(argv)}` was killed by a signal (no exit status)" if code == -1
+           else f"`{_short(argv)}` exited {code}")
     return f"{msg}: {tail}" if tail else msg
 
 

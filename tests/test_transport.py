@@ -81,6 +81,10 @@ def test_run_reports_exit_code_stdout_and_stderr(loopback_sshd):
                                   "out\n", "err\n")
         with pytest.raises(NodeError) as e:
             conn.run(["sh", "-c", "echo something broke >&2; exit 4"], check=True)
+        killed = conn.run(["sh", "-c", "kill -TERM $$"])
+        assert killed.exit_code == -1  # SSH sends exit-signal, not exit-status
+        with pytest.raises(NodeError, match="was killed by a signal"):
+            killed.check()
     assert e.value.node == "node1"
     assert str(e.value).startswith("node1: ")
     assert "exited 4" in str(e.value) and "something broke" in str(e.value)
