@@ -240,6 +240,20 @@ def life_sandbox(tmp_path, sandbox3):
         sandbox.down(LIFE_NAME)
 
 
+def _gone(pid: int, wait: float = 5.0) -> bool:
+    """True once ``pid`` has exited (a zombie waiting for init to reap it counts as exited)."""
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline:
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            return True
+        if stat.rsplit(")", 1)[1].split()[0] == "Z":
+            return True
+        time.sleep(0.1)
+    return False
+
+
 def _children(pid: int) -> list[int]:
     out = subprocess.run(["ps", "-o", "pid=", "--ppid", str(pid)], capture_output=True, text=True).stdout
     return [int(p) for p in out.split()]
@@ -313,7 +327,7 @@ def test_up_grow_shape_crash_and_down_leave_nothing(life_sandbox, sandbox3, tmp_
     r = _cli("sandbox", "down", "--name", LIFE_NAME)
     assert r.exit_code == 0, r.output
     stray.wait(timeout=10)
-    assert not Path(f"/proc/{container_pid}").exists()
+    assert _gone(container_pid)
     assert not list(Path("/sys/fs/cgroup").glob(f"*/clusterctl/{LIFE_NAME}"))
     assert _traces(LIFE_NAME) == []
     assert not inv.exists()
@@ -344,7 +358,7 @@ def test_up_repairs_a_node_whose_namespace_was_deleted(life_sandbox):
     new = dockerd.read_pid(node.daemon.pidfile), dockerd.read_pid(node.sshd_pidfile)
     assert all(new) and set(new).isdisjoint(old)
     assert all(sandbox.in_netns(pid, node.netns) for pid in new)
-    assert not any(Path(f"/proc/{pid}").exists() for pid in old)
+    assert all(_gone(pid) for pid in old)
     assert sandbox.port_open(node.ip)
     assert sandbox.down(LIFE_NAME) and _traces(LIFE_NAME) == []
 
