@@ -9,8 +9,16 @@ from collections.abc import Iterable, Sequence
 from rich.console import Console
 from rich.table import Table
 
-out = Console(highlight=False, soft_wrap=True)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+def _width(stream) -> int | None:
+    """Terminal width on a terminal; a wide fixed width when piped, so tables do not wrap in logs."""
+    if os.environ.get("COLUMNS") or (hasattr(stream, "isatty") and stream.isatty()):
+        return None
+    return 200
+
+
+out = Console(highlight=False, soft_wrap=True, width=_width(sys.stdout))
+err = Console(stderr=True, highlight=False, soft_wrap=True, width=_width(sys.stderr))
 
 
 def interactive(stream=None) -> bool:
@@ -26,6 +34,7 @@ def table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[obj
     for c in columns:
         t.add_column(c, overflow="fold")
     for r in rows:
+        # Cells are read as rich markup: callers pass user values through rich.markup.escape.
         t.add_row(*["" if v is None else str(v) for v in r])
     return t
 

@@ -129,8 +129,6 @@ def test_nodes_option_is_reusable_by_other_commands(tmp_path):
     assert seen == [names, names, path]
 
 
-@pytest.mark.xfail(reason="clusterctl/cli/__init__.py prints UserError messages as rich markup; "
-                          "needs rich.markup.escape(e.message) (reported, not our file)", strict=False)
 def test_error_message_with_brackets_is_printed_verbatim(tmp_path):
     inv = tmp_path / "inv.yaml"
     inv.write_text('nodes:\n  - {name: "[/x]", host: h1}\n')

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import click
 import typer
+from rich.markup import escape
 from typer.core import TyperGroup
 
 from clusterctl import __version__
@@ -22,7 +23,7 @@ class _Group(TyperGroup):
         try:
             return super().invoke(ctx)
         except ClusterctlError as e:
-            err.print(f"[bold red]error:[/] {e.message}", markup=True, highlight=False)
+            err.print(f"[bold red]error:[/] {escape(e.message)}", markup=True, highlight=False)
             ctx.exit(e.exit_code)
 
 
