@@ -323,6 +323,33 @@ def test_unreachable_and_unauthorised_nodes_fail_alone(loopback_sshd):
     assert str(results["stranger"]).startswith("stranger: authentication failed")
 
 
+def test_a_node_that_never_completes_the_tcp_handshake_times_out(loopback_sshd):
+    """A listener whose accept queue is full drops further SYNs: connect() hangs like it
+    does to a powered-off host, without sending a packet off this machine."""
+    import socket
+
+    with socket.socket() as full:
+        full.bind(("127.0.0.5", 0))
+        full.listen(0)
+        port = full.getsockname()[1]
+        fillers = []
+        try:
+            for _ in range(3):
+                c = socket.socket()
+                c.setblocking(False)
+                c.connect_ex(("127.0.0.5", port))
+                fillers.append(c)
+            inv = loopback_sshd.inventory([loopback_sshd.node("ok", 0),
+                                           loopback_sshd.node("silent", 4, port=port)])
+            with Cluster(inv, connect_timeout=1) as cluster:
+                results = cluster.map(lambda c: c.run(["true"]).exit_code)
+        finally:
+            for c in fillers:
+                c.close()
+    assert results["ok"] == 0
+    assert str(results["silent"]) == f"silent: connection to {loopback_sshd.user}@127.0.0.5:{port} timed out after 1s"
+
+
 def test_an_exception_in_the_callback_becomes_that_nodes_error(loopback_sshd):
     def fn(conn):
         if conn.name == "node2":
