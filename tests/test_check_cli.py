@@ -207,3 +207,20 @@ def test_image_sets_the_architecture_and_the_disk_space_nodes_need(loopback_sshd
     finally:
         subprocess.run(["docker", "-H", ENGINE_SOCKET, "rmi", "-f", native, foreign],
                        capture_output=True)
+
+
+def test_json_output_has_every_field_per_node(loopback_sshd):
+    import json
+
+    inv = loopback_sshd.write_inventory(nodes=[
+        loopback_sshd.node("good", 0, devices=["/dev/null"]),
+        loopback_sshd.node("gone", 1, port=free_port("127.0.0.2"))])
+    r = runner.invoke(app, ["check", "--nodes", str(inv), "--json"])
+    assert r.exit_code == 1
+    good, gone = json.loads(r.stdout)
+    assert good["node"] == "good" and good["ok"] is True and good["ssh"] is True
+    assert good["devices"] == ["/dev/null"] and good["missing_devices"] == []
+    assert good["interface"] == "lo" and good["address"] == "127.0.0.1"
+    assert good["master_port_free"] is True and isinstance(good["free_bytes"], int)
+    assert gone["ok"] is False and gone["ssh"] is False
+    assert gone["problems"][0].startswith("connection refused")

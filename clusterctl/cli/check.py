@@ -8,7 +8,9 @@ for bad input (the inventory, an option).
 
 from __future__ import annotations
 
+import json
 import re
+from dataclasses import asdict
 from typing import Annotated
 
 import typer
@@ -52,6 +54,8 @@ def check(
     image: Annotated[str | None, typer.Option(
         "--image", metavar="REF", help="A local image the nodes must take: its architecture "
         "must be the node's and its size must fit in the free disk (unless --need-disk).")] = None,
+    json_: Annotated[bool, typer.Option(
+        "--json", help="Print one JSON object per node (all fields) instead of the table.")] = False,
     connect_timeout: Annotated[float | None, typer.Option(
         "--connect-timeout", min=0.1, metavar="SECONDS",
         help="SSH connect timeout per node (default: the inventory's, 10).")] = None,
@@ -73,7 +77,10 @@ def check(
                  accept_new_host_keys=True if accept_new_host_keys else None) as cluster:
         checks = preflight.run_preflight(cluster, devices_for=devices_for, required_bytes=required,
                                          expected_arch=needs.arch if needs else None)
-    _report(inventory, checks)
+    if json_:
+        typer.echo(json.dumps([{**asdict(c), "ok": c.ok} for c in checks], indent=2))
+    else:
+        _report(inventory, checks)
     if not all(c.ok for c in checks):
         raise typer.Exit(1)
 
