@@ -2,10 +2,9 @@
 
 The two "nodes" are two ``--net=host`` containers on the local engine, started
 from the ``ddp-smoke`` job's own plan (node ranks 0 and 1, master 127.0.0.1,
-GLOO_SOCKET_IFNAME=lo), so the job file, the plan and the script are tested
-together.  The working tree's examples/ is mounted over the image's copy, so
-the script under test is the one in this checkout.  The negative tests prove
-the weight check can fail.
+GLOO_SOCKET_IFNAME=lo), so the job file, the plan, the cpu image (built from
+this checkout, examples/ copied to /opt/clusterctl/examples) and the script are
+tested together.  The negative tests prove the weight check can fail.
 """
 
 from __future__ import annotations
@@ -19,7 +18,7 @@ import uuid
 
 import pytest
 
-from clusterctl import engine, paths
+from clusterctl import engine
 from clusterctl.inventory import load_inventory
 from clusterctl.jobs import load_job
 from clusterctl.plan import make_plan, parse_sets
@@ -59,8 +58,7 @@ def run_smoke(tmp_path, image: str, run_id: str, nodes: int, sets: list[str]) ->
     inv_file.write_text(textwrap.dedent(f"master_port: {free_port()}\nnodes:\n") + hosts + "\n")
     plans = make_plan(load_job("ddp-smoke"), load_inventory(inv_file), run_id=run_id, image=image,
                       interfaces={f"node{i + 1}": "lo" for i in range(nodes)},
-                      overrides=parse_sets(["DDP_SMOKE_TIMEOUT=60", *sets]),
-                      extra_docker_args=["-v", f"{paths.examples_dir()}:/opt/clusterctl/examples:ro"])
+                      overrides=parse_sets(["DDP_SMOKE_TIMEOUT=60", *sets]))
     env = {**os.environ, "DOCKER_HOST": engine.engine_url() or ""}
     for plan in plans:  # the node's login shell would get exactly this command line
         subprocess.run(["sh", "-c", command_line(plan.argv)], input=plan.stdin, env=env,
