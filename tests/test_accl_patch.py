@@ -190,3 +190,38 @@ def test_unsupported_old_torch_is_refused(real_c10d, tmp_path):
     assert proc.returncode == 1
     assert "torch 1.7.1 is not supported by the accl patch" in proc.stderr
     assert "1.8 to 1.10, 1.11 to 1.13" in proc.stderr
+
+
+def _patch_run_step() -> str:
+    """The shell command of the accl Dockerfile's patch RUN step, as rendered."""
+    from clusterctl.render import dockerfile_text
+
+    lines = dockerfile_text("accl").splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("RUN c10d="))
+    step = []
+    for line in lines[start:]:
+        step.append(line.rstrip("\\").strip())
+        if not line.endswith("\\"):
+            break
+    return " ".join(step).removeprefix("RUN ")
+
+
+@pytest.mark.docker
+def test_the_rendered_run_step_takes_the_register_path_in_a_real_torch_2_13_image(docker_client, cpu_image):
+    """The RUN step itself (locate the file via torch, read torch.__version__, run the script)
+    in the real cpu image, whose torch is 2.13.0+cpu.  NGC images have `python`; Debian's
+    python3 gets that name first."""
+    command = "ln -s /usr/bin/python3 /usr/local/bin/python && " + _patch_run_step()
+    container = docker_client.containers.create(
+        cpu_image, ["bash", "-c", command], network_mode="none",
+        volumes={str(SCRIPT): {"bind": "/opt/clusterctl/accl/patch_c10d.py", "mode": "ro"}},
+    )
+    try:
+        container.start()
+        code = container.wait(timeout=120)["StatusCode"]
+        output = container.logs(stdout=True, stderr=True).decode()
+    finally:
+        container.remove(force=True)
+    assert code == 0, output
+    assert ("torch 2.13.0+cpu: /usr/local/lib/python3.11/dist-packages/torch/distributed/"
+            "distributed_c10d.py left unchanged; accl registers through") in output
