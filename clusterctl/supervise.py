@@ -472,19 +472,21 @@ def _record_stop(record, results: dict[str, NodeStop]) -> None:
     from clusterctl import logs
     from clusterctl.runs import MERGED_LOG, utcnow
 
-    got_lines = {n: r.lines for n, r in results.items() if r.containers}
+    saved: dict[str, list[tuple[str, str]]] = {}
     for n in record.nodes:
         r = results[n.node]
         if r.containers:
             st = r.containers[0]
             n.state, n.exit_code, n.started, n.finished = st.status, st.exit_code, st.started, st.finished
-            if not record.log_path(n.node).exists():
+            if not record.log_path(n.node).exists():  # launch was not following this run
                 logs.save_node_log(record, n.node, [t for _, t in r.lines])
-    if got_lines and not (record.dir / MERGED_LOG).exists():
+                saved[n.node] = r.lines
+    if saved:
+        # appended: nodes stopped by a later `stop` (one was unreachable) join the merged log
         ranks = {n.node: n.rank for n in record.nodes}
-        merged = logs.merge_timestamped(got_lines)
-        text = "".join(logs.prefix(node, ranks[node]) + t + "\n" for node, t in merged)
-        (record.dir / MERGED_LOG).write_text(text, encoding="utf-8")
+        with open(record.dir / MERGED_LOG, "a", encoding="utf-8") as f:
+            for node, t in logs.merge_timestamped(saved):
+                f.write(logs.prefix(node, ranks[node]) + t + "\n")
     if any(r.was_running for r in results.values()):
         record.state, record.finished = "stopped", record.finished or utcnow()
     elif record.state in ("starting", "running") and all(n.exit_code is not None for n in record.nodes):

@@ -95,15 +95,16 @@ def test_ddp_smoke_on_three_nodes(clean_nodes, cpu_image, runs_dir):
     assert res.exit_code == 0, res.output
     out = res.output
 
-    # every rank reports its weights; DDP is right only if all six are identical
+    # every rank reports its weights; DDP is right only if all six are identical.  The two
+    # processes of a node share the container's stdout, so their reports may share a line:
+    # each line's prefix must still name the node the reports in it come from.
     ranks = {}
+    report = re.compile(r"rank (\d+)/(\d+) node=(\d+) local_rank=\d weights-sha256=([0-9a-f]{64})")
     for line in out.splitlines():
-        m = re.match(r"^(node\d)\[(\d)\]\| rank (\d+)/(\d+) node=(\d+) local_rank=\d "
-                     r"weights-sha256=([0-9a-f]{64}) ", line)
-        if m:
-            prefix_node, prefix_rank, rank, world, node_rank, digest = m.groups()
-            assert int(prefix_rank) == int(node_rank), line  # the prefix names the right node
-            assert prefix_node == f"node{int(node_rank) + 1}", line
+        m = re.match(r"^(node\d)\[(\d)\]\| ", line)
+        for rank, world, node_rank, digest in report.findall(line):
+            assert m, line
+            assert m.group(2) == node_rank and m.group(1) == f"node{int(node_rank) + 1}", line
             assert world == "6"
             ranks[int(rank)] = digest
     assert sorted(ranks) == list(range(6)), out
