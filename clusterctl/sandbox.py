@@ -26,11 +26,13 @@ also cleans up after a crash or a lost /run.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
 import ipaddress
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import socket
@@ -218,7 +220,7 @@ def load(name: str = DEFAULT_NAME) -> Sandbox:
 def _save(sb: Sandbox) -> None:
     sb.dir.mkdir(parents=True, exist_ok=True)
     tmp = _state_file(sb.name).with_suffix(".tmp")
-    tmp.write_text(json.dumps(sb.__dict__, indent=2) + "\n")
+    tmp.write_text(json.dumps(dataclasses.asdict(sb), indent=2) + "\n")
     tmp.replace(_state_file(sb.name))
 
 
@@ -283,14 +285,14 @@ def require_environment(what: str) -> None:
         dockerd.require_binaries(*missing, packages=" ".join(packages))
 
 
-def _check_subnet_free(sb: Sandbox) -> None:
-    """Refuse a subnet that overlaps an address or route on another interface."""
-    net = sb.network
+def _networks_in_use(own_bridge: str) -> list[tuple[ipaddress.IPv4Network, str]]:
+    """IPv4 networks of addresses and routes on this machine, except on ``own_bridge``."""
+    used = []
     for line in _run(["ip", "-o", "-4", "addr", "show"]).splitlines():
         parts = line.split()
         dev, cidr = parts[1], parts[3]
-        if dev != sb.bridge and ipaddress.IPv4Interface(cidr).network.overlaps(net):
-            raise UserError(_overlap_message(sb, f"address {cidr} on interface {dev}"))
+        if dev != own_bridge:
+            used.append((ipaddress.IPv4Interface(cidr).network, f"address {cidr} on interface {dev}"))
     for line in _run(["ip", "-o", "-4", "route", "show"]).splitlines():
         parts = line.split()
         if parts[0] == "default" or "dev" not in parts:
@@ -300,17 +302,32 @@ def _check_subnet_free(sb: Sandbox) -> None:
             dst = ipaddress.IPv4Network(parts[0], strict=False)
         except ValueError:  # a route type word (unreachable, blackhole ...), not a network
             continue
-        if dev != sb.bridge and dst.overlaps(net):
-            raise UserError(_overlap_message(sb, f"route {parts[0]} via {dev}"))
+        if dev != own_bridge:
+            used.append((dst, f"route {parts[0]} via {dev}"))
+    return used
 
 
-def _overlap_message(sb: Sandbox, what: str) -> str:
-    hint = ""
-    m = re.match(r".* (?:on interface|via) cc-([a-z0-9]+)$", what)
-    if m:
-        hint = f' (sandbox "{m.group(1)}")'
-    return (f"--subnet {sb.subnet} overlaps the {what}{hint}; pick a free private network, e.g. "
-            f"`--subnet 10.213.{(sb.network.network_address.packed[2] + 1) % 256}.0/24`.")
+def free_subnet(used: list[tuple[ipaddress.IPv4Network, str]],
+                pool: str = "10.213.0.0/16") -> ipaddress.IPv4Network | None:
+    """The first /24 of ``pool`` that overlaps nothing in ``used``."""
+    for candidate in ipaddress.IPv4Network(pool).subnets(new_prefix=24):
+        if not any(candidate.overlaps(net) for net, _ in used):
+            return candidate
+    return None
+
+
+def _check_subnet_free(sb: Sandbox) -> None:
+    """Refuse a subnet that overlaps an address or route on another interface (another
+    sandbox's bridge, docker0, the machine's own LAN) and suggest one that is free."""
+    used = _networks_in_use(sb.bridge)
+    for net, what in used:
+        if net.overlaps(sb.network):
+            m = re.search(r"(?:on interface|via) cc-([a-z0-9]+)$", what)
+            owner = f' (sandbox "{m.group(1)}")' if m else ""
+            free = free_subnet(used)
+            hint = f", e.g. `--subnet {free}`" if free else ""
+            raise UserError(f"--subnet {sb.subnet} overlaps the {what}{owner}; pick a free "
+                            f"private network{hint}.")
 
 
 # --------------------------------------------------------------------------- commands
@@ -320,7 +337,7 @@ def _run(argv: list[str], *, check: bool = True, node: str | None = None) -> str
     """Run a host tool (argv only); a failure becomes a message naming the command and node."""
     p = subprocess.run(argv, capture_output=True, text=True, stdin=subprocess.DEVNULL)
     if check and p.returncode != 0:
-        msg = f"`{' '.join(argv)}` exited {p.returncode}: {p.stderr.strip() or p.stdout.strip()}"
+        msg = f"`{shlex.join(argv)}` exited {p.returncode}: {p.stderr.strip() or p.stdout.strip()}"
         raise NodeError(node, msg) if node else EnvironmentProblem(msg)
     return p.stdout
 

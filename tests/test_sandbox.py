@@ -395,6 +395,17 @@ def test_bad_input_is_refused_before_anything_starts(args, words, tmp_path):
     assert not inv.exists() and _traces("zzqbad") == []
 
 
+def test_a_subnet_in_use_by_another_sandbox_is_refused(sandbox3, tmp_path):
+    r = _cli("sandbox", "up", "--nodes", "1", "--name", "zzqover", "--subnet", sandbox3.subnet,
+             "--inventory", str(tmp_path / "inv.yaml"))
+    msg = _message(r)
+    assert r.exit_code == 2, msg
+    assert f'interface cc-{sandbox3.name} (sandbox "{sandbox3.name}")' in msg
+    suggested = re.search(r"--subnet (\S+)`", msg).group(1)
+    assert not ipaddress.IPv4Network(suggested).overlaps(ipaddress.IPv4Network(sandbox3.subnet))
+    assert _traces("zzqover") == [] and not (tmp_path / "inv.yaml").exists()
+
+
 def test_an_inventory_not_ours_is_not_overwritten(tmp_path):
     _needs_root()
     inv = tmp_path / "mine.yaml"
