@@ -7,14 +7,13 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import subprocess
 import textwrap
 import uuid
 from pathlib import Path
 
 import pytest
 
-from clusterctl import engine, targets
+from clusterctl import targets
 from clusterctl.errors import UserError
 from clusterctl.inventory import load_inventory
 from clusterctl.jobs import load_job
@@ -27,7 +26,7 @@ from clusterctl.plan import (
     plan_record,
     render_dry_run,
 )
-from clusterctl.transport import command_line
+from clusterctl.transport import Cluster, command_line
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -364,26 +363,6 @@ def test_dry_run_text_is_the_exact_command_per_node(two_nodes):
 
 # --------------------------------------------------------------------------- real delivery
 
-def _run_planned(plan, timeout: float = 60) -> tuple[int, str]:
-    """Run a planned argv like a node's login shell would (its shlex.join'ed command line,
-    secrets on stdin) on the local engine; wait for the container; return (status, logs)."""
-    env = {**os.environ, "DOCKER_HOST": engine.engine_url() or ""}
-    started = subprocess.run(["sh", "-c", command_line(plan.argv)], input=plan.stdin,
-                             capture_output=True, env=env, timeout=timeout)
-    assert started.returncode == 0, started.stderr.decode()
-    status = subprocess.run(["docker", "wait", plan.container], capture_output=True, text=True,
-                            env=env, timeout=timeout, check=True)
-    logs = subprocess.run(["docker", "logs", plan.container], capture_output=True, text=True,
-                          env=env, timeout=timeout, check=True)
-    return int(status.stdout.strip()), logs.stdout
-
-
-@pytest.fixture
-def python_image(request, docker_client):
-    """Any local image with python3: the debootstrapped base image."""
-    return request.getfixturevalue("base_image")
-
-
 @pytest.fixture
 def run_label(docker_client):
     """A unique run id; every container labelled with it is removed afterwards, also on failure."""
@@ -394,20 +373,23 @@ def run_label(docker_client):
 
 
 @pytest.mark.docker
-def test_planned_argv_delivers_values_exactly_in_a_real_container(tmp_path, python_image, run_label):
+def test_planned_argv_delivers_values_exactly_over_ssh(loopback_sshd, base_image, run_label):
+    """The production path: the argv run over a real SSH connection (the node's login shell
+    parses its shlex.join'ed line), secrets on the channel's stdin, in a real container."""
     weird = "a  b 'c' \"d\" $(touch /tmp/pwned) `id` ; x | y & {node_rank} \\ end "
-    inv = load_inventory(write(tmp_path, "inv.yaml", """
-        nodes:
-          - {name: local, host: 127.0.0.1, env: {FROM_INV: "inv $HOME"}}
-    """))
-    job = load_job(REPO / "tests" / "jobs" / "print-env.yaml")
     secret = "hf_$(id) 'q' \"dq\" tail  "
-    [plan] = make_plan(job, inv, run_id=run_label, image=python_image, interfaces={"local": "lo"},
+    inv = loopback_sshd.inventory([loopback_sshd.node("local", 0, env={"FROM_INV": "inv $HOME"})])
+    job = load_job(REPO / "tests" / "jobs" / "print-env.yaml")
+    [plan] = make_plan(job, inv, run_id=run_label, image=base_image, interfaces={"local": "lo"},
                        overrides=parse_sets(["PHASE=2", f"WEIRD={weird}", "EMPTY="]),
                        host_env={"HF_TOKEN": secret})
     assert secret not in command_line(plan.argv)
-    status, out = _run_planned(plan)
-    assert status == 0, out
+    with Cluster(inv) as cluster:
+        conn = cluster.connection("local")
+        conn.run(plan.argv, stdin=plan.stdin, check=True, timeout=60)
+        status = conn.run(["docker", "wait", plan.container], check=True, timeout=60).stdout
+        out = conn.run(["docker", "logs", plan.container], check=True, timeout=60).stdout
+    assert int(status) == 0, out
     got = json.loads(out)
     for key in ("PHASE", "WEIRD", "EMPTY", "FROM_INV", "FROM_JOB", "HF_TOKEN", "MASTER_ADDR",
                 "NODE_RANK", "GLOO_SOCKET_IFNAME", "PET_MASTER_PORT"):
@@ -415,6 +397,7 @@ def test_planned_argv_delivers_values_exactly_in_a_real_container(tmp_path, pyth
     assert got["WEIRD"] == weird and got["HF_TOKEN"] == secret
     assert got["FROM_JOB"] == "job value with {braces} and 0"
     assert got["FROM_INV"] == "inv $HOME"
+    assert not os.path.exists("/tmp/pwned")
 
 
 # --------------------------------------------------------------------------- through the CLI
