@@ -242,8 +242,14 @@ def launch(job, inventory, *, image: str | None = None, overrides: Mapping[str, 
                 on_started(record)
             if detach and not stop_event.is_set():
                 return RunResult(run_id, 0, record)
-            outcome = follow(cluster, plans, record, stream=stream, color=color, settings=settings,
-                             stop_event=stop_event, interrupted=lambda: (caught or ["SIGINT"])[-1])
+            try:
+                outcome = follow(cluster, plans, record, stream=stream, color=color, settings=settings,
+                                 stop_event=stop_event, interrupted=lambda: (caught or ["SIGINT"])[-1])
+            except BaseException:
+                # whatever broke the follow, no container of the run may outlive it
+                supervise.stop_containers(cluster, {p.node: p.container for p in plans}, grace=0,
+                                          remove=True)
+                raise
         record_outcome(record, outcome)
         record.save()
         remove_finished(cluster, plans, outcome)

@@ -202,9 +202,9 @@ class Supervisor:
         last_ok = time.time()
         reason = ""
         while not self._done.is_set():
-            try:
-                conn = self.cluster.connection(src.node)
-                states = bounded(lambda c=conn: inspect_containers(c, [src.container], timeout=s.probe_timeout),
+            try:  # connecting again (after a dead connection) is bounded too
+                states = bounded(lambda: inspect_containers(self.cluster.connection(src.node), [src.container],
+                                                            timeout=s.probe_timeout),
                                  s.probe_timeout, name=f"probe-{src.node}")
                 last_ok = time.time()
                 if states:
@@ -316,8 +316,8 @@ class Supervisor:
         reachable = [n for n in self.sources if n not in self._lost]
 
         def one(node: str) -> ContainerState | None:
-            conn = self.cluster.connection(node)
-            found = bounded(lambda: inspect_containers(conn, [self.sources[node].container],
+            found = bounded(lambda: inspect_containers(self.cluster.connection(node),
+                                                       [self.sources[node].container],
                                                        timeout=self.settings.probe_timeout),
                             self.settings.probe_timeout, name=f"final-{node}")
             return found[0] if found else None
