@@ -158,6 +158,18 @@ def container_name(run_id: str, node: str) -> str:
 
 # --------------------------------------------------------------------------- planning
 
+@dataclass(frozen=True)
+class _Launch:
+    """What is the same for every node of one plan."""
+
+    job: Job
+    target: object | None          # clusterctl.targets.Target
+    image: str
+    run_id: str
+    extra_docker_args: tuple[str, ...]
+    host_env: Mapping[str, str]
+
+
 def make_plan(job: Job, inventory, *, run_id: str, image: str | None = None,
               interfaces: Mapping[str, str] | None = None,
               overrides: Mapping[str, str] | None = None,
@@ -178,10 +190,13 @@ def make_plan(job: Job, inventory, *, run_id: str, image: str | None = None,
     env_sets = {k: v for k, v in overrides.items() if k not in job.params}
     target = targets.get_target(job.target) if job.target else None
     image = image or job.image or (targets.resolve(job.target).tag if job.target else None)
+    _check_image(job, image)
     for arg in extra_docker_args:
         if reserved_flag(arg):
             raise UserError(f"docker argument {arg!r}: `{reserved_flag(arg)}` is set by clusterctl "
                             "itself and may not be given.")
+    launch = _Launch(job, target, image, run_id, tuple(extra_docker_args),
+                     os.environ if host_env is None else host_env)
 
     nodes = list(inventory.nodes)
     nprocs = [_nproc(job, node) for node in nodes]
@@ -202,8 +217,7 @@ def make_plan(job: Job, inventory, *, run_id: str, image: str | None = None,
         values["master_port"] = upper.get("MASTER_PORT", values["master_port"])
         iface = node.interface or (interfaces or {}).get(node.name)
         env = _environment(job, target, node, values, iface, env_sets)
-        plans.append(_node_plan(job, target, node, rank, nproc, env, values, image,
-                                run_id, extra_docker_args, host_env))
+        plans.append(_node_plan(launch, node, rank, nproc, env, values))
     return plans
 
 
@@ -222,18 +236,17 @@ def _environment(job: Job, target, node, values: dict[str, str], iface: str | No
     return {**launch, **target_env, **job_env, **node.env, **env_sets}
 
 
-def _node_plan(job: Job, target, node, rank: int, nproc: int, env: dict[str, str],
-               values: dict[str, str], image: str | None, run_id: str,
-               extra_docker_args: Sequence[str], host_env) -> NodePlan:
-    _check_image(job, image)
-    secrets = _secret_names(job, env, host_env)
-    name = container_name(run_id, node.name)
-    labels = {f"{LABEL_PREFIX}run": run_id, f"{LABEL_PREFIX}job": job.name,
+def _node_plan(launch: _Launch, node, rank: int, nproc: int, env: dict[str, str],
+               values: dict[str, str]) -> NodePlan:
+    job = launch.job
+    secrets = _secret_names(job, env, launch.host_env)
+    name = container_name(launch.run_id, node.name)
+    labels = {f"{LABEL_PREFIX}run": launch.run_id, f"{LABEL_PREFIX}job": job.name,
               f"{LABEL_PREFIX}node": node.name, f"{LABEL_PREFIX}rank": str(rank)}
     argv = ["docker", "run", "-d", "--net=host", "--name", name]
     for key, value in labels.items():
         argv += ["--label", f"{key}={value}"]
-    argv += _docker_options(job, target, node, values, extra_docker_args)
+    argv += _docker_options(job, launch.target, node, values, launch.extra_docker_args)
     for key, value in env.items():
         if key not in secrets:
             argv += ["-e", f"{key}={value}"]
@@ -241,10 +254,10 @@ def _node_plan(job: Job, target, node, rank: int, nproc: int, env: dict[str, str
     if secrets:
         argv += ["--env-file", ENV_FILE_STDIN]
         stdin = _env_file(job, {k: env[k] for k in env if k in secrets})
-    argv += [image, *(expand(a, values) for a in job.command)]
+    argv += [launch.image, *(expand(a, values) for a in job.command)]
     return NodePlan(node=node.name, host=node.host, rank=rank, env=env, argv=argv,
-                    container=name, run_id=run_id, job=job.name, image=image, nproc=nproc,
-                    labels=labels, secrets=frozenset(secrets), stdin=stdin)
+                    container=name, run_id=launch.run_id, job=job.name, image=launch.image,
+                    nproc=nproc, labels=labels, secrets=frozenset(secrets), stdin=stdin)
 
 
 def _check_image(job: Job, image: str | None) -> None:
@@ -296,9 +309,8 @@ def _drop_repeats(args: list[str]) -> list[str]:
     return out
 
 
-def _secret_names(job: Job, env: dict[str, str], host_env) -> set[str]:
+def _secret_names(job: Job, env: dict[str, str], host_env: Mapping[str, str]) -> set[str]:
     """Secret names in ``env``; listed secrets missing from every layer come from ``host_env``."""
-    host_env = os.environ if host_env is None else host_env
     for name in job.secrets:
         if name in env:
             continue
