@@ -156,6 +156,25 @@ def test_image_override_and_devices_from_inventory(tmp_path):
         make_plan(load_job("bert"), inv, run_id="r", extra_docker_args=["--rm"])
 
 
+def test_per_slot_devices_come_from_the_target_data(tmp_path):
+    job = load_job(write(tmp_path, "job.yaml", """
+        target: cambricon
+        command: [run]
+    """))
+    inv = load_inventory(write(tmp_path, "inv.yaml", """
+        nodes:
+          - {name: a, host: 10.0.0.1, slots: 4, devices: [/dev/cambricon_ipcm0]}
+          - {name: b, host: 10.0.0.2, slots: 2}
+    """))
+    run = targets.get_target("cambricon").run
+    a, b = make_plan(job, inv, run_id="r")
+    assert [x for x in a.argv if x.startswith("--device=")] == \
+        [f"--device={d}" for d in [*run.devices_for(4), "/dev/cambricon_ipcm0"]]
+    assert [x for x in b.argv if x.startswith("--device=")] == [f"--device={d}" for d in run.devices_for(2)]
+    assert "--device=/dev/cambricon_dev3" in a.argv and "--device=/dev/cambricon_dev2" not in b.argv
+    assert all(f in a.argv for f in run.flags if f != "--net=host")
+
+
 def test_docker_args_from_params_are_checked_after_expansion(tmp_path, two_nodes):
     job = load_job(write(tmp_path, "job.yaml", """
         image: x
