@@ -457,6 +457,30 @@ def build_target(client, plan: BuildPlan, *, nocache: bool = False,
         house = wh.prepare(r.requirements, python_version=_python_version(r), log=log)
     rendered = plan.write(house)
     log(f"rendered {rendered.context_dir}/Dockerfile")
+    previous = _image_id(client, plan.tag)
     image_id = imagebuild.build(client, rendered.context_dir, tag=plan.tag, buildargs=plan.build_args,
                                 labels=rendered.labels, nocache=nocache, on_output=on_output)
-    return Built(plan.tag, image_id, rendered, _smoke_or_untag(client, plan.tag, r.smoke))
+    smoke = _smoke_or_untag(client, plan.tag, r.smoke)
+    if previous and previous != image_id:
+        _remove_replaced(client, previous)
+    return Built(plan.tag, image_id, rendered, smoke)
+
+
+def _image_id(client, tag: str) -> str | None:
+    from docker.errors import ImageNotFound
+
+    try:
+        return client.images.get(tag).id
+    except ImageNotFound:
+        return None
+
+
+def _remove_replaced(client, image_id: str) -> None:
+    """Drop the image a rebuild took the tag from (the created label alone makes a new id),
+    so repeated builds do not pile up untagged images; kept when something still uses it."""
+    from docker.errors import APIError
+
+    try:
+        client.images.remove(image_id, noprune=False)
+    except APIError:
+        pass
