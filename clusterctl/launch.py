@@ -116,8 +116,7 @@ def start_all(cluster: Cluster, plans: Sequence[plan.NodePlan], *,
     failed = {n: r.reason for n, r in results.items() if isinstance(r, NodeError)}
     if failed:
         # "created but not started" containers exist too (a bad device, a port): remove on every node
-        not_removed = supervise.stop_containers(cluster, {p.node: p.container for p in plans},
-                                                grace=0, remove=True)
+        not_removed = supervise.remove_run_containers(cluster, plans[0].run_id, list(by_node))
         raise StartFailed(failed, {n: w for n, w in not_removed.items() if n not in failed})
 
 
@@ -247,8 +246,7 @@ def launch(job, inventory, *, image: str | None = None, overrides: Mapping[str, 
                                  stop_event=stop_event, interrupted=lambda: (caught or ["SIGINT"])[-1])
             except BaseException:
                 # whatever broke the follow, no container of the run may outlive it
-                supervise.stop_containers(cluster, {p.node: p.container for p in plans}, grace=0,
-                                          remove=True)
+                supervise.remove_run_containers(cluster, run_id, [p.node for p in plans])
                 raise
         record_outcome(record, outcome)
         record.save()

@@ -408,6 +408,26 @@ def _not_stopped_lines(outcome: Outcome) -> list[str]:
     return [f"NOT STOPPED on {node}: {why}" for node, why in sorted(outcome.not_stopped.items())]
 
 
+def remove_run_containers(cluster, run_id: str, nodes: list[str], *, timeout: float = 30.0) -> dict[str, str]:
+    """Remove every container labelled with ``run_id`` on ``nodes`` (any state); node -> problem.
+
+    By label, not by name: when a start failed because a container of that NAME
+    already existed, that container is someone else's and must stay.
+    """
+    from clusterctl.runs import RUN_LABEL
+
+    def one(conn) -> None:
+        def call():
+            found = conn.run(["docker", "ps", "-a", "-q", "--filter", f"label={RUN_LABEL}={run_id}"],
+                             timeout=timeout, check=True).stdout.split()
+            if found:
+                conn.run(["docker", "rm", "--force", *found], timeout=timeout, check=True)
+        bounded(call, timeout * 2, name=f"remove-{conn.name}")
+
+    return {n: getattr(r, "reason", str(r)) for n, r in cluster.map(one, nodes=nodes).items()
+            if r is not None}
+
+
 # --- `clusterctl stop`: stop and remove a run's containers everywhere, keep their logs -------
 
 @dataclass

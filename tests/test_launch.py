@@ -249,6 +249,28 @@ def test_master_port_in_use_is_refused_before_anything_starts(clean_nodes, cpu_i
 @pytest.mark.sandbox
 @pytest.mark.docker
 @pytest.mark.slow
+def test_a_node_that_cannot_start_means_nothing_runs(clean_nodes, cpu_image, runs_dir):
+    """node3 already has a container named like the run's: its `docker run` fails, so the
+    containers started on node1 and node2 are removed again; the foreign one stays."""
+    sb = clean_nodes
+    sb.node_docker("node3", "create", "--name", "startfail-node3", cpu_image, "true")
+    try:
+        res = cli("launch", str(FAIL_RANK_JOB), "--nodes", str(sb.inventory_path), "--image", cpu_image,
+                  "--set", "FAIL_RANK=99", "--run-id", "startfail")
+        assert res.exit_code == 1, res.output
+        assert "could not start the run on every node" in res.output
+        assert "node3" in res.output and "already in use" in res.output
+        for node in sb.nodes:
+            assert run_containers(sb, node, "startfail") == [], node
+        assert sb.node_docker("node3", "ps", "-a", "-q", "--filter", "name=^/startfail-node3$").stdout.strip()
+        assert runs.load("startfail").state == "start-failed"
+    finally:
+        sb.node_docker("node3", "rm", "--force", "startfail-node3", check=False)
+
+
+@pytest.mark.sandbox
+@pytest.mark.docker
+@pytest.mark.slow
 def test_logs_status_stop_on_a_detached_run_then_on_the_finished_one(clean_nodes, cpu_image, runs_dir):
     sb = clean_nodes
     inv = str(sb.inventory_path)
