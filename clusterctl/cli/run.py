@@ -68,7 +68,12 @@ def launch(
         "--accept-new-host-keys", help="Record unknown node host keys (a changed key is always refused).")] = False,
 ) -> None:
     """Run JOB on every node: one `docker run --net=host` container per node with its rank
-    environment, all output merged and prefixed, fail-fast; exits with the job's outcome."""
+    environment, all output merged and prefixed, fail-fast; exits with the job's outcome.
+
+    Exit status: 0 all containers exited 0; else the exit code of the first failure (by
+    time); 255 the first failure was a node that stopped answering; 130 Ctrl-C (143
+    SIGTERM) after stopping every container; 2 bad input or failed preflight (nothing
+    started); 1 push or start failed (nothing left running)."""
     from clusterctl import plan
     from clusterctl.inventory import load_inventory
     from clusterctl.jobs import load_job
