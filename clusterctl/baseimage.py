@@ -339,6 +339,7 @@ def _build(client, tag: str, *, suite: str, include: Sequence[str], mirror: str,
     rootfs = Path(tempfile.mkdtemp(prefix="clusterctl-rootfs-"))
     try:
         rootfs.chmod(0o755)  # becomes the image's "/": mkdtemp's 0700 would lock out non-root users
+        log(f"rootfs {rootfs}")
         log(f"debootstrap {suite} (minbase, +{','.join(include) or 'nothing'}) from {redact(mirror)}")
         debootstrap(rootfs, suite=suite, include=include, mirror=mirror, log=log)
         log(f"importing {rootfs} as {tag}")

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from clusterctl import baseimage, imagebuild
-from clusterctl.errors import EnvironmentProblem, UserError
+from clusterctl.errors import ClusterctlError, EnvironmentProblem, UserError
 
 ONE_LINE = """\
 # a comment line
@@ -155,7 +155,9 @@ def test_missing_debootstrap_stops_before_anything_is_made(docker_client, throwa
 
 @pytest.mark.docker
 @pytest.mark.slow
-def test_debootstrap_build_runs_python_is_labelled_and_then_kept(docker_client, throwaway_tag):
+def test_debootstrap_build_runs_python_is_labelled_kept_and_rebuilt(docker_client, throwaway_tag):
+    from docker.errors import ImageNotFound
+
     log: list[str] = []
     image_id = baseimage.ensure_base_image(docker_client, throwaway_tag, log=log.append)
 
@@ -182,9 +184,34 @@ def test_debootstrap_build_runs_python_is_labelled_and_then_kept(docker_client, 
     assert not any("debootstrap" in line for line in again), again
     assert any("kept" in line for line in again)
 
+    rebuilt = baseimage.ensure_base_image(docker_client, throwaway_tag, rebuild=True, log=lambda line: None)
+    assert rebuilt != image_id and docker_client.images.get(throwaway_tag).id == rebuilt
+    with pytest.raises(ImageNotFound):  # the replaced image had no children, so it is gone
+        docker_client.images.get(image_id)
+
 
 @pytest.mark.docker
 def test_session_base_image_fixture_is_the_default_tag(base_image, docker_client):
     image = docker_client.images.get(base_image)
     assert base_image == baseimage.DEFAULT_TAG
     assert image.labels.get("io.clusterctl.target") == "base"
+
+
+@pytest.mark.docker
+def test_failed_debootstrap_raises_its_tail_and_removes_the_rootfs(docker_client, throwaway_tag, tmp_path):
+    from docker.errors import ImageNotFound
+
+    if os.geteuid() != 0 or not shutil.which("debootstrap"):
+        pytest.skip("needs root and debootstrap")
+    empty_mirror = tmp_path / "mirror"  # a file:// mirror with no dists/: debootstrap fails at once
+    empty_mirror.mkdir()
+    log: list[str] = []
+    with pytest.raises(ClusterctlError) as e:
+        baseimage.ensure_base_image(docker_client, throwaway_tag, mirror=empty_mirror.as_uri(), log=log.append)
+    assert e.value.exit_code == 1
+    assert "debootstrap of bookworm" in e.value.message and str(empty_mirror) in e.value.message
+    assert "last lines" in e.value.message
+    rootfs = [line.split()[-1] for line in log if line.startswith("rootfs ")]
+    assert len(rootfs) == 1 and not Path(rootfs[0]).exists()
+    with pytest.raises(ImageNotFound):
+        docker_client.images.get(throwaway_tag)
