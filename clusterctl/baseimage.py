@@ -232,11 +232,10 @@ def _label_changes(labels: dict[str, str]) -> list[str]:
 
 def import_rootfs(client, rootfs: Path, tag: str, labels: dict[str, str]) -> str:
     """Stream rootfs into the engine as image ``tag``; returns the image id."""
+    from docker.errors import APIError
     from docker.utils import parse_repository_tag
 
     repository, version = parse_repository_tag(tag)
-    from docker.errors import APIError
-
     status = _TarStatus()
     try:
         client.api.import_image(src=_tar_stream(rootfs, status), repository=repository,
