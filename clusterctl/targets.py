@@ -217,6 +217,9 @@ def resolve(name: str, torch: str | None = None, *, base_image: str | None = Non
     target = get_target(name)
     version, pins, indexes = _torch_pins(target, torch)
     values = {**target.pins, **pins}
+    if base_image and target.torch is None:
+        # The pinned facts describe the default base image, not another one.
+        values = {k: v for k, v in values.items() if k != "torch"}
     return Resolved(
         target=target,
         torch=version,

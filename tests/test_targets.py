@@ -123,3 +123,10 @@ def test_a_bad_data_file_names_the_field(tmp_path):
     with pytest.raises(UserError) as e:
         targets.load_targets(bad)
     assert str(bad) in str(e.value) and "targets.x." in str(e.value)
+
+
+def test_another_base_image_drops_the_default_bases_torch_fact():
+    assert targets.resolve("cambricon").pins["torch"] == "1.13.1"
+    other = targets.resolve("cambricon", base_image="pytorch:v1.15.0-torch1.9-ubuntu18.04-py37")
+    assert "torch" not in other.pins
+    assert other.base_image == "pytorch:v1.15.0-torch1.9-ubuntu18.04-py37"
