@@ -67,12 +67,7 @@ def check(
     needs = preflight.image_needs(image) if image else None
     if needs is not None and required is None:
         required = needs.size
-    devices_for = None
-    if target is not None:
-        from clusterctl.targets import get_target
-
-        run_spec = get_target(target).run
-        devices_for = lambda node: run_spec.devices_for(node.slots)  # noqa: E731
+    devices_for = _target_devices(target) if target is not None else None
     with Cluster(inventory, fanout=fanout, connect_timeout=connect_timeout,
                  accept_new_host_keys=True if accept_new_host_keys else None) as cluster:
         checks = preflight.run_preflight(cluster, devices_for=devices_for, required_bytes=required,
@@ -83,6 +78,14 @@ def check(
         _report(inventory, checks)
     if not all(c.ok for c in checks):
         raise typer.Exit(1)
+
+
+def _target_devices(name: str):
+    """node -> the devices the target's containers get on it (per slot where the stack says)."""
+    from clusterctl.targets import get_target
+
+    run_spec = get_target(name).run
+    return lambda node: run_spec.devices_for(node.slots)
 
 
 def _report(inventory, checks: list[preflight.NodeCheck]) -> None:
