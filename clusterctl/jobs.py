@@ -293,43 +293,88 @@ class _Spec(BaseModel):
     secrets: list[str] = []
 
 
+class JobFileError(UserError):
+    """Every problem of one job file, one ``FILE:LINE: key: problem; valid: ...`` line each."""
+
+    def __init__(self, path: Path, problems: list[tuple[int, str]]) -> None:
+        self.path = path
+        self.problems = [text for _, text in sorted(problems, key=lambda p: p[0])]
+        if len(self.problems) == 1:
+            message = self.problems[0]
+        else:
+            message = "\n".join([f"{path}: {len(self.problems)} problems in the job file "
+                                  "(nothing was started):", *self.problems])
+        super().__init__(message)
+
+
+class _Problems:
+    """Collects the problems of one job file so the user can fix them all in one pass."""
+
+    def __init__(self, path: Path, lines: dict[str, int]) -> None:
+        self.path, self.lines, self.found = path, lines, []
+
+    def add(self, key: str, problem: str, *, hint: bool = True) -> None:
+        help_text = KEY_HELP.get(key.split(".")[0]) if hint else None
+        valid = f"; valid: {help_text}" if help_text else ""
+        self.found.append((_line_of(self.lines, key), f"{_locate(self.path, self.lines, key)}: "
+                                                       f"{problem}{valid}."))
+
+    def add_plain(self, line: int, text: str) -> None:
+        self.found.append((line, text))
+
+    def raise_if_any(self) -> None:
+        if self.found:
+            raise JobFileError(self.path, self.found)
+
+
 def _validate(path: Path, data: Any, lines: dict[str, int]) -> Job:
-    job_name = path.stem
-
-    def fail(key: str, problem: str) -> UserError:
-        hint = KEY_HELP.get(key.split(".")[0])
-        valid = f"; valid: {hint}" if hint else ""
-        return UserError(f"{_locate(path, lines, key)}: {problem}{valid}.")
-
     if not isinstance(data, dict):
         raise UserError(f"{path}: a job file is a YAML mapping with at least `command` and "
                         f"`target` or `image` (keys: {', '.join(KEY_HELP)}).")
+    problems = _Problems(path, lines)
     try:
         spec = _Spec.model_validate(data)
     except ValidationError as e:
-        first = e.errors()[0]
-        loc = ".".join(str(p) for p in first["loc"] if not _is_union_tag(p))
-        if first["type"] == "extra_forbidden":
-            top = loc.split(".")[0]
-            raise UserError(
-                f"{path}:{lines.get(top, '?')}: unknown key `{top}`{did_you_mean(top, list(KEY_HELP))}; "
-                f"valid keys: {', '.join(KEY_HELP)}.") from None
-        if first["type"] == "missing":
-            raise UserError(f"{path}: missing key `{loc}`; valid: {KEY_HELP.get(loc, '')}.") from None
-        raise fail(loc or "?", _friendly(first)) from None
-
-    _check_semantics(spec, path, fail)
-    job = Job(name=job_name, path=path, lines=lines, **spec.model_dump())
-    _check_placeholders(job)
+        _schema_problems(e, path, problems)
+        problems.raise_if_any()
+    _check_semantics(spec, path, problems)
+    job = Job(name=path.stem, path=path, lines=lines, **spec.model_dump())
+    _check_placeholders(job, problems)
+    problems.raise_if_any()
     return job
+
+
+def _schema_problems(error: ValidationError, path: Path, problems: _Problems) -> None:
+    """One problem per failing key (a union's several member errors count once)."""
+    seen = set()
+    for e in error.errors():
+        loc = ".".join(str(p) for p in e["loc"] if not _is_union_tag(p))
+        if loc in seen:
+            continue
+        seen.add(loc)
+        if e["type"] == "extra_forbidden":
+            top = loc.split(".")[0]
+            problems.add_plain(_line_of(problems.lines, top),
+                               f"{path}:{_line_of(problems.lines, top)}: unknown key `{top}`"
+                               f"{did_you_mean(top, list(KEY_HELP))}; valid keys: {', '.join(KEY_HELP)}.")
+        elif e["type"] == "missing":
+            problems.add_plain(0, f"{path}: missing key `{loc}`; valid: {KEY_HELP.get(loc, '')}.")
+        else:
+            problems.add(loc or "?", _friendly(e))
+
+
+def _line_of(lines: dict[str, int], key: str) -> int:
+    """The line of ``key`` or of its nearest parent that has one (0: none)."""
+    probe = key
+    while probe and probe not in lines:
+        probe = probe.rpartition(".")[0]
+    return lines.get(probe, 0)
 
 
 def _locate(path: Path, lines: dict[str, int], key: str) -> str:
     """``file:line: key``, with the line of ``key`` or of its nearest parent that has one."""
-    probe = key
-    while probe and probe not in lines:
-        probe = probe.rpartition(".")[0]
-    return f"{path}:{lines[probe]}: {key}" if probe else f"{path}: {key}"
+    line = _line_of(lines, key)
+    return f"{path}:{line}: {key}" if line else f"{path}: {key}"
 
 
 def _is_union_tag(part: Any) -> bool:
@@ -343,37 +388,37 @@ def _friendly(error: dict) -> str:
     return f"{error['msg'].rstrip('.').lower()} (got {shown})"
 
 
-def _check_semantics(spec: _Spec, path: Path, fail) -> None:
+def _check_semantics(spec: _Spec, path: Path, problems: _Problems) -> None:
     """Rules a schema cannot say: names, contract, target, reserved flags, mounts."""
     if not spec.target and not spec.image:
-        raise UserError(f"{path}: a job needs `target` (a target name) or `image` "
-                        "(an image tag), or both.")
+        problems.add_plain(0, f"{path}: a job needs `target` (a target name) or `image` "
+                              "(an image tag), or both.")
     if spec.contract not in CONTRACTS:
-        raise fail("contract", f'unknown contract "{spec.contract}"{did_you_mean(spec.contract, list(CONTRACTS))}')
+        problems.add("contract", f'unknown contract "{spec.contract}"'
+                                 f"{did_you_mean(spec.contract, list(CONTRACTS))}")
     if isinstance(spec.nproc_per_node, int) and spec.nproc_per_node < 1:
-        raise fail("nproc_per_node", f"must be at least 1 (got {spec.nproc_per_node})")
+        problems.add("nproc_per_node", f"must be at least 1 (got {spec.nproc_per_node})")
     for section in ("env", "params"):
         for name in getattr(spec, section):
             if not _NAME.match(name):
-                raise fail(f"{section}.{name}", "not a valid variable name (letters, digits, _; not starting with a digit)")
+                problems.add(f"{section}.{name}", "not a valid variable name (letters, digits, _; "
+                                                  "not starting with a digit)")
     for name in spec.params:
         if name in LAUNCH_VALUES:
-            raise fail(f"params.{name}", "a parameter may not reuse a launch value's name")
+            problems.add(f"params.{name}", "a parameter may not reuse a launch value's name")
     for i, name in enumerate(spec.secrets):
         if not _NAME.match(name):
-            raise fail(f"secrets.{i}", f'"{name}" is not a valid variable name')
+            problems.add(f"secrets.{i}", f'"{name}" is not a valid variable name')
     for i, arg in enumerate(spec.docker_args):
-        flag = reserved_flag(arg)
-        if flag:
-            raise fail(f"docker_args.{i}", f"`{flag}` is set by clusterctl itself and may not be given here")
+        if reserved_flag(arg):
+            problems.add(f"docker_args.{i}", f"`{reserved_flag(arg)}` is set by clusterctl itself "
+                                             "and may not be given here", hint=False)
     for i, mount in enumerate(spec.mounts):
         problem = mount_problem(mount, expanded=False)
         if problem:
-            raise fail(f"mounts.{i}", problem)
-    if spec.target:
-        problem = target_problem(spec.target)
-        if problem:
-            raise fail("target", problem)
+            problems.add(f"mounts.{i}", problem)
+    if spec.target and target_problem(spec.target):
+        problems.add("target", target_problem(spec.target), hint=False)
 
 
 def reserved_flag(arg: str) -> str | None:
@@ -446,20 +491,21 @@ def _templated_fields(job: Job) -> list[tuple[str, str]]:
     return items
 
 
-def _check_placeholders(job: Job) -> None:
+def _check_placeholders(job: Job, problems: _Problems) -> None:
     valid = job.placeholder_names
+    listing = ", ".join("{" + v + "}" for v in sorted(valid))
     for key, template in _templated_fields(job):
         try:
             names = placeholders(template)
         except ValueError as e:
-            raise UserError(f"{job.where(key)}: {e} in {template!r}; write {{{{ and }}}} for "
-                            "literal braces.") from None
+            problems.add(key, f"{e} in {template!r}; write {{{{ and }}}} for literal braces",
+                         hint=False)
+            continue
         for name in names:
             if name not in valid:
-                raise UserError(
-                    f"{job.where(key)}: unknown placeholder {{{name}}}{did_you_mean(name, valid)}; "
-                    f"valid: {', '.join('{' + v + '}' for v in sorted(valid))} "
-                    "(write {{ and }} for literal braces).")
+                problems.add(key, f"unknown placeholder {{{name}}}{did_you_mean(name, valid)}; "
+                                  f"valid: {listing} (write {{{{ and }}}} for literal braces)",
+                             hint=False)
 
 
 def is_secret_name(name: str, declared=()) -> bool:

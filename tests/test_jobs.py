@@ -194,3 +194,26 @@ def test_fail_rank_test_job_is_valid():
     job = load_job(REPO / "tests" / "jobs" / "fail-rank.yaml")
     assert job.nproc_per_node == 1 and job.env == {"FAIL_AFTER": "3", "FAIL_RANK": "1"}
     assert "sys.exit(3)" in job.command[-1]
+
+
+def test_all_problems_of_a_file_are_reported_at_once_in_line_order(tmp_path):
+    err = load_error(tmp_path, """
+        target: cpuu
+        contract: mpi
+        docker_args: [--rm]
+        command: ["{rank}"]
+        env:
+          GOOD: "{node_rank}"
+          BAD: "{nodes}"
+    """)
+    lines = err.message.splitlines()
+    assert lines[0].endswith("5 problems in the job file (nothing was started):")
+    assert [line.split(": ")[0].rsplit(":", 1)[1] for line in lines[1:]] == ["1", "2", "3", "4", "7"]
+    assert "target" in lines[1] and "contract" in lines[2] and "--rm" in lines[3]
+    assert "{rank}" in lines[4] and "{nodes}" in lines[5]
+    err = load_error(tmp_path, """
+        image: 5
+        command: run
+        nproc_per_node: lots
+    """)
+    assert len(err.message.splitlines()) == 4 and ":3: nproc_per_node" in err.message
