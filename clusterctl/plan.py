@@ -23,9 +23,11 @@ Environment precedence (later wins)
 
 ``MASTER_ADDR`` is the master node's inventory host as the other nodes reach
 it: an ``~/.ssh/config`` alias is resolved to its ``HostName``.  A
-``MASTER_ADDR`` / ``MASTER_PORT`` given by layer 4 or 5 also becomes the
-``{master_addr}`` / ``{master_port}`` placeholder value, so ``PET_MASTER_*`` and
-a command line such as torchrun's ``--master-addr={master_addr}`` agree with it.
+``MASTER_ADDR`` / ``MASTER_PORT`` / ``NPROC_PER_NODE`` given by layer 4 or 5
+also becomes the ``{master_addr}`` / ``{master_port}`` / ``{nproc_per_node}``
+placeholder value (and counts in ``{world_size}``), so ``PET_*`` and a command
+line such as torchrun's ``--master-addr={master_addr}`` agree with it:
+``--set NPROC_PER_NODE=4`` runs 4 processes per node whatever the job says.
 ``--set NAME=VALUE`` where NAME is one of the job's ``params`` sets that
 parameter instead of an environment variable.
 
@@ -199,7 +201,8 @@ def make_plan(job: Job, inventory, *, run_id: str, image: str | None = None,
                      os.environ if host_env is None else host_env)
 
     nodes = list(inventory.nodes)
-    nprocs = [_nproc(job, node) for node in nodes]
+    uppers = [{**node.env, **env_sets} for node in nodes]    # layers 4 and 5, per node
+    nprocs = [_nproc(job, node, upper) for node, upper in zip(nodes, uppers, strict=True)]
     shared = {
         "nnodes": str(len(nodes)),
         "world_size": str(sum(nprocs)),
@@ -209,10 +212,9 @@ def make_plan(job: Job, inventory, *, run_id: str, image: str | None = None,
         "master_port": str(inventory.master_port),
     }
     plans = []
-    for rank, (node, nproc) in enumerate(zip(nodes, nprocs, strict=True)):
+    for rank, (node, nproc, upper) in enumerate(zip(nodes, nprocs, uppers, strict=True)):
         values = {**shared, "node_rank": str(rank), "nproc_per_node": str(nproc),
                   "node_name": node.name, **params}
-        upper = {**node.env, **env_sets}     # layers 4 and 5
         values["master_addr"] = upper.get("MASTER_ADDR", values["master_addr"])
         values["master_port"] = upper.get("MASTER_PORT", values["master_port"])
         iface = node.interface or (interfaces or {}).get(node.name)
@@ -221,7 +223,14 @@ def make_plan(job: Job, inventory, *, run_id: str, image: str | None = None,
     return plans
 
 
-def _nproc(job: Job, node) -> int:
+def _nproc(job: Job, node, upper: Mapping[str, str]) -> int:
+    """Processes on ``node``: NPROC_PER_NODE from inventory env / --set, else the job's value."""
+    given = upper.get("NPROC_PER_NODE")
+    if given is not None:
+        if not given.isdigit() or int(given) < 1:
+            raise UserError(f"NPROC_PER_NODE={given!r} for node {node.name} (inventory env or --set) "
+                            "is not a positive whole number; valid: e.g. NPROC_PER_NODE=4.")
+        return int(given)
     return node.slots if job.nproc_per_node == "slots" else int(job.nproc_per_node)
 
 

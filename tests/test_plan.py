@@ -210,6 +210,21 @@ def test_ddp_smoke_torchrun_command_per_node(tmp_path):
         assert "RANK" not in p.env and "WORLD_SIZE" not in p.env   # torchrun sets them per process
 
 
+def test_set_nproc_per_node_changes_torchrun_and_world_size(tmp_path):
+    inv = load_inventory(write(tmp_path, "inv.yaml", """
+        nodes:
+          - {name: n1, host: 10.0.0.1}
+          - {name: n2, host: 10.0.0.2, env: {NPROC_PER_NODE: "1"}}
+    """))
+    n1, n2 = make_plan(load_job("ddp-smoke"), inv, run_id="r")
+    assert (n1.nproc, n2.nproc) == (2, 1) and "--nproc-per-node=1" in n2.argv
+    n1, n2 = make_plan(load_job("ddp-smoke"), inv, run_id="r", overrides={"NPROC_PER_NODE": "3"})
+    assert (n1.nproc, n2.nproc) == (3, 3)
+    assert "--nproc-per-node=3" in n1.argv and n2.env["PET_NPROC_PER_NODE"] == "3"
+    with pytest.raises(UserError, match="NPROC_PER_NODE='two'.*positive whole number"):
+        make_plan(load_job("ddp-smoke"), inv, run_id="r", overrides={"NPROC_PER_NODE": "two"})
+
+
 # --------------------------------------------------------------------------- precedence
 
 def test_precedence_target_job_inventory_set(tmp_path):
