@@ -190,7 +190,11 @@ def shipped_jobs() -> dict[str, Path]:
 
 
 def job_path(name_or_path: str | Path) -> Path:
-    """The file of a job given by shipped name or by path; UserError when neither exists."""
+    """The file of a job given by shipped name or by path; UserError when neither exists.
+
+    A shipped name wins over a file of the same name in the working directory
+    (write ``./bert`` for the file).
+    """
     text = str(name_or_path)
     shipped = shipped_jobs()
     if text in shipped:
@@ -198,6 +202,8 @@ def job_path(name_or_path: str | Path) -> Path:
     p = Path(text).expanduser()
     if p.is_file():
         return p
+    if p.exists():
+        raise UserError(f"job {text} is not a file; valid: a shipped job name or a job YAML file.")
     looks_like_path = "/" in text or text.endswith((".yaml", ".yml"))
     if looks_like_path:
         raise UserError(f"job file {text} does not exist.")
@@ -209,8 +215,8 @@ def job_path(name_or_path: str | Path) -> Path:
 def load_job(name_or_path: str | Path) -> Job:
     """Load and validate a job (shipped name or file path); UserError with file:line: key."""
     path = job_path(name_or_path)
-    data, lines = _load_yaml(path)
-    return _validate(path, data, lines)
+    data, lines, repeated = _load_yaml(path)
+    return _validate(path, data, lines, repeated)
 
 
 def list_jobs() -> list[Job]:
@@ -220,8 +226,12 @@ def list_jobs() -> list[Job]:
 
 # --------------------------------------------------------------------------- YAML + lines
 
-def _load_yaml(path: Path) -> tuple[Any, dict[str, int]]:
-    """Parse ``path`` (safe loader) and map each key path (``env.PHASE``) to its 1-based line.
+def _load_yaml(path: Path) -> tuple[Any, dict[str, int], list[tuple[str, int, int]]]:
+    """Parse ``path`` (safe loader): (data, {key path: 1-based line}, repeated keys).
+
+    Key paths look like ``env.PHASE`` or ``command.0``; a repeated key is
+    (key path, its line, the line where it was first written) - YAML would
+    silently keep only the last one.
 
     Scalars under ``env``, ``params``, ``command``, ``docker_args`` and
     ``mounts`` are kept exactly as written (``PHASE: 1`` gives ``"1"``,
@@ -237,7 +247,8 @@ def _load_yaml(path: Path) -> tuple[Any, dict[str, int]]:
     try:
         root = loader.get_single_node()
         lines: dict[str, int] = {}
-        data = None if root is None else _build(loader, root, "", lines)
+        repeated: list[tuple[str, int, int]] = []
+        data = None if root is None else _build(loader, root, "", lines, repeated)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
         at = f"{path}:{mark.line + 1}" if mark else str(path)
@@ -246,26 +257,31 @@ def _load_yaml(path: Path) -> tuple[Any, dict[str, int]]:
                         "on this line and the one above).") from None
     finally:
         loader.dispose()
-    return data, lines
+    return data, lines, repeated
 
 
 _TEXT_SECTIONS = ("env", "params", "command", "docker_args", "mounts")
 _NULL = "tag:yaml.org,2002:null"
 
 
-def _build(loader: yaml.SafeLoader, node: yaml.Node, key: str, lines: dict[str, int]) -> Any:
-    """Python data from a composed YAML node, recording each key's line."""
+def _build(loader: yaml.SafeLoader, node: yaml.Node, key: str, lines: dict[str, int],
+           repeated: list[tuple[str, int, int]]) -> Any:
+    """Python data from a composed YAML node, recording each key's line and repeated keys."""
     if key:
         lines.setdefault(key, node.start_mark.line + 1)
     if isinstance(node, yaml.SequenceNode):
-        return [_build(loader, item, f"{key}.{i}", lines) for i, item in enumerate(node.value)]
+        return [_build(loader, item, f"{key}.{i}", lines, repeated)
+                for i, item in enumerate(node.value)]
     if isinstance(node, yaml.MappingNode):
         out: dict = {}
         for k, v in node.value:
             name = loader.construct_object(k, deep=True)
             sub = f"{key}.{name}" if key else str(name)
-            lines[sub] = k.start_mark.line + 1
-            out[name] = _build(loader, v, sub, lines)
+            line = k.start_mark.line + 1
+            if sub in lines and isinstance(name, (str, int)) and name in out:
+                repeated.append((sub, line, lines[sub]))
+            lines[sub] = line
+            out[name] = _build(loader, v, sub, lines, repeated)
         return out
     if isinstance(node, yaml.ScalarNode) and node.tag != _NULL and key.count(".") == 1 \
             and key.split(".")[0] in _TEXT_SECTIONS:
@@ -327,11 +343,15 @@ class _Problems:
             raise JobFileError(self.path, self.found)
 
 
-def _validate(path: Path, data: Any, lines: dict[str, int]) -> Job:
+def _validate(path: Path, data: Any, lines: dict[str, int],
+              repeated: list[tuple[str, int, int]] = ()) -> Job:
     if not isinstance(data, dict):
         raise UserError(f"{path}: a job file is a YAML mapping with at least `command` and "
                         f"`target` or `image` (keys: {', '.join(KEY_HELP)}).")
     problems = _Problems(path, lines)
+    for key, line, first in repeated:
+        problems.add_plain(line, f"{path}:{line}: {key}: written twice (also on line {first}); "
+                                 "valid: each key once per mapping.")
     try:
         spec = _Spec.model_validate(data)
     except ValidationError as e:

@@ -217,3 +217,20 @@ def test_all_problems_of_a_file_are_reported_at_once_in_line_order(tmp_path):
         nproc_per_node: lots
     """)
     assert len(err.message.splitlines()) == 4 and ":3: nproc_per_node" in err.message
+
+
+def test_a_repeated_key_is_a_problem_not_silently_the_last(tmp_path):
+    err = load_error(tmp_path, """
+        image: x
+        command: [run]
+        env:
+          PHASE: 1
+          BATCH_SIZE: 8
+          PHASE: 2
+    """)
+    assert ":6: env.PHASE: written twice (also on line 4)" in err.message
+
+
+def test_a_directory_is_not_a_job(tmp_path):
+    with pytest.raises(UserError, match="is not a file"):
+        load_job(str(tmp_path))
