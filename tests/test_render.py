@@ -126,7 +126,7 @@ def test_render_never_replaces_the_working_directory(in_tmp, where):
     assert list(in_tmp.iterdir()) == []
 
 
-def test_a_failure_while_writing_leaves_nothing(in_tmp, wheelhouse, monkeypatch):
+def test_an_injected_failure_while_writing_leaves_nothing(in_tmp, wheelhouse, monkeypatch):
     from clusterctl import wheelhouse as wh
 
     def broken_link(src, dst):  # failure injection: the disk fills up while linking wheels
