@@ -37,6 +37,14 @@ from torch.nn.parallel import DistributedDataParallel  # noqa: E402
 FEATURES = 16
 
 
+def say(line: str) -> None:
+    """Print one line in ONE write: the node's processes share the container's stdout, and
+    torchrun runs them unbuffered (-u), where print() writes text and newline separately and
+    two ranks' lines could interleave."""
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
 def env_int(name: str, default: int) -> int:
     return int(os.environ.get(name, default))
 
@@ -112,8 +120,8 @@ def main() -> int:
         with torch.no_grad():
             next(model.parameters()).add_(1e-3)
     digest = weights_digest(model)
-    print(f"rank {rank}/{world} node={node} local_rank={local_rank} weights-sha256={digest} "
-          f"steps={steps} loss0={loss0:.6f}", flush=True)
+    say(f"rank {rank}/{world} node={node} local_rank={local_rank} weights-sha256={digest} "
+        f"steps={steps} loss0={loss0:.6f}")
 
     results = gather(rank, node, digest, loss0, world)
     dist.barrier()  # nobody leaves (and has torchrun kill its siblings) before all have the results
@@ -121,12 +129,12 @@ def main() -> int:
 
     found = problems(results, initial)
     if found:
-        print(f"ddp-smoke FAILED on rank {rank}: {'; '.join(found)}", flush=True)
+        say(f"ddp-smoke FAILED on rank {rank}: {'; '.join(found)}")
         return 1
     if rank == 0:
         nodes = len({r["node"] for r in results})
-        print(f"ddp-smoke OK: {world} ranks on {nodes} node{'s' if nodes != 1 else ''} hold identical "
-              f"weights sha256={digest} after {steps} steps", flush=True)
+        say(f"ddp-smoke OK: {world} ranks on {nodes} node{'s' if nodes != 1 else ''} hold identical "
+            f"weights sha256={digest} after {steps} steps")
     return 0
 
 
