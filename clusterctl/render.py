@@ -35,7 +35,7 @@ import jinja2
 from jinja2.sandbox import SandboxedEnvironment
 
 from clusterctl import paths
-from clusterctl.errors import ClusterctlError, UserError, one_of
+from clusterctl.errors import ClusterctlError, EnvironmentProblem, UserError, one_of
 from clusterctl.targets import Resolved, get_target, resolve
 
 DOCKERFILES_DIR = Path("dockerfiles")
@@ -452,6 +452,8 @@ def build_target(client, plan: BuildPlan, *, nocache: bool = False,
         return Built(plan.tag, image_id, None, _smoke_or_untag(client, plan.tag, r.smoke))
     if plan.local_base:
         baseimage.ensure_base_image(client, tag=plan.local_base, log=log)
+    else:
+        _ensure_from_image(client, r.base_image, log)
     house = plan.wheelhouse
     if plan.needs_wheelhouse:
         house = wh.prepare(r.requirements, python_version=_python_version(r), log=log)
@@ -464,6 +466,23 @@ def build_target(client, plan: BuildPlan, *, nocache: bool = False,
     if previous and previous != image_id:
         _remove_replaced(client, previous)
     return Built(plan.tag, image_id, rendered, smoke)
+
+
+def _ensure_from_image(client, ref: str, log: Callable[[str], None]) -> None:
+    """The FROM image must be in the local engine or pullable; say which, before any work is done."""
+    from docker.errors import APIError
+
+    if _image_id(client, ref):
+        return
+    log(f"base image {ref} is not in the local engine; pulling it")
+    try:
+        client.images.pull(ref)
+    except APIError as e:
+        raise EnvironmentProblem(
+            f"base image {ref} is not in the local Docker engine and cannot be pulled "
+            f"({e.explanation or e}). Load it first (`docker load -i FILE`, e.g. the tarball a vendor "
+            "such as Cambricon ships) or build FROM an image you have with --base-image REF."
+        ) from None
 
 
 def _image_id(client, tag: str) -> str | None:

@@ -116,6 +116,17 @@ def test_dry_run_needs_no_engine_and_builds_nothing(in_tmp, monkeypatch):
 # ---------------------------------------------------------------- real builds
 
 
+@pytest.mark.docker
+def test_a_base_image_the_engine_lacks_and_cannot_pull(in_tmp, docker_client):
+    """Real engine, real failed pull (no registry is reachable here): exit 2 before any work."""
+    result = runner.invoke(app, ["build", "--target", "cambricon"])
+    assert result.exit_code == 2, result.output
+    assert "base image pytorch:v1.17.0-torch1.13.1-ubuntu20.04-py310 is not in the local Docker engine" \
+        in result.output
+    assert "docker load -i FILE" in result.output and "--base-image REF" in result.output
+    assert not (in_tmp / "dockerfiles").exists()
+
+
 def _label_and_smoke(docker_client, tag: str) -> tuple[dict, str]:
     from clusterctl.imagebuild import run_smoke
 
