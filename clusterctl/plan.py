@@ -355,6 +355,12 @@ def mask_text(text: str, values: Iterable[str]) -> str:
     return text
 
 
+def secret_values(plans: Iterable[NodePlan]) -> list[str]:
+    """Every secret value of the plans, for masking other text (log lines, clusterctl's own
+    command line with ``--set TOKEN=...`` in run.json) with :func:`mask_text`."""
+    return sorted({p.env[k] for p in plans for k in p.secrets if p.env.get(k)})
+
+
 def masked(plan: NodePlan) -> NodePlan:
     """The plan as it may be shown or recorded: secret values masked, no stdin."""
     secret_values = [plan.env[k] for k in plan.secrets if k in plan.env]
@@ -389,5 +395,5 @@ def render_dry_run(plans: Sequence[NodePlan], json: bool = False) -> str:
 
 __all__ = [
     "MASK", "NodePlan", "container_name", "make_plan", "mask_env", "mask_text", "masked",
-    "parse_sets", "plan_record", "render_dry_run", "resolve_host",
+    "parse_sets", "plan_record", "render_dry_run", "resolve_host", "secret_values",
 ]

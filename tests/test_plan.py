@@ -21,10 +21,12 @@ from clusterctl.plan import (
     MASK,
     make_plan,
     mask_env,
+    mask_text,
     masked,
     parse_sets,
     plan_record,
     render_dry_run,
+    secret_values,
 )
 from clusterctl.transport import Cluster, command_line
 
@@ -357,6 +359,9 @@ def test_secrets_never_in_argv_and_masked_in_text_and_json(secret_plans):
     assert data[0]["env"]["HF_TOKEN"] == MASK and data[0]["env"]["PLAIN"] == "visible"
     assert set(data[0]["secrets"]) == n1.secrets
     assert masked(n1).stdin is None and masked(n1).env["DB_PASSWORD"] == MASK
+    assert secret_values(secret_plans) == sorted(SECRET_VALUES)
+    user_argv = ["clusterctl", "launch", "job", "--set", "DB_PASSWORD=set-db-pass"]
+    assert [mask_text(a, secret_values(secret_plans)) for a in user_argv][-1] == f"DB_PASSWORD={MASK}"
 
 
 def test_mask_env_by_name_and_listing():
