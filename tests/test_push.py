@@ -25,12 +25,25 @@ pytestmark = [pytest.mark.sandbox, pytest.mark.docker, pytest.mark.slow]
 LAYER = 5 * 1024 * 1024
 #: tar metadata around the new layer: config, manifest, v1 json + VERSION per layer, headers
 METADATA_OVERHEAD = 64 * 1024
+PINNED = "clusterctl-test/push:cpu"
 runner = CliRunner()
 
 
 @pytest.fixture(scope="module")
 def cpu(docker_client, cpu_image) -> distribute.SourceImage:
-    return distribute.source_image(docker_client, cpu_image)
+    """The cpu image under this module's own tag, held by a stopped container: another
+    session on the machine may rebuild the shared tag meanwhile and remove the image it
+    replaced (render._remove_replaced), which would change the image under these tests."""
+    docker_client.api.tag(cpu_image, PINNED)
+    holder = docker_client.containers.create(PINNED, command=["true"])
+    try:
+        yield distribute.source_image(docker_client, PINNED)
+    finally:
+        holder.remove(force=True)
+        try:
+            docker_client.api.remove_image(PINNED)
+        except Exception:  # noqa: BLE001 - already gone
+            pass
 
 
 def _derived(docker_client, base: str, tag: str, size: int) -> distribute.SourceImage:
