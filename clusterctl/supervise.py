@@ -42,6 +42,19 @@ class BoundedTimeout(Exception):
     """A call on a node did not return within its deadline."""
 
 
+def ping(conn) -> None:
+    """One SSH round trip answered by the node's sshd itself (no process is started there).
+
+    A global request with want-reply (OpenSSH answers it even when it does not
+    know it: REQUEST_FAILURE is an answer too); raises when the connection died.
+    Unbounded by itself: call it through :func:`bounded`.
+    """
+    transport = conn.transport
+    transport.global_request("keepalive@openssh.com", wait=True)
+    if not transport.is_active():
+        raise ConnectionError("the SSH connection was lost")
+
+
 def bounded(fn: Callable[[], object], timeout: float, name: str = "bounded"):
     """Run ``fn`` in a daemon thread and give up after ``timeout`` seconds.
 
@@ -132,9 +145,10 @@ def run_exit_code(first: Failure | None, interrupted: str | None = None) -> int:
 class Settings:
     """Timing knobs; defaults suit a LAN cluster (a lost node is declared within ~15 s)."""
 
-    probe_interval: float = 2.0  # seconds between liveness probes of a node
+    probe_interval: float = 2.0  # seconds between liveness probes (SSH round trips) of a node
     probe_timeout: float = 6.0  # one probe's deadline
-    lost_after: float = 12.0  # no answer for this long: the node is lost
+    lost_after: float = 15.0  # no SSH answer for this long: the node is lost
+    state_every: int = 5  # every Nth probe also reads the container state (backup for the waiter)
     stop_grace: int = 3  # `docker stop --time`: SIGTERM, then SIGKILL after this
     stop_timeout: float = 20.0  # deadline of one node's stop call
     drain_timeout: float = 5.0  # wait for the streams' last lines after the end
@@ -191,34 +205,42 @@ class Supervisor:
         """Waiter: ``docker wait`` returns the exit code as soon as the container ends."""
         try:
             res = self.cluster.connection(src.node).run(["docker", "wait", src.container])
-            code = int(res.stdout.strip().splitlines()[-1])
         except Exception:  # noqa: BLE001 - the prober judges an unreachable node
             return
-        self._events.put(_Event("exit", src.node, exit_code=code))
+        if res.exit_code == 0 and res.stdout.strip():
+            self._events.put(_Event("exit", src.node, exit_code=int(res.stdout.split()[-1])))
+        elif "No such container" in res.stderr:
+            self._events.put(_Event("exit", src.node, exit_code=NODE_LOST_EXIT,
+                                    reason="the container was removed on the node by someone else"))
 
     def _probe(self, src: Source) -> None:
-        """Prober: a bounded ``docker inspect`` every probe_interval; silence means lost."""
+        """Prober: a bounded SSH round trip every probe_interval; silence means lost.
+
+        Liveness is judged at the SSH level (:func:`ping`, answered by sshd
+        itself), never by a docker command: a busy node's dockerd may take many
+        seconds to answer ``docker inspect``, and that must not kill a healthy
+        run.  Every ``state_every`` probes the container state is read too, as a
+        backup for the waiter (its news is lost if its channel broke); that read
+        may be slow or fail without consequence.
+        """
         s = self.settings
         last_ok = time.time()
         reason = ""
+        n = 0
         while not self._done.is_set():
+            n += 1
             try:  # connecting again (after a dead connection) is bounded too
-                states = bounded(lambda: inspect_containers(self.cluster.connection(src.node), [src.container],
-                                                            timeout=s.probe_timeout),
-                                 s.probe_timeout, name=f"probe-{src.node}")
+                bounded(lambda: ping(self.cluster.connection(src.node)), s.probe_timeout,
+                        name=f"ping-{src.node}")
                 last_ok = time.time()
-                if states:
-                    self._events.put(_Event("state", src.node, state=states[0]))
-                else:
-                    self._events.put(_Event("exit", src.node, exit_code=NODE_LOST_EXIT,
-                                            reason="the container disappeared (removed on the node)"))
-                    return
             except Exception as e:  # noqa: BLE001 - any failure to answer counts as silence
                 reason = str(e) or e.__class__.__name__
             if time.time() - last_ok >= s.lost_after:
                 self._events.put(_Event("lost", src.node, at=last_ok, reason=(
                     f"no reply for {time.time() - last_ok:.0f}s ({reason})")))
                 return
+            if n % s.state_every == 0:
+                self._check_state(src)
             self._done.wait(s.probe_interval)
 
     # --- main loop -----------------------------------------------------------------------
@@ -243,6 +265,19 @@ class Supervisor:
                 return
             if len(self._exit_codes) == len(self.sources):
                 return  # everyone exited 0
+
+    def _check_state(self, src: Source) -> None:
+        """Backup exit detection: the container's state, read in the background."""
+        def read() -> None:
+            try:
+                states = inspect_containers(self.cluster.connection(src.node), [src.container],
+                                            timeout=self.settings.probe_timeout * 3)
+            except Exception:  # noqa: BLE001 - slow or failing: the next round tries again
+                return
+            if states:  # nothing found may just be a busy daemon: the waiter sees a removal
+                self._events.put(_Event("state", src.node, state=states[0]))
+
+        threading.Thread(target=read, name=f"state-{src.node}", daemon=True).start()
 
     def _handle_events(self) -> None:
         while True:
