@@ -198,6 +198,11 @@ class Member:
     def padded(self) -> int:
         return _padded(self.size)
 
+    @property
+    def is_file(self) -> bool:
+        """A regular file (layer tars, json); links and directories carry no data."""
+        return self.type in (b"0", b"\0", b"7")
+
 
 def members(reader: _ChunkReader) -> Iterator[Member | bytes]:
     """Walk a tar stream: yields a Member (caller must consume its ``padded`` data bytes),
@@ -329,7 +334,6 @@ class LayerIndex:
         self.image = image
         self.chains = image.chain_ids
         self.paths: dict[str, str] = dict(layout or {})
-        self.derived = 0  # layers recognised without a manifest
 
     def note_small(self, member: Member, data: bytes) -> None:
         """Learn from a small member that precedes layers (a legacy ``<v1id>/json``)."""
@@ -337,8 +341,6 @@ class LayerIndex:
             pos = legacy_layer_position(data.decode("utf-8", "replace"), self.chains)
             if pos is not None:
                 path = member.name[: -len("json")] + "layer.tar"
-                if path not in self.paths:
-                    self.derived += 1
                 self.paths.setdefault(path, self.image.diff_ids[pos])
 
     def diff_id(self, member: Member) -> str | None:
@@ -346,7 +348,6 @@ class LayerIndex:
             return self.paths[member.name]
         m = re.fullmatch(r"blobs/sha256/([0-9a-f]{64})", member.name)
         if m and f"sha256:{m.group(1)}" in self.image.diff_ids:
-            self.derived += 1
             return f"sha256:{m.group(1)}"
         return None
 
@@ -385,7 +386,7 @@ def filter_save_stream(chunks: Iterable[bytes], image: SourceImage, send: set[st
             stats.bytes_out += len(item)
             yield item
             break
-        diff = index.diff_id(item) if item.type in (b"0", b"\0", b"7") else None
+        diff = index.diff_id(item) if item.is_file else None
         if diff is not None and diff not in send:
             stats.layers_skipped += 1
             for _ in reader.pieces(item.padded):
@@ -393,12 +394,12 @@ def filter_save_stream(chunks: Iterable[bytes], image: SourceImage, send: set[st
             continue
         if diff is not None:
             stats.layers_sent += 1
-        elif LayerIndex.looks_like_layer(item) and item.type in (b"0", b"\0", b"7"):
+        elif item.is_file and LayerIndex.looks_like_layer(item):
             stats.unidentified.append(item.name)
             stats.layers_sent += 1
         stats.bytes_out += len(item.header)
         yield item.header
-        if item.size <= SMALL_MEMBER and item.type in (b"0", b"\0", b"7"):
+        if item.is_file and item.size <= SMALL_MEMBER:
             data = reader.read_exact(item.padded)
             stats.small[item.name] = data[:item.size]
             index.note_small(item, data[:item.size])
