@@ -20,6 +20,7 @@ import shutil
 import subprocess
 import tarfile
 import tempfile
+import threading
 from pathlib import Path
 
 import pytest
@@ -243,3 +244,36 @@ def test_unknown_local_image_is_a_user_error_naming_it(docker_client):
     with pytest.raises(UserError) as e:
         distribute.source_image(docker_client, "clusterctl-test/no-such-image:1")
     assert "clusterctl-test/no-such-image:1" in e.value.message and e.value.exit_code == 2
+
+
+# --------------------------------------------------------------------------- shared save
+
+def test_shared_save_feeds_every_reader_the_same_stream_and_survives_a_dropout(
+        docker_client, images):
+    _, child = images
+    whole = _save(docker_client, child)
+    shared = distribute.SharedSave(docker_client, child.id, ["a", "b", "gone"])
+    try:
+        shared.detach("gone")  # a node that failed before reading must not stall the others
+        out = {}
+        def read(name):
+            out[name] = b"".join(shared.chunks(name))
+            shared.detach(name)
+
+        threads = [threading.Thread(target=read, args=(n,)) for n in ("a", "b")]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=120)
+        assert out == {"a": whole, "b": whole}
+    finally:
+        shared.close()
+
+
+def test_shared_save_of_a_missing_image_is_a_stream_error(docker_client):
+    shared = distribute.SharedSave(docker_client, "sha256:" + "0" * 64, ["a"])
+    try:
+        with pytest.raises(distribute.StreamError, match="docker save failed"):
+            b"".join(shared.chunks("a"))
+    finally:
+        shared.close()
