@@ -195,3 +195,24 @@ def test_a_failing_smoke_fails_the_build_and_untags(in_tmp, docker_client, cpu_i
     assert "smoke test failed" in str(e.value) and "exited 3" in str(e.value)
     with pytest.raises(ImageNotFound):
         docker_client.images.get(throwaway_tag)
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_build_cpu_from_a_user_wheelhouse(in_tmp, docker_client, cpu_image, throwaway_tag):
+    """--wheelhouse DIR replaces the prepared one: its wheels are what the image installs from."""
+    from clusterctl import targets, wheelhouse
+
+    house = in_tmp / "my-wheels"
+    cached = wheelhouse.prepare(targets.resolve("cpu").requirements, log=lambda line: None)
+    wheelhouse.link_into(cached, house)   # a plain directory of wheels, no clusterctl manifest
+
+    result = runner.invoke(app, ["build", "--target", "cpu", "--tag", throwaway_tag,
+                                 "--wheelhouse", str(house)])
+
+    assert result.exit_code == 0, result.output
+    assert "pip download" not in result.output     # nothing was prepared
+    context_wheels = sorted(p.name for p in (in_tmp / "dockerfiles" / "cpu" / "wheels").iterdir())
+    assert context_wheels == sorted(p.name for p in house.iterdir())
+    _, probe = _label_and_smoke(docker_client, throwaway_tag)
+    assert probe.split()[:3] == ["gloo", "True", "2.13.0+cpu"]
