@@ -204,10 +204,11 @@ def launch(job, inventory, *, image: str | None = None, overrides: Mapping[str, 
            on_started: Callable[[runs.RunRecord], None] | None = None) -> RunResult:
     """Run ``job`` on every node of ``inventory``; see the module docstring for the steps.
 
-    ``stream``: where the merged log goes (default stdout; None-like ``False``
-    is not accepted: pass ``io.StringIO()`` to silence).  ``stop_event``: set it
-    to stop the run as Ctrl-C would (the library's way to interrupt);
-    ``handle_signals``: SIGINT/SIGTERM do that (the CLI sets it).  Returns a
+    ``stream``: where the merged log goes (default stdout; pass an
+    ``io.StringIO()`` to keep it quiet - runs/<id>/ gets it anyway).
+    ``stop_event``: set it to stop the run as Ctrl-C would (the library's way to
+    interrupt); ``handle_signals``: SIGINT/SIGTERM set it (the CLI does this).
+    ``on_started(record)`` is called once every container runs.  Returns a
     RunResult whose ``exit_code`` is the job's true outcome.
     """
     run_id = runs.check_run_id(run_id) if run_id else runs.new_run_id(job.name)
