@@ -440,7 +440,8 @@ def _keygen(path: Path, comment: str) -> None:
 
 def _ensure_keys(sb: Sandbox) -> None:
     sb.dir.mkdir(parents=True, exist_ok=True)
-    sb.dir.chmod(0o755)  # sshd StrictModes: no group/world write on the authorized_keys path
+    for d in (state_base(), sb.dir):  # sshd StrictModes: no group/world write on the key's path
+        d.chmod(0o755)
     _keygen(sb.key_path, f"clusterctl-sandbox-{sb.name}")
     sb.authorized_keys.write_text(sb.key_path.with_suffix(".pub").read_text())
     sb.authorized_keys.chmod(0o644)
@@ -699,9 +700,8 @@ def _inventory_owner(path: Path) -> str | None:
             first = f.readline()
     except OSError:
         return None
-    if first.startswith(INVENTORY_MARKER):
-        return first[len(INVENTORY_MARKER):].strip()
-    return None
+    owner = first[len(INVENTORY_MARKER):].strip() if first.startswith(INVENTORY_MARKER) else ""
+    return owner if _NAME_RE.match(owner) else None
 
 
 def _check_inventory_ours(path: Path, name: str) -> None:
