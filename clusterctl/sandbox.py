@@ -639,7 +639,8 @@ def up(n: int, *, name: str = DEFAULT_NAME, subnet: str = DEFAULT_SUBNET,
     check_bandwidth(bandwidth)
     parse_subnet(subnet, n)
     require_environment("clusterctl sandbox up")
-    inventory = Path(inventory_path).absolute()
+    inventory = Path(inventory_path).expanduser().absolute()
+    _check_inventory_writable(inventory)
     with _locked(name):
         old = _existing(name)
         if old is not None and old.subnet != subnet:
@@ -702,6 +703,21 @@ def _inventory_owner(path: Path) -> str | None:
         return None
     owner = first[len(INVENTORY_MARKER):].strip() if first.startswith(INVENTORY_MARKER) else ""
     return owner if _NAME_RE.match(owner) else None
+
+
+def _check_inventory_writable(path: Path) -> None:
+    """Find out before anything starts that the inventory can be written where asked."""
+    if path.is_dir():
+        raise UserError(f"--inventory {path} is a directory; give a file path such as "
+                        f"{path / 'sandbox.yaml'}.")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UserError(f"cannot write the inventory to {path}: {e.strerror}; pass another "
+                        "--inventory PATH.") from None
+    if not os.access(path.parent, os.W_OK):
+        raise UserError(f"cannot write the inventory to {path}: {path.parent} is not writable; "
+                        "pass another --inventory PATH.")
 
 
 def _check_inventory_ours(path: Path, name: str) -> None:

@@ -416,6 +416,18 @@ def test_an_inventory_not_ours_is_not_overwritten(tmp_path):
     assert inv.read_text() == "nodes: [{host: example}]\n" and _traces("zzqinv") == []
 
 
+@pytest.mark.parametrize("where", ["dir", "/proc/sys/clusterctl/inv.yaml"])
+def test_an_unwritable_inventory_path_is_refused_before_anything_starts(where, tmp_path):
+    _needs_root()
+    path = str(tmp_path) if where == "dir" else where
+    r = _cli("sandbox", "up", "--nodes", "1", "--name", "zzqinv", "--subnet", LIFE_SUBNET,
+             "--inventory", path)
+    msg = _message(r)
+    assert r.exit_code == 2, msg
+    assert "--inventory" in msg and path in msg and "Traceback" not in msg
+    assert _traces("zzqinv") == []
+
+
 def test_a_missing_tool_is_named_with_its_package(tmp_path, monkeypatch):
     """PATH without dockerd and sshd: the message names both and the apt-get line."""
     _needs_root()
