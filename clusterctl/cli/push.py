@@ -30,7 +30,7 @@ class PlainProgress:
 
     def started(self, node: str, plan: str) -> None:
         with self._lock:
-            out.print(f"{node}: {plan}")
+            out.print(f"{node}: {plan}", markup=False)
 
     def sent(self, node: str, nbytes: int) -> None:
         pass
@@ -38,7 +38,7 @@ class PlainProgress:
     def finished(self, result: distribute.PushResult) -> None:
         with self._lock:
             out.print(f"{result.node}: {result.describe()}, {_size(result.bytes_sent)} sent "
-                      f"in {result.seconds:.1f}s")
+                      f"in {result.seconds:.1f}s", markup=False)
 
 
 class LiveProgress:
@@ -52,18 +52,18 @@ class LiveProgress:
     def _task(self, node: str) -> int:
         with self._lock:
             if node not in self.tasks:
-                self.tasks[node] = self.bar.add_task(node, total=None, plan="connecting")
+                self.tasks[node] = self.bar.add_task(escape(node), total=None, plan="connecting")
             return self.tasks[node]
 
     def started(self, node: str, plan: str) -> None:
-        self.bar.update(self._task(node), plan=plan)
+        self.bar.update(self._task(node), plan=escape(plan))
 
     def sent(self, node: str, nbytes: int) -> None:
         self.bar.advance(self._task(node), nbytes)
 
     def finished(self, result: distribute.PushResult) -> None:
         task = self._task(result.node)
-        self.bar.update(task, plan=result.describe(), total=result.bytes_sent or 1,
+        self.bar.update(task, plan=escape(result.describe()), total=result.bytes_sent or 1,
                         completed=result.bytes_sent or 1)
         self.bar.stop_task(task)
 
