@@ -149,7 +149,9 @@ def small_image(docker_client, sandbox3, cpu, first_push):
 
 def test_node_with_sshd_stopped_is_named_and_the_others_still_get_the_image(
         sandbox3, small_image):
-    down, *up = list(sandbox3.nodes)[1:2] + [n for i, n in enumerate(sandbox3.nodes) if i != 1]
+    names = list(sandbox3.nodes)
+    down = names[1]
+    up = [n for n in names if n != down]
     sandbox3.stop_sshd(down)
     try:
         result = runner.invoke(app, ["push", small_image.ref,
