@@ -761,15 +761,14 @@ def push_image(image_ref: str, target, *, progress: PushProgress | None = None,
 
     client = client or engine.client()
     image = source_image(client, image_ref)
-    layout = layout_for(client, image)
     progress = progress or _NoProgress()
     if isinstance(target, Cluster):
-        return _push_all(target, client, image, layout, progress, nodes)
+        return _push_all(target, client, image, progress, nodes)
     with Cluster(target, fanout=fanout, accept_new_host_keys=accept_new_host_keys) as cluster:
-        return _push_all(cluster, client, image, layout, progress, nodes)
+        return _push_all(cluster, client, image, progress, nodes)
 
 
-def _push_all(cluster, client, image, layout, progress, nodes) -> list[PushResult]:
+def _push_all(cluster, client, image, progress, nodes) -> list[PushResult]:
     plans = cluster.map(lambda conn: plan_node(conn, image, progress), nodes)
     results: dict[str, PushResult] = {}
     streaming: list[str] = []
@@ -782,10 +781,13 @@ def _push_all(cluster, client, image, layout, progress, nodes) -> list[PushResul
             results[name] = plan.result
             if plan.send is not None:
                 streaming.append(name)
+    layout = layout_for(client, image) if streaming else None  # a first pass only if needed
     batch_size = cluster.settings.fanout
     for first in range(0, len(streaming), batch_size):
         batch = [n for n in streaming[first:first + batch_size]
                  if _still_connected(cluster, plans[n], progress)]
+        if not batch:
+            continue
         source = SharedSave(client, image.id, batch)
         try:
             done = cluster.map(lambda conn, source=source: deliver(
