@@ -12,19 +12,23 @@ group = typer.Typer(
     no_args_is_help=True,
 )
 
-_NAME = typer.Option(sandbox.DEFAULT_NAME, "--name", help="Sandbox name (1-8 of a-z0-9).")
+_NAME = typer.Option(sandbox.DEFAULT_NAME, "--name", metavar="NAME",
+                     help="Sandbox name: 1-8 of a-z0-9, a letter first.")
 
 
 @group.command("up")
 def up(
-    nodes: int = typer.Option(..., "--nodes", "-n", help="Number of emulated nodes."),
+    # no -n: elsewhere -n is the inventory file, here --nodes is a count
+    nodes: int = typer.Option(..., "--nodes", metavar="N", help="Number of emulated nodes."),
     name: str = _NAME,
-    subnet: str = typer.Option(sandbox.DEFAULT_SUBNET, "--subnet",
-                               help="Private IPv4 network; head .1, nodes .11, .12, ..."),
-    bandwidth: str = typer.Option(None, "--bandwidth",
-                                  help="Shape each node link and the head uplink, e.g. 200mbit."),
-    slots: int = typer.Option(2, "--slots", help="Processes per node written to the inventory."),
-    inventory: str = typer.Option(sandbox.DEFAULT_INVENTORY, "--inventory",
+    subnet: str = typer.Option(sandbox.DEFAULT_SUBNET, "--subnet", metavar="CIDR",
+                               help="Private IPv4 network; this machine is .1, nodes .11, .12, ..."),
+    bandwidth: str = typer.Option(None, "--bandwidth", metavar="RATE",
+                                  help="Shape each node's link and this machine's uplink with tc tbf, "
+                                       "e.g. 200mbit (omitted: unshaped)."),
+    slots: int = typer.Option(2, "--slots", metavar="N",
+                              help="Processes per node, written to the inventory."),
+    inventory: str = typer.Option(sandbox.DEFAULT_INVENTORY, "--inventory", metavar="PATH",
                                   help="Where to write the sandbox inventory."),
 ) -> None:
     """Create (or complete) a sandbox of N nodes and write its inventory (idempotent)."""
@@ -43,7 +47,8 @@ def down(name: str = _NAME) -> None:
 
 
 @group.command("status")
-def status(name: str = typer.Option(None, "--name", help="Only this sandbox (default: all).")) -> None:
+def status(name: str = typer.Option(None, "--name", metavar="NAME",
+                                     help="Only this sandbox (default: all).")) -> None:
     """List sandboxes and, per node, its netns, address, sshd, dockerd and image count."""
     found = sandbox.status(name)
     if not found:
