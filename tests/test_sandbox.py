@@ -447,7 +447,8 @@ def test_a_missing_tool_is_named_with_its_package(tmp_path, monkeypatch):
     assert _traces("zzqpath") == [] and not (tmp_path / "inv.yaml").exists()
 
 
-def test_not_root_is_refused_with_a_message(tmp_path):
+@pytest.mark.parametrize("command", [["up", "--nodes", "1"], ["down"]])
+def test_not_root_is_refused_with_a_message(command, tmp_path):
     """Run as nobody in a subprocess (root cannot be dropped inside this process); it keeps
     only the capability to read files, since the interpreter may live under /root."""
     if shutil.which("setpriv") is None:
@@ -456,8 +457,8 @@ def test_not_root_is_refused_with_a_message(tmp_path):
     r = subprocess.run(
         ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
          "--inh-caps=+dac_read_search", "--ambient-caps=+dac_read_search",
-         sys.executable, "-m", "clusterctl", "sandbox", "up", "--nodes", "1", "--name", "zzqroot",
-         "--inventory", str(tmp_path / "inv.yaml")],
+         sys.executable, "-m", "clusterctl", "sandbox", *command, "--name", "zzqroot",
+         *(["--inventory", str(tmp_path / "inv.yaml")] if command[0] == "up" else [])],
         capture_output=True, text=True, cwd="/", timeout=60,
         env={**os.environ, "PYTHONPATH": str(repo), "HOME": "/nonexistent"})
     assert r.returncode == 2, r.stderr
