@@ -205,6 +205,9 @@ def test_status_lists_the_nodes(sandbox3):
         row = next(line for line in r.output.splitlines() if f" {node} " in line)
         assert ip in row and sandbox3.netns(node) in row
         assert re.search(r"\bup\b.*\bup\b", row), row  # sshd up, dockerd up
+    every = _cli("sandbox", "status")
+    assert every.exit_code == 0 and f"sandbox {sandbox3.name}: {sandbox3.subnet}" in every.output
+    assert sandbox3.name in sandbox.names()
     st = sandbox.status(sandbox3.name)[0]
     assert st.subnet == sandbox3.subnet and st.bridge_exists
     assert all(n.images is not None for n in st.nodes)
