@@ -860,7 +860,7 @@ def _debris_nodes(name: str) -> list[SandboxNode]:
     indexes |= {int(m.group(1)) for ns in _netns_list() if (m := ns_re.match(ns))}
     indexes |= {int(m.group(1)) for dev in _links() if (m := veth_re.match(dev))}
     for base in (state_base() / name, data_base() / name):
-        if base.is_dir():
+        with contextlib.suppress(OSError):  # absent, or removed meanwhile by a concurrent down
             indexes |= {int(m.group(1)) for d in base.iterdir() if (m := dir_re.match(d.name))}
     net = ipaddress.IPv4Network("0.0.0.0/0")  # the address does not matter for removal
     return [node_for(name, net, i) for i in sorted(indexes)]
@@ -928,7 +928,7 @@ class SandboxStatus:
 def names() -> list[str]:
     """Sandboxes on this machine: recorded ones and debris (a netns or bridge named cc-...)."""
     found = set()
-    if state_base().is_dir():
+    with contextlib.suppress(OSError):
         found |= {d.name for d in state_base().iterdir() if (d / "sandbox.json").exists()}
     found |= {m.group(1) for ns in _netns_list() if (m := re.match(r"^cc-([a-z][a-z0-9]*)-node[0-9]+$", ns))}
     found |= {m.group(1) for dev in _links() if (m := re.match(r"^cc-([a-z][a-z0-9]*)$", dev))}
