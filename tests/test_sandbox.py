@@ -409,6 +409,14 @@ def test_a_subnet_in_use_by_another_sandbox_is_refused(sandbox3, tmp_path):
     assert _traces("zzqover") == [] and not (tmp_path / "inv.yaml").exists()
 
 
+def test_another_live_sandboxs_inventory_is_not_overwritten(sandbox3):
+    before = Path(sandbox3.inventory_path).read_text()
+    r = _cli("sandbox", "up", "--nodes", "1", "--name", "zzqinv", "--subnet", LIFE_SUBNET,
+             "--inventory", str(sandbox3.inventory_path))
+    assert r.exit_code == 2 and f'inventory of sandbox "{sandbox3.name}"' in _message(r)
+    assert Path(sandbox3.inventory_path).read_text() == before and _traces("zzqinv") == []
+
+
 def test_an_inventory_not_ours_is_not_overwritten(tmp_path):
     _needs_root()
     inv = tmp_path / "mine.yaml"
