@@ -621,6 +621,8 @@ def _start_node(sb: Sandbox, node: SandboxNode) -> None:
         dockerd.start(node.daemon, netns=node.netns, extra_args=_dockerd_args(node))
     except EnvironmentProblem as e:
         raise NodeError(node.name, e.message) from None
+    except OSError as e:  # its state or data directory cannot be made
+        raise NodeError(node.name, f"cannot start dockerd: {e}") from None
 
 
 def up(n: int, *, name: str = DEFAULT_NAME, subnet: str = DEFAULT_SUBNET,
@@ -846,7 +848,9 @@ def _unmount_under(path: Path) -> None:
 
 
 def _remove_tree(path: Path) -> None:
-    if path.exists():
+    if path.is_symlink() or path.is_file():
+        path.unlink()
+    elif path.exists():
         _unmount_under(path)
         shutil.rmtree(path, ignore_errors=True)
 

@@ -366,6 +366,22 @@ def test_up_repairs_a_node_whose_namespace_was_deleted(life_sandbox):
     assert sandbox.down(LIFE_NAME) and _traces(LIFE_NAME) == []
 
 
+def test_a_node_that_cannot_start_is_named_and_down_still_cleans_up(life_sandbox):
+    sandbox.up(2, name=LIFE_NAME, subnet=LIFE_SUBNET, inventory_path=life_sandbox)
+    node2 = sandbox.load(LIFE_NAME).node("node2")
+    dockerd.stop(node2.daemon)
+    shutil.rmtree(node2.daemon.data_root)
+    node2.daemon.data_root.write_text("not a directory\n")  # dockerd cannot have its data-root
+    r = _cli("sandbox", "up", "--nodes", "2", "--name", LIFE_NAME, "--subnet", LIFE_SUBNET,
+             "--inventory", str(life_sandbox))
+    msg = _message(r)
+    assert r.exit_code == 1 and msg.startswith("error: node2: ") and "Traceback" not in msg, msg
+    assert str(node2.daemon.data_root) in msg
+    node1 = sandbox.load(LIFE_NAME).node("node1")
+    assert dockerd.socket_answers(node1.daemon.socket)  # the healthy node was not touched
+    assert sandbox.down(LIFE_NAME) and _traces(LIFE_NAME) == []
+
+
 def test_down_of_an_unknown_sandbox_says_so():
     _needs_root()
     r = _cli("sandbox", "down", "--name", "zzqnone")
