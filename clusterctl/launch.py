@@ -25,7 +25,7 @@ import signal
 import sys
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import TextIO
 
@@ -211,10 +211,7 @@ def launch(job, inventory, *, image: str | None = None, overrides: Mapping[str, 
     ``on_started(record)`` is called once every container runs.  Returns a
     RunResult whose ``exit_code`` is the job's true outcome.
     """
-    run_id = runs.check_run_id(run_id) if run_id else runs.new_run_id(job.name)
-    if runs.run_path(run_id).exists():
-        raise UserError(f"run id {run_id!r} is already recorded in {runs.run_path(run_id)}; "
-                        "choose another --run-id (or leave it out for a new one).")
+    run_id = _fresh_run_id(run_id, job)
     stop_event = stop_event or threading.Event()
     # bad input (job, --set, image) is reported before any node is contacted
     plans = plan.make_plan(job, inventory, run_id=run_id, image=image, overrides=overrides)
@@ -228,36 +225,39 @@ def launch(job, inventory, *, image: str | None = None, overrides: Mapping[str, 
         record = new_record(job, inventory, plans, run_id, image_id=image_id, detached=detach, argv=argv)
         record.save()
         caught: list[str] = []
-        signals = stop_on_signals(stop_event, caught.append) if handle_signals else _nothing()
-        with signals:
-            try:
-                start_all(cluster, plans)
-            except StartFailed:
-                record.state, record.exit_code, record.finished = "start-failed", 1, runs.utcnow()
-                record.save()
-                raise
-            mark_running(cluster, record)
-            record.save()
+        with stop_on_signals(stop_event, caught.append) if handle_signals else nullcontext():
+            start_recorded(cluster, plans, record)
             if on_started is not None:
                 on_started(record)
             if detach and not stop_event.is_set():
                 return RunResult(run_id, 0, record)
-            try:
-                outcome = follow(cluster, plans, record, stream=stream, color=color, settings=settings,
-                                 stop_event=stop_event, interrupted=lambda: (caught or ["SIGINT"])[-1])
-            except BaseException:
-                # whatever broke the follow, no container of the run may outlive it
-                supervise.remove_run_containers(cluster, run_id, [p.node for p in plans])
-                raise
+            outcome = follow(cluster, plans, record, stream=stream, color=color, settings=settings,
+                             stop_event=stop_event, interrupted=lambda: (caught or ["SIGINT"])[-1])
         record_outcome(record, outcome)
         record.save()
         remove_finished(cluster, plans, outcome)
         return RunResult(run_id, outcome.exit_code, record, outcome)
 
 
-@contextmanager
-def _nothing():
-    yield
+def _fresh_run_id(run_id: str | None, job) -> str:
+    """A valid run id not recorded yet (the given one, checked, or a new one)."""
+    run_id = runs.check_run_id(run_id) if run_id else runs.new_run_id(job.name)
+    if runs.run_path(run_id).exists():
+        raise UserError(f"run id {run_id!r} is already recorded in {runs.run_path(run_id)}; "
+                        "choose another --run-id (or leave it out for a new one).")
+    return run_id
+
+
+def start_recorded(cluster: Cluster, plans: Sequence[plan.NodePlan], record: runs.RunRecord) -> None:
+    """start_all, with the outcome (start-failed, or each container's start time) in run.json."""
+    try:
+        start_all(cluster, plans)
+    except StartFailed:
+        record.state, record.exit_code, record.finished = "start-failed", 1, runs.utcnow()
+        record.save()
+        raise
+    mark_running(cluster, record)
+    record.save()
 
 
 def local_image_id(ref: str) -> str:
@@ -297,10 +297,13 @@ def follow(cluster: Cluster, plans: Sequence[plan.NodePlan], record: runs.RunRec
     sup = supervise.Supervisor(cluster, sources, logs.Merger(sink), settings=settings,
                                stop_event=stop_event, stop_reason=interrupted)
     try:
-        outcome = sup.run()
+        return sup.run()
+    except BaseException:
+        # whatever broke the follow, no container of the run may outlive it
+        supervise.remove_run_containers(cluster, record.run_id, [p.node for p in plans])
+        raise
     finally:
         sink.close()
-    return outcome
 
 
 def remove_finished(cluster: Cluster, plans: Sequence[plan.NodePlan], outcome: supervise.Outcome) -> None:
