@@ -485,11 +485,14 @@ def sshd_running(node: SandboxNode) -> bool:
 
 
 def _start_sshd(sb: Sandbox, node: SandboxNode, timeout: float = 20.0) -> None:
+    """Start the node's sshd in its netns; one already serving this config there is kept."""
     node.dir.mkdir(parents=True, exist_ok=True)
     _keygen(node.host_key, f"{sb.name}-{node.name}")
-    node.sshd_config.write_text(_sshd_config(sb, node))
+    config = _sshd_config(sb, node)
+    same = node.sshd_config.exists() and node.sshd_config.read_text() == config
+    node.sshd_config.write_text(config)
     pid = dockerd.read_pid(node.sshd_pidfile)
-    if in_netns(pid, node.netns) and port_open(node.ip):
+    if same and in_netns(pid, node.netns) and port_open(node.ip):
         return
     _stop_pid(node.sshd_pidfile)
     Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # sshd's privilege-separation dir
