@@ -17,10 +17,22 @@ distinct names and subnets coexist and ``down NAME`` touches only its own:
 - bridge ``cc-<name>``; host-side veth of node i ``cc<name>-<i>h`` (the peer is
   created directly inside the netns as ``eth0``); netns ``cc-<name>-node<i>``;
 - state (sockets, pidfiles, keys, configs) under ``/run/clusterctl/sandbox/<name>/``,
-  image stores under ``/var/lib/clusterctl/sandbox/<name>/<node>/``.
+  image stores under ``/var/lib/clusterctl/sandbox/<name>/<node>/``;
+- the containers of node i in cgroup ``/clusterctl/<name>/node<i>``.
 
 ``down`` derives everything from the name, not only from the state file, so it
-also cleans up after a crash or a lost /run.
+also cleans up after a crash or a lost /run: daemons by pidfile, then whatever
+is left in each netns, in the node's cgroup or names the node's directory.
+
+Each node's dockerd gets its own daemon ID (dockerd 20.10 otherwise takes it
+from the machine-wide /etc/docker/key.json) so nodes look like separate machines.
+
+``--bandwidth`` shapes what flows towards a node (its host-side veth) and what
+this machine sends (the bridge): the model of a head with an uplink of that
+rate pushing to nodes with links of that rate.
+
+Public API: ``up``, ``down``, ``status``, ``load``, ``names``; failure-test helpers
+``stop_sshd``, ``start_sshd``, ``set_link``, ``node_docker``, ``port_open``.
 """
 
 from __future__ import annotations
