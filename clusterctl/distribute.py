@@ -51,11 +51,14 @@ format gives no other way, and then only once per image ID.  For the same
 reason nodes pushed together share ONE save (:class:`SharedSave`) instead of
 the engine exporting the image once per node.
 
-``benchmarks/push.py`` (machine busy with other jobs, load ~16; seconds, MB per
-node): 1 node cold 85 s / 1344 MB, warm 1.3 s / 0, one 5 MB layer changed
-37 s / 5.3 MB; 2 nodes 93 s, 1.0 s, 17 s; 4 nodes 167 s, 3.6 s, 32 s.  The
-changed-layer case is bounded by the local engine exporting the whole image,
-not by the wire, which carries 5.3 MB instead of 1344 MB per node.
+``benchmarks/push.py``, unshaped, load ~3 (seconds for cold / warm / one 5 MB
+layer changed; MB per node 1344 / 0 / 5.3): 1 node 36 / 0.4 / 13; 2 nodes
+52 / 0.9 / 15; 4 nodes 123 / 1.4 / 21 (with the machine busy, load ~16:
+85 / 1.3 / 37, 93 / 1.0 / 17, 167 / 3.6 / 32).  FIELD-NOTES saw 49 s for a
+plain ``docker save | ssh | docker load`` to 2 nodes.  The changed-layer case
+is bounded by the local engine exporting the whole image, not by the wire,
+which carries 5.3 MB instead of 1344 MB per node; every node's sshd, dockerd
+and ``docker load`` share the same 2 cores, hence the growth with node count.
 """
 
 from __future__ import annotations
