@@ -193,6 +193,10 @@ def status(run: RunArg = None, nodes: RunNodesOption = None,
     print_table(f"run {escape(record.run_id)} ({escape(record.job)}; {escape(outcome)})",
                 ["node", "rank", "container state", "exit code", "started (UTC)", "finished (UTC)", "source"],
                 [[escape(c) for c in row] for row in runs_mod.status_rows(rows)])
+    if record.state in ("starting", "running") and rows and all(
+            r.source == "node" and r.state in ("exited", "dead") for r in rows):
+        out.print(f"every container has ended; `clusterctl stop {record.run_id}` records the outcome "
+                  "and removes them", markup=False)
     if record.first_failure:
         f = record.first_failure
         out.print(f"first failure: {f.node}[{f.rank}] "
