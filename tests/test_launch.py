@@ -427,3 +427,28 @@ def test_first_failure_from_real_docker_inspect(docker_client, base_image):
     finally:
         for c in made:
             c.remove(force=True)
+
+
+@pytest.mark.sandbox
+@pytest.mark.docker
+@pytest.mark.slow
+def test_follow_a_detached_run_to_its_end_then_stop_records_its_outcome(clean_nodes, cpu_image, runs_dir):
+    sb = clean_nodes
+    job = write_job(runs_dir.parent, "count", cpu_image,
+                    "import os, time\nfor i in range(3):\n"
+                    "    print('tick', i, 'of node rank', os.environ['NODE_RANK']); time.sleep(1)\n"
+                    "raise SystemExit(int(os.environ['NODE_RANK']) == 1 and 7)")
+    res = cli("launch", str(job), "--nodes", str(sb.inventory_path), "--detach", "--run-id", "follow1")
+    assert res.exit_code == 0, res.output
+    res = cli("logs", "follow1", "--follow")  # returns when every container has ended
+    assert res.exit_code == 0, res.output
+    for rank in range(3):
+        assert f"node{rank + 1}[{rank}]| tick 2 of node rank {rank}" in res.output, res.output
+    st = json.loads(cli("status", "follow1", "--json").output)
+    assert [n["exit_code"] for n in st["nodes"]] == [0, 7, 0] and st["state"] == "running"
+    res = cli("stop", "follow1")
+    assert res.exit_code == 0 and res.output.count("removed (had exited)") == 3, res.output
+    record = runs.load("follow1")
+    assert (record.state, record.exit_code) == ("failed", 7)  # the run's true outcome
+    assert [line.split("| ")[1] for line in (runs_dir / "follow1" / "merged.log").read_text().splitlines()
+            if line.startswith("node2[1]|")] == [f"tick {i} of node rank 1" for i in range(3)]
