@@ -446,6 +446,7 @@ def test_follow_a_detached_run_to_its_end_then_stop_records_its_outcome(clean_no
         assert f"node{rank + 1}[{rank}]| tick 2 of node rank {rank}" in res.output, res.output
     st = json.loads(cli("status", "follow1", "--json").output)
     assert [n["exit_code"] for n in st["nodes"]] == [0, 7, 0] and st["state"] == "running"
+    assert "every container has ended; `clusterctl stop follow1`" in cli("status", "follow1").output
     res = cli("stop", "follow1")
     assert res.exit_code == 0 and res.output.count("removed (had exited)") == 3, res.output
     record = runs.load("follow1")
