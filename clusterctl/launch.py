@@ -126,11 +126,12 @@ def new_record(job, inventory, plans: Sequence[plan.NodePlan], run_id: str, *, i
                detached: bool, argv: Sequence[str] = ()) -> runs.RunRecord:
     """The run.json of a run about to start (env masked: secrets never reach the disk)."""
     first = plans[0]
+    secrets = plan.secret_values(plans)  # `--set HF_TOKEN=...` is in clusterctl's own argv too
     return runs.RunRecord(
         run_id=run_id, job=job.name, inventory=str(inventory.path.absolute()),
         image=first.image, image_id=image_id,
         master_addr=first.env.get("MASTER_ADDR"), master_port=int(first.env.get("MASTER_PORT", 0)) or None,
-        detached=detached, argv=list(argv),
+        detached=detached, argv=[plan.mask_text(a, secrets) for a in argv],
         nodes=[runs.NodeRecord(node=p.node, host=p.host, rank=p.rank, container=p.container,
                                env=plan.mask_env(p.env, p.secrets)) for p in plans],
     )

@@ -488,3 +488,17 @@ def test_cli_bad_set_and_bad_job_exit_2_with_the_place(tmp_path):
     assert "Traceback" not in result.output
     result = cli("launch", "ddp-smoke", "--nodes", str(inv), "--dry-run", "--image", "--privileged")
     assert result.exit_code == 2 and "not an image reference" in result.output
+
+
+def test_run_record_masks_a_secret_given_with_set_in_clusterctls_own_argv(two_nodes):
+    from clusterctl.launch import new_record
+
+    overrides = {"HF_TOKEN": "hf_s3cr3t value"}
+    plans = make_plan(load_job("bert"), two_nodes, run_id="r1", overrides=overrides)
+    argv = ["clusterctl", "launch", "bert", "--set", "HF_TOKEN=hf_s3cr3t value", "--set", "PHASE=2"]
+    record = new_record(load_job("bert"), two_nodes, plans, "r1", image_id=None, detached=False,
+                        argv=argv)
+    dumped = repr(record)
+    assert "hf_s3cr3t" not in dumped
+    assert record.argv[4] == "HF_TOKEN=****" and record.argv[6] == "PHASE=2"
+    assert all(n.env["HF_TOKEN"] == "****" for n in record.nodes)
