@@ -109,19 +109,20 @@ def start(paths: DaemonPaths, *, netns: str | None = None, extra_args: list[str]
     if netns:
         argv = ["nsenter", f"--net=/run/netns/{netns}", *argv]
     log = open(paths.logfile, "ab")  # noqa: SIM115 - handed to the daemon
-    subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                     start_new_session=True, close_fds=True)
+    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                            start_new_session=True, close_fds=True)
     log.close()
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if socket_answers(paths.socket):
             return
+        if proc.poll() is not None:  # it died (a bad flag, a busy data-root): say so at once
+            break
         time.sleep(0.2)
     tail = paths.logfile.read_text(errors="replace").splitlines()[-15:]
-    raise EnvironmentProblem(
-        f"dockerd did not answer on {paths.socket} within {timeout:.0f}s; last lines of "
-        f"{paths.logfile}:\n" + "\n".join(tail)
-    )
+    what = (f"exited with status {proc.returncode}" if proc.poll() is not None
+            else f"did not answer on {paths.socket} within {timeout:.0f}s")
+    raise EnvironmentProblem(f"dockerd {what}; last lines of {paths.logfile}:\n" + "\n".join(tail))
 
 
 def stop(paths: DaemonPaths, timeout: float = 20.0) -> bool:

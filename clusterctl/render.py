@@ -500,6 +500,8 @@ def _remove_replaced(client, image_id: str) -> None:
     from docker.errors import APIError
 
     try:
+        if client.images.get(image_id).tags:  # another tag still names it: not ours to delete
+            return
         client.images.remove(image_id, noprune=False)
     except APIError:
         pass
