@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from clusterctl import distribute, dockerd
+from clusterctl import distribute, dockerd, engine
 from clusterctl.dockerd import DaemonPaths
 from clusterctl.errors import UserError
 
@@ -171,9 +171,8 @@ def _skopeo_oci(docker_client, image, tmp_path: Path, compress: bool) -> bytes:
         pytest.skip("skopeo is not installed (apt-get install skopeo): no OCI layout tool here")
     target = tmp_path / "oci.tar"
     argv = ["skopeo", "copy"]
-    host = os.environ.get("DOCKER_HOST")
-    if host:
-        argv += ["--src-daemon-host", host]
+    # the engine the tests use, however clusterctl found it (DOCKER_HOST is often unset)
+    argv += ["--src-daemon-host", engine.engine_url()]
     if not compress:  # skopeo gzips OCI layers unless told otherwise
         argv += ["--dest-oci-accept-uncompressed-layers"]
     argv += [f"docker-daemon:{image.ref}", f"oci-archive:{target}"]
