@@ -233,7 +233,9 @@ def test_master_port_in_use_is_refused_before_anything_starts(clean_nodes, cpu_i
     listener = subprocess.Popen(
         ["nsenter", f"--net=/run/netns/{sb.netns('node1')}", sys.executable, "-c",
          "import socket, sys, time\n"
-         f"s = socket.socket(); s.bind(('0.0.0.0', {port})); s.listen(); print('listening', flush=True)\n"
+         # SO_REUSEADDR: earlier runs leave TIME_WAIT connections on the master port
+         "s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+         f"s.bind(('0.0.0.0', {port})); s.listen(); print('listening', flush=True)\n"
          "time.sleep(600)"],
         stdout=subprocess.PIPE, text=True)
     try:
