@@ -8,14 +8,12 @@ the one-new-layer case bounded by the layer's size plus the tar metadata.
 
 from __future__ import annotations
 
-import io
 import json
-import os
-import tarfile
 
 import pytest
 from typer.testing import CliRunner
 
+from benchmarks.push import derived_image
 from clusterctl import distribute
 from clusterctl.cli import app
 from clusterctl.inventory import load_inventory
@@ -46,18 +44,7 @@ def cpu(docker_client, cpu_image) -> distribute.SourceImage:
             pass
 
 
-def _derived(docker_client, base: str, tag: str, size: int) -> distribute.SourceImage:
-    """An image FROM ``base`` with one more layer: ``size`` random bytes (built on the docker_client)."""
-    ctx = io.BytesIO()
-    with tarfile.open(fileobj=ctx, mode="w") as tar:
-        for name, data in (("payload", os.urandom(size)),
-                           ("Dockerfile", f"FROM {base}\nCOPY payload /payload\n".encode())):
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-    ctx.seek(0)
-    docker_client.images.build(fileobj=ctx, custom_context=True, tag=tag, rm=True)
-    return distribute.source_image(docker_client, tag)
+_derived = derived_image  # FROM base + one layer of N random bytes; shared with the benchmark
 
 
 def _node_id(sandbox3, node: str, ref: str) -> str | None:
