@@ -40,11 +40,11 @@ test:
 check: setup test
 
 lint:
-	ruff check clusterctl tests benchmarks
-	$(PYTHON) -m pytest -q tests/test_hadolint.py
+	ruff check src tests benchmarks
+	$(PYTHON) -m pytest -q tests/build/test_hadolint.py
 
 golden:
-	UPDATE_GOLDEN=1 $(PYTHON) -m pytest -q tests/test_golden.py
+	UPDATE_GOLDEN=1 $(PYTHON) -m pytest -q tests/build/test_golden.py
 
 bench-push:
 	$(PYTHON) benchmarks/push.py

@@ -32,10 +32,11 @@ from pathlib import Path
 
 import yaml
 
-from clusterctl import launch, runs, sandbox, supervise
-from clusterctl.inventory import load_inventory
-from clusterctl.jobs import load_job
-from clusterctl.transport import Cluster
+from clusterctl.cluster import sandbox
+from clusterctl.cluster.inventory import load_inventory
+from clusterctl.cluster.transport import Cluster
+from clusterctl.run import launch, records, supervise
+from clusterctl.run.jobs import load_job
 
 REPO = Path(__file__).resolve().parent.parent
 JOB = REPO / "tests" / "jobs" / "fail-rank.yaml"
@@ -116,7 +117,7 @@ def main() -> int:
         for _ in range(args.repeat):
             node_clock, call = time_to_teardown(full, args.image)
             print(f"  {node_clock:.2f}s by the nodes' clocks (teardown call {call:.2f}s)", flush=True)
-        print(f"\n(run records in {runs.runs_dir()}, removed with the sandbox)")
+        print(f"\n(run records in {records.runs_dir()}, removed with the sandbox)")
     finally:
         sandbox.down(args.name)
         shutil.rmtree(tmp, ignore_errors=True)

@@ -32,8 +32,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from clusterctl import distribute, engine, sandbox
-from clusterctl.inventory import load_inventory
+from clusterctl.cluster import distribute, engine, sandbox
+from clusterctl.cluster.inventory import load_inventory
 
 
 def derived_image(client, base: str, tag: str, size: int) -> distribute.SourceImage:

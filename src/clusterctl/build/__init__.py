@@ -1,0 +1,1 @@
+"""The image side: per-target facts, Dockerfile rendering and the image build pipeline."""

@@ -1,0 +1,233 @@
+"""Build targets: per-stack facts loaded from ``src/clusterctl/build/data/*.yaml``.
+
+A target is one accelerator stack (cpu, ipex, accl, nccl, cambricon, base).
+What differs between stacks -- base image, build args, pinned versions, the
+``docker run`` flags and devices a container needs, default env, backend name,
+the smoke command that proves the stack imports, the image tag -- is data in
+``targets.yaml`` and the torch version tables next to it, so adding a stack or
+a torch version is a data change, not a code change.  This module validates
+that data and resolves a target plus a ``--torch`` choice into concrete values
+(``Resolved``) that rendering, building and launching use.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from clusterctl.core.errors import UserError, did_you_mean, one_of
+
+DATA_DIR = Path(__file__).resolve().parent / "data"
+TARGETS_FILE = DATA_DIR / "targets.yaml"
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class RunSpec(_Model):
+    """What ``docker run`` needs for this stack on a node."""
+
+    flags: list[str] = []
+    devices: list[str] = []
+    per_slot_devices: list[str] = []   # "{i}" is the slot index 0..slots-1
+    optional_devices: list[str] = []   # passed only where the node has them
+
+    def devices_for(self, slots: int) -> list[str]:
+        """Devices every node passes, plus one per slot (e.g. /dev/cambricon_dev0..N-1)."""
+        return [*self.devices, *(d.format(i=i) for i in range(slots) for d in self.per_slot_devices)]
+
+
+class TorchSpec(_Model):
+    """Which torch versions a target can be built with."""
+
+    default: str
+    versions: list[str] = []
+    table: str | None = None           # a version-table file in DATA_DIR
+
+
+class Target(_Model):
+    name: str
+    description: str
+    template: str | None
+    base_image: str | None
+    build_args: dict[str, str] = {}
+    pins: dict[str, str] = {}
+    torch: TorchSpec | None
+    requirements: list[str] = []
+    wheelhouse: Literal["required", "optional"] = "optional"
+    pip: str | None
+    pip_setup: str | None = None
+    pip_flags: list[str] = []
+    entrypoint_env: list[str] = []
+    run: RunSpec
+    env: dict[str, str] = {}
+    passthrough_env: list[str] = []
+    backend: str | None
+    needs: str
+    smoke: list[str]
+    tag: str
+
+    @property
+    def renderable(self) -> bool:
+        return self.template is not None
+
+    def torch_versions(self) -> list[str]:
+        """Known torch versions, in table order; [] when torch comes with the base image."""
+        if self.torch is None:
+            return []
+        if self.torch.table:
+            return list(version_table(self.torch.table).versions)
+        return list(self.torch.versions)
+
+
+class IndexSpec(_Model):
+    option: Literal["-f", "--extra-index-url", "--index-url"]
+    url: str
+
+    def pip_args(self) -> list[str]:
+        return [self.option, self.url]
+
+
+class TableRow(_Model):
+    """One torch version of a version table (e.g. IPEX + oneccl_bind_pt pins)."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+    index: str | None = None
+    torch_index: str | None = None
+
+
+class VersionTable(_Model):
+    indexes: dict[str, IndexSpec] = {}
+    versions: dict[str, TableRow]
+
+
+class Resolved(_Model):
+    """A target with its torch version chosen: the values templates and builds use."""
+
+    target: Target
+    torch: str | None
+    pins: dict[str, str] = Field(default_factory=dict)     # torch, ipex, ccl_module, python, ...
+    indexes: list[IndexSpec] = []                          # wheel indexes, in pip order
+    base_image: str | None
+    requirements: list[str] = []
+    smoke: list[str]
+    entrypoint_env: list[str] = []
+    tag: str
+
+
+def _read_yaml(path: Path):
+    try:
+        return yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as e:
+        raise UserError(f"{path}: cannot read target data ({e}).") from None
+
+
+def _validation_message(path: Path, err: ValidationError) -> str:
+    first = err.errors()[0]
+    where = ".".join(str(p) for p in first["loc"])
+    return f"{path}: field {where}: {first['msg']} ({err.error_count()} problem(s) in total)."
+
+
+@cache
+def load_targets(path: Path = TARGETS_FILE) -> dict[str, Target]:
+    """All targets by name, validated (a bad data file is a UserError naming the field)."""
+    raw = _read_yaml(path) or {}
+    targets = {}
+    for name, body in (raw.get("targets") or {}).items():
+        try:
+            targets[name] = Target(name=name, **(body or {}))
+        except ValidationError as e:
+            raise UserError(_validation_message(path, e).replace("field ", f"field targets.{name}.", 1)) from None
+    return targets
+
+
+@cache
+def version_table(filename: str) -> VersionTable:
+    path = DATA_DIR / filename
+    try:
+        return VersionTable(**(_read_yaml(path) or {}))
+    except ValidationError as e:
+        raise UserError(_validation_message(path, e)) from None
+
+
+def target_names() -> list[str]:
+    return list(load_targets())
+
+
+def get_target(name: str) -> Target:
+    """The target called ``name``, or a UserError listing the known ones."""
+    targets = load_targets()
+    if name in targets:
+        return targets[name]
+    raise UserError(
+        f'unknown target "{name}"{did_you_mean(name, list(targets))}. '
+        f"Known targets: {one_of(list(targets))} (see `clusterctl targets`)."
+    )
+
+
+def _fmt(text: str, values: dict[str, str], where: str) -> str:
+    try:
+        return text.format(**values)
+    except KeyError as e:
+        raise UserError(f"{TARGETS_FILE}: {where} uses {{{e.args[0]}}}, which this target does not define "
+                        f"(defined: {one_of(sorted(values)) or 'none'}).") from None
+
+
+def _torch_pins(target: Target, torch: str | None) -> tuple[str | None, dict[str, str], list[IndexSpec]]:
+    """(torch version, pins of its table row, wheel indexes) for ``--torch`` (None: the default)."""
+    spec = target.torch
+    if spec is None:
+        if torch is not None:
+            raise UserError(
+                f"target {target.name} takes torch from its base image ({target.base_image}); "
+                f"--torch {torch} cannot change it. Pick another base with --base-image REF."
+            )
+        return None, {}, []
+    version = torch or spec.default
+    known = target.torch_versions()
+    if version not in known:
+        raise UserError(
+            f"torch {version} is not known for target {target.name}{did_you_mean(version, known)}. "
+            f"Known versions: {one_of(known)}"
+            + (f" (table src/clusterctl/build/data/{spec.table})." if spec.table else ".")
+        )
+    pins: dict[str, str] = {"torch": version}
+    indexes: list[IndexSpec] = []
+    if spec.table:
+        table = version_table(spec.table)
+        row = table.versions[version]
+        pins.update({k: str(v) for k, v in (row.model_extra or {}).items()})
+        for key in (row.torch_index, row.index):
+            if key is None:
+                continue
+            if key not in table.indexes:
+                raise UserError(f"{DATA_DIR / spec.table}: versions.{version} names index {key!r}, "
+                                f"which is not under indexes ({one_of(sorted(table.indexes))}).")
+            indexes.append(table.indexes[key])
+    return version, pins, indexes
+
+
+def resolve(name: str, torch: str | None = None, *, base_image: str | None = None) -> Resolved:
+    """The target ``name`` with its torch version and every templated field filled in."""
+    target = get_target(name)
+    version, pins, indexes = _torch_pins(target, torch)
+    values = {**target.pins, **pins}
+    if base_image and target.torch is None:
+        # The pinned facts describe the default base image, not another one.
+        values = {k: v for k, v in values.items() if k != "torch"}
+    return Resolved(
+        target=target,
+        torch=version,
+        pins=values,
+        indexes=indexes,
+        base_image=base_image or (target.base_image and _fmt(target.base_image, values, "base_image")),
+        requirements=[_fmt(r, values, "requirements") for r in target.requirements],
+        smoke=[_fmt(a, values, "smoke") for a in target.smoke],
+        entrypoint_env=[_fmt(line, values, "entrypoint_env") for line in target.entrypoint_env],
+        tag=_fmt(target.tag, values, "tag"),
+    )

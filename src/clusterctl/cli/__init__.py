@@ -1,0 +1,71 @@
+"""The ``clusterctl`` command: a thin typer layer over the library.
+
+One module per group of sub-commands (build.py: targets/render/build; engine.py;
+nodes.py: nodes/check; sandbox.py; push.py; run.py: launch/logs/status/stop/runs).
+Errors derived from ClusterctlError are printed as one message, never a
+traceback, with their exit status (2 for bad input).
+"""
+
+from __future__ import annotations
+
+import click
+import typer
+from rich.markup import escape
+from typer.core import TyperGroup
+
+from clusterctl import __version__
+from clusterctl.core.console import err
+from clusterctl.core.errors import ClusterctlError
+
+
+class _Group(TyperGroup):
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except ClusterctlError as e:
+            err.print(f"[bold red]error:[/] {escape(e.message)}", markup=True, highlight=False)
+            ctx.exit(e.exit_code)
+
+
+app = typer.Typer(
+    cls=_Group,
+    help="Build accelerator-stack PyTorch images and run them on your own nodes over SSH.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"clusterctl {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                 help="Print the version and exit."),
+) -> None:
+    pass
+
+
+def _register() -> None:
+    import importlib
+
+    for name in ("build", "engine", "nodes", "check", "sandbox", "push", "run"):
+        try:
+            mod = importlib.import_module(f"clusterctl.cli.{name}")
+        except ModuleNotFoundError as e:  # a group not written yet
+            if e.name == f"clusterctl.cli.{name}":
+                continue
+            raise
+        mod.register(app)
+
+
+_register()
+
+
+def main() -> None:
+    app()

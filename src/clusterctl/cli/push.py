@@ -1,0 +1,120 @@
+"""`clusterctl push IMAGE --nodes FILE`: put a local image on every node (see distribute.py)."""
+
+from __future__ import annotations
+
+import threading
+from contextlib import contextmanager
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+
+from clusterctl.cli.nodes import NodesOption
+from clusterctl.cluster import distribute
+from clusterctl.core.console import err, interactive, out, print_table
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1000 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return str(n)
+
+
+class PlainProgress:
+    """One line per node when it starts and when it ends (logs, CI, pipes)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+
+    def started(self, node: str, plan: str) -> None:
+        with self._lock:
+            out.print(f"{node}: {plan}", markup=False)
+
+    def sent(self, node: str, nbytes: int) -> None:
+        pass
+
+    def finished(self, result: distribute.PushResult) -> None:
+        with self._lock:
+            out.print(f"{result.node}: {result.describe()}, {_size(result.bytes_sent)} sent "
+                      f"in {result.seconds:.1f}s", markup=False)
+
+
+class LiveProgress:
+    """A rich live display on a terminal: bytes sent and rate per node."""
+
+    def __init__(self, bar) -> None:
+        self.bar = bar
+        self.tasks: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def _task(self, node: str) -> int:
+        with self._lock:
+            if node not in self.tasks:
+                self.tasks[node] = self.bar.add_task(escape(node), total=None, plan="connecting")
+            return self.tasks[node]
+
+    def started(self, node: str, plan: str) -> None:
+        self.bar.update(self._task(node), plan=escape(plan))
+
+    def sent(self, node: str, nbytes: int) -> None:
+        self.bar.advance(self._task(node), nbytes)
+
+    def finished(self, result: distribute.PushResult) -> None:
+        task = self._task(result.node)
+        self.bar.update(task, plan=escape(result.describe()), total=result.bytes_sent or 1,
+                        completed=result.bytes_sent or 1)
+        self.bar.stop_task(task)
+
+
+@contextmanager
+def _progress():
+    if not interactive():
+        yield PlainProgress()
+        return
+    from rich.progress import (
+        DownloadColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TransferSpeedColumn,
+    )
+
+    bar = Progress(TextColumn("{task.description}"), TextColumn("{task.fields[plan]}"),
+                   DownloadColumn(), TransferSpeedColumn(), TimeElapsedColumn(),
+                   console=out, transient=True)
+    with bar:
+        yield LiveProgress(bar)
+
+
+def push(
+    image: Annotated[str, typer.Argument(help="Local image (tag or ID) to put on every node.",
+                                         show_default=False)],
+    nodes: NodesOption,
+    fanout: Annotated[int | None, typer.Option(
+        "--fanout", min=1, help="Nodes pushed to at once (default: the inventory's ssh.fanout).")] = None,
+    accept_new_host_keys: Annotated[bool, typer.Option(
+        "--accept-new-host-keys",
+        help="Record unknown node host keys (a changed key is always refused).")] = False,
+) -> None:
+    """Put a local image on every node: nodes that have it are skipped, others get only
+    the layers they lack; each node's image ID is verified. Exit 1 if any node failed."""
+    from clusterctl.cluster.inventory import load_inventory
+
+    inventory = load_inventory(nodes)
+    with _progress() as progress:
+        results = distribute.push_image(image, inventory, progress=progress, fanout=fanout,
+                                        accept_new_host_keys=accept_new_host_keys or None)
+    print_table(f"push {image}", ["node", "sent", "seconds", "result"],
+                [(escape(r.node), _size(r.bytes_sent), f"{r.seconds:.1f}", escape(r.describe()))
+                 for r in results])
+    failed = [r for r in results if not r.ok]
+    if failed:
+        err.print(f"push failed on {len(failed)} of {len(results)} node(s): "
+                  + "; ".join(f"{r.node}: {r.error}" for r in failed), markup=False)
+        raise typer.Exit(1)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("push")(push)

@@ -1,0 +1,1 @@
+"""The nodes side: inventory, SSH transport, preflight, image distribution, sandbox, engines."""

@@ -1,0 +1,478 @@
+"""Per-node preflight: can clusterctl use this node, and how?
+
+Every check is a plain argv command run over the node's SSH connection
+(:mod:`clusterctl.transport`), so it sees exactly what push and launch will
+see: the same user, the same environment (``DOCKER_HOST`` included), the same
+network namespace. Each check is also a small public function (launch calls
+:func:`find_interface` and :func:`port_free` directly).
+
+:func:`check_node` never stops at the first problem: a node whose Docker daemon
+is down still reports its architecture, interface and devices, so one run of
+``clusterctl check`` shows everything to fix. :func:`run_preflight` does all
+nodes in parallel (bounded by the cluster's fan-out) and turns a node that
+cannot be reached at all into a result with the reason, never an exception.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from clusterctl.cluster.transport import Cluster, NodeConnection
+from clusterctl.core.errors import NodeError, UserError
+
+#: uname -m -> Docker's architecture names (image platforms, `docker version` Arch).
+DOCKER_ARCH = {
+    "x86_64": "amd64", "amd64": "amd64",
+    "aarch64": "arm64", "arm64": "arm64",
+    "armv7l": "arm", "armv6l": "arm",
+    "ppc64le": "ppc64le", "s390x": "s390x", "riscv64": "riscv64", "i686": "386", "i386": "386",
+}
+
+#: Prints each argument that does not exist on the node, one per line. The script is
+#: a constant; device paths arrive as positional parameters and are never parsed by sh.
+_MISSING_SCRIPT = 'for d in "$@"; do [ -e "$d" ] || printf "%s\\n" "$d"; done'
+
+_TCP_LISTEN = "0A"  # socket state LISTEN in /proc/net/tcp{,6}
+
+
+@dataclass
+class NodeCheck:
+    """What preflight found on one node; ``problems`` empty means ready."""
+
+    node: str
+    host: str
+    ssh: bool = False
+    docker_version: str | None = None
+    arch: str | None = None
+    expected_arch: str | None = None  # Docker's name (amd64, arm64), e.g. the image's
+    docker_root: str | None = None
+    free_bytes: int | None = None
+    required_bytes: int | None = None
+    devices: list[str] = field(default_factory=list)          # checked
+    missing_devices: list[str] = field(default_factory=list)
+    devices_checked: bool = False
+    address: str | None = None      # the node's own address on the SSH connection
+    interface: str | None = None    # the NIC holding it (or the inventory's, verified)
+    master_port: int | None = None  # checked on the master only
+    master_port_free: bool | None = None
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+# --------------------------------------------------------------------------- single checks
+
+def _run(conn: NodeConnection, argv: Sequence[str], what: str, timeout: float | None):
+    """Run a check command; NodeError with a readable reason when it is missing or fails."""
+    r = conn.run(list(argv), timeout=timeout)
+    if r.exit_code == 127:
+        raise NodeError(conn.name, f"{what}: `{argv[0]}` is not installed on the node")
+    if r.exit_code != 0:
+        detail = (r.stderr.strip() or r.stdout.strip()).splitlines()
+        raise NodeError(conn.name, f"{what}: `{argv[0]}` exited {r.exit_code}"
+                        + (f": {detail[-1]}" if detail else ""))
+    return r
+
+
+def docker_server_version(conn: NodeConnection, timeout: float | None = 30) -> str:
+    """The version of the Docker daemon the node's own `docker` CLI talks to."""
+    r = conn.run(["docker", "version", "--format", "{{.Server.Version}}"], timeout=timeout)
+    version = r.stdout.strip()
+    if r.exit_code == 0 and version:
+        return version
+    if r.exit_code == 127:
+        raise NodeError(conn.name, "docker is not installed (no `docker` command for "
+                        "the SSH user)")
+    reason = r.stderr.strip().splitlines()[-1] if r.stderr.strip() else f"exit {r.exit_code}"
+    if "permission denied" in reason.lower():
+        reason += " (add the SSH user to the docker group)"
+    raise NodeError(conn.name, f"Docker daemon not answering: {reason}")
+
+
+def architecture(conn: NodeConnection, timeout: float | None = 30) -> str:
+    """``uname -m`` of the node (x86_64, aarch64, ...)."""
+    return _run(conn, ["uname", "-m"], "architecture", timeout).stdout.strip()
+
+
+def docker_root_dir(conn: NodeConnection, timeout: float | None = 30) -> str:
+    """Where the node's Docker daemon keeps images (``docker info`` DockerRootDir)."""
+    r = _run(conn, ["docker", "info", "--format", "{{.DockerRootDir}}"], "docker root", timeout)
+    root = r.stdout.strip()
+    if not root.startswith("/"):
+        raise NodeError(conn.name, f"docker root: unexpected DockerRootDir {root!r}")
+    return root
+
+
+def free_disk_bytes(conn: NodeConnection, path: str, timeout: float | None = 30) -> int:
+    """Bytes available to unprivileged writers at ``path`` (POSIX ``df -Pk``, any Linux)."""
+    r = _run(conn, ["df", "-Pk", "--", path], f"free disk at {path}", timeout)
+    lines = r.stdout.strip().splitlines()
+    try:
+        return int(lines[-1].split()[3]) * 1024
+    except (IndexError, ValueError):
+        raise NodeError(conn.name, f"free disk at {path}: cannot read df output "
+                        f"{r.stdout.strip()!r}") from None
+
+
+def missing_devices(conn: NodeConnection, devices: Iterable[str],
+                    timeout: float | None = 30) -> list[str]:
+    """The paths among ``devices`` that do not exist on the node (one round trip)."""
+    devices = list(devices)
+    if not devices:
+        return []
+    r = _run(conn, ["sh", "-c", _MISSING_SCRIPT, "sh", *devices], "devices", timeout)
+    return [line for line in r.stdout.splitlines() if line]
+
+
+def ssh_server_address(conn: NodeConnection, timeout: float | None = 30) -> str:
+    """The node's own address on this SSH connection.
+
+    Read from ``SSH_CONNECTION`` on the node (right also through a jump host or
+    NAT), else the address the client connected to.
+    """
+    r = conn.run(["printenv", "SSH_CONNECTION"], timeout=timeout)
+    parts = r.stdout.split()
+    address = parts[2] if r.exit_code == 0 and len(parts) == 4 else conn.peer_address
+    if not address:
+        raise NodeError(conn.name, "interface: cannot tell the node's address on the SSH "
+                        "connection (no SSH_CONNECTION)")
+    return address.split("%", 1)[0]
+
+
+@dataclass(frozen=True)
+class Address:
+    interface: str
+    address: ipaddress.IPv4Interface | ipaddress.IPv6Interface
+
+
+def parse_ip_addr(text: str) -> list[Address]:
+    """Parse ``ip -o addr show``: '4: eth0    inet 10.0.0.2/24 brd ... scope global eth0'."""
+    found = []
+    for line in text.splitlines():
+        fields = line.split()
+        if len(fields) < 4 or fields[2] not in ("inet", "inet6"):
+            continue
+        name = fields[1].split("@", 1)[0]
+        try:
+            found.append(Address(name, ipaddress.ip_interface(fields[3].split("%", 1)[0])))
+        except ValueError:
+            continue
+    return found
+
+
+def node_addresses(conn: NodeConnection, timeout: float | None = 30) -> list[Address]:
+    return parse_ip_addr(_run(conn, ["ip", "-o", "addr", "show"], "interface", timeout).stdout)
+
+
+def interface_for(address: str, addresses: Sequence[Address]) -> str | None:
+    """The interface that holds ``address``; else the one whose subnet contains it
+    (an address routed locally, e.g. 127.0.0.2 on lo); None when none does."""
+    ip = ipaddress.ip_address(address)
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped:
+        ip = ip.ipv4_mapped
+    for a in addresses:
+        if a.address.ip == ip:
+            return a.interface
+    containing = [a for a in addresses if a.address.version == ip.version and ip in a.address.network]
+    if containing:
+        return max(containing, key=lambda a: a.address.network.prefixlen).interface
+    return None
+
+
+def interface_names(conn: NodeConnection, timeout: float | None = 30) -> list[str]:
+    """All network interface names on the node (``ip -o link show``)."""
+    r = _run(conn, ["ip", "-o", "link", "show"], "interface", timeout)
+    names = []
+    for line in r.stdout.splitlines():
+        fields = line.split()
+        if len(fields) >= 2:
+            names.append(fields[1].rstrip(":").split("@", 1)[0])
+    return names
+
+
+def find_interface(conn: NodeConnection, override: str | None = None,
+                   timeout: float | None = 30) -> str:
+    """The NIC for GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME on this node.
+
+    ``override`` (the inventory's ``interface``, default: the node's own) is
+    verified to exist; otherwise the interface holding the node's address on
+    the SSH connection is found. NodeError when neither works.
+    """
+    return locate_interface(conn, override, timeout)[1]
+
+
+def locate_interface(conn: NodeConnection, override: str | None = None,
+                     timeout: float | None = 30) -> tuple[str | None, str]:
+    """(the node's address on the SSH connection or None when overridden, interface)."""
+    if override is None:
+        override = getattr(conn.node, "interface", None)
+    if override:
+        names = interface_names(conn, timeout)
+        if override not in names:
+            raise NodeError(conn.name, f"interface {override!r} (from the inventory) does not "
+                            f"exist on the node; it has {_listing(names)}")
+        return None, override
+    address = ssh_server_address(conn, timeout)
+    name = interface_for(address, node_addresses(conn, timeout))
+    if name is None:
+        raise NodeError(conn.name, f"interface: no interface holds {address}, the node's address "
+                        "on the SSH connection (set `interface:` for this node in the inventory)")
+    return address, name
+
+
+def _listing(names: Sequence[str], limit: int = 12) -> str:
+    shown = ", ".join(names[:limit]) or "none"
+    return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
+
+
+def parse_proc_net_tcp(text: str) -> set[int]:
+    """Listening TCP ports from /proc/net/tcp and /proc/net/tcp6 text."""
+    ports = set()
+    for line in text.splitlines():
+        fields = line.split()
+        if len(fields) > 3 and fields[3] == _TCP_LISTEN and ":" in fields[1]:
+            try:
+                ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+            except ValueError:
+                continue
+    return ports
+
+
+def parse_ss(text: str) -> set[int]:
+    """Listening TCP ports from ``ss -Hltn`` (State Recv-Q Send-Q Local:Port Peer:Port)."""
+    ports = set()
+    for line in text.splitlines():
+        fields = line.split()
+        if len(fields) >= 4 and ":" in fields[3]:
+            port = fields[3].rsplit(":", 1)[1]
+            if port.isdigit():
+                ports.add(int(port))
+    return ports
+
+
+def listening_ports(conn: NodeConnection, timeout: float | None = 30) -> set[int]:
+    """TCP ports something listens on in the node's network namespace (what --net=host uses)."""
+    r = conn.run(["cat", "/proc/net/tcp", "/proc/net/tcp6"], timeout=timeout)
+    if r.stdout.strip():  # tcp6 is absent when IPv6 is off: cat exits 1 but tcp was read
+        return parse_proc_net_tcp(r.stdout)
+    return parse_ss(_run(conn, ["ss", "-Hltn"], "listening ports", timeout).stdout)
+
+
+def port_free(conn: NodeConnection, port: int, timeout: float | None = 30) -> bool:
+    """True when no TCP socket listens on ``port`` on the node (any address)."""
+    return port not in listening_ports(conn, timeout)
+
+
+# --------------------------------------------------------------------------- one node, all checks
+
+def check_node(conn: NodeConnection, *, devices: Iterable[str] = (),
+               required_bytes: int | None = None, master_port: int | None = None,
+               expected_arch: str | None = None, timeout: float | None = 30) -> NodeCheck:
+    """Run every check on one connected node, collecting problems instead of stopping.
+
+    ``devices`` are checked in addition to the node's own ``devices``;
+    ``master_port`` is checked free when given (pass it for the master only);
+    ``expected_arch`` (amd64, arm64, or a uname name) must match the node's.
+    Independent checks run at once, each on its own channel of the node's one
+    connection (a round trip costs ~0.3 s on a loaded machine); problems are
+    listed in a fixed order whatever finishes first.
+    """
+    node = conn.node
+    result = NodeCheck(node=node.name, host=node.host, ssh=True, required_bytes=required_bytes,
+                       master_port=master_port, expected_arch=expected_arch)
+    result.devices = list(dict.fromkeys([*getattr(node, "devices", []), *devices]))
+    parts = [_check_arch, _check_docker, _check_devices, _check_interface]
+    if master_port is not None:
+        parts.append(_check_master_port)
+    with ThreadPoolExecutor(max_workers=len(parts), thread_name_prefix="preflight") as pool:
+        futures = [pool.submit(part, conn, result, timeout) for part in parts]
+        for f in futures:
+            result.problems.extend(f.result())
+    return result
+
+
+def _attempt(problems: list[str], fn):
+    """fn(), or None with NodeError's reason added to problems."""
+    try:
+        return fn()
+    except NodeError as e:
+        problems.append(e.reason)
+        return None
+
+
+def _check_arch(conn: NodeConnection, result: NodeCheck, timeout) -> list[str]:
+    problems: list[str] = []
+    result.arch = _attempt(problems, lambda: architecture(conn, timeout))
+    want = result.expected_arch
+    if result.arch and want and docker_arch(result.arch) != docker_arch(want):
+        problems.append(f"architecture {result.arch} ({docker_arch(result.arch)}) cannot run "
+                        f"{docker_arch(want)} images")
+    return problems
+
+
+def docker_arch(name: str) -> str:
+    """Docker's name for an architecture given as ``uname -m`` or Docker prints it."""
+    return DOCKER_ARCH.get(name.lower(), name.lower())
+
+
+def _check_docker(conn: NodeConnection, result: NodeCheck, timeout) -> list[str]:
+    """Daemon version, then where it keeps images, then the free space there."""
+    problems: list[str] = []
+    result.docker_version = _attempt(problems, lambda: docker_server_version(conn, timeout))
+    if result.docker_version is not None:
+        result.docker_root = _attempt(problems, lambda: docker_root_dir(conn, timeout))
+    if result.docker_root is not None:
+        result.free_bytes = _attempt(problems, lambda: free_disk_bytes(conn, result.docker_root,
+                                                                       timeout))
+    need = result.required_bytes
+    if result.free_bytes is not None and need and result.free_bytes < need:
+        problems.append(f"only {human_bytes(result.free_bytes)} free at {result.docker_root}, "
+                        f"need {human_bytes(need)}")
+    return problems
+
+
+def _check_devices(conn: NodeConnection, result: NodeCheck, timeout) -> list[str]:
+    problems: list[str] = []
+    missing = _attempt(problems, lambda: missing_devices(conn, result.devices, timeout))
+    result.devices_checked = missing is not None
+    if missing:
+        result.missing_devices = missing
+        problems.append(f"missing device{'s' if len(missing) > 1 else ''}: " + ", ".join(missing))
+    return problems
+
+
+def _check_interface(conn: NodeConnection, result: NodeCheck, timeout) -> list[str]:
+    problems: list[str] = []
+    located = _attempt(problems, lambda: locate_interface(conn, timeout=timeout))
+    if located is not None:
+        result.address, result.interface = located
+    return problems
+
+
+def _check_master_port(conn: NodeConnection, result: NodeCheck, timeout) -> list[str]:
+    problems: list[str] = []
+    port = result.master_port
+    result.master_port_free = _attempt(problems, lambda: port_free(conn, port, timeout))
+    if result.master_port_free is False:
+        problems.append(f"master port {port} is already in use on the master "
+                        "(another job? set master_port in the inventory)")
+    return problems
+
+
+def run_preflight(cluster: Cluster, *, devices: Iterable[str] | None = None,
+                  devices_for=None, required_bytes: int | None = None,
+                  check_master_port: bool = True, expected_arch: str | None = None,
+                  nodes=None, timeout: float | None = 30) -> list[NodeCheck]:
+    """Check every node (or ``nodes``) in parallel; one NodeCheck per node in rank order.
+
+    ``devices`` are required on every node; ``devices_for(node)`` (optional)
+    adds per-node ones (e.g. a target's per-slot devices). A node that cannot
+    be reached gets ``ssh=False`` and the reason as its problem.
+    """
+    inventory = cluster.inventory
+    master = inventory.nodes[0].name
+    port = getattr(inventory, "master_port", None) if check_master_port else None
+
+    def one(conn: NodeConnection) -> NodeCheck:
+        extra = [*(devices or []), *(devices_for(conn.node) if devices_for else [])]
+        return check_node(conn, devices=extra, required_bytes=required_bytes,
+                          master_port=port if conn.name == master else None,
+                          expected_arch=expected_arch, timeout=timeout)
+
+    results = cluster.map(one, nodes)
+    checks = []
+    for name, r in results.items():
+        if isinstance(r, NodeError):
+            node = next(n for n in inventory.nodes if n.name == name)
+            r = NodeCheck(node=name, host=node.host, ssh=False, problems=[r.reason])
+        checks.append(r)
+    return checks
+
+
+@dataclass(frozen=True)
+class ImageNeeds:
+    """What a local image asks of a node: its architecture and room for its layers."""
+
+    ref: str
+    arch: str
+    size: int
+
+
+def image_needs(ref: str) -> ImageNeeds:
+    """Architecture and unpacked size of ``ref`` in the local engine; UserError when absent."""
+    from docker.errors import ImageNotFound
+
+    from clusterctl.cluster import engine
+
+    try:
+        attrs = engine.client().images.get(ref).attrs
+    except ImageNotFound:
+        raise UserError(f"image {ref!r} is not in the local Docker engine; valid: a built image "
+                        "(see `docker images`, or build one with `clusterctl build`)") from None
+    return ImageNeeds(ref, docker_arch(attrs.get("Architecture") or "amd64"),
+                      int(attrs.get("Size") or 0))
+
+
+def interfaces(checks: Iterable[NodeCheck]) -> dict[str, str]:
+    """{node: interface} for launch (GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME)."""
+    return {c.node: c.interface for c in checks if c.interface}
+
+
+# --------------------------------------------------------------------------- presentation
+
+COLUMNS = ("node", "host", "ssh", "docker", "arch", "free disk", "devices", "interface", "problems")
+
+
+def human_bytes(n: int | None) -> str:
+    if n is None:
+        return "?"
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if value < 1024 or unit == "TiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{n} B"
+
+
+def _devices_cell(c: NodeCheck) -> str:
+    if not c.devices:
+        return "-"
+    if not c.devices_checked:
+        return "?"
+    present = len(c.devices) - len(c.missing_devices)
+    return f"{present}/{len(c.devices)} present"
+
+
+def _problems_cell(problems: list[str], compact: bool) -> str:
+    if not problems:
+        return "ok"
+    if compact:
+        return f"{len(problems)} problem{'s' if len(problems) > 1 else ''}"
+    return "; ".join(problems)
+
+
+def table_rows(checks: Iterable[NodeCheck], *, compact: bool = False) -> list[list[str]]:
+    """One row per node, plain text (escape it before a rich table reads markup).
+
+    ``compact`` puts the number of problems in the last column instead of their
+    text (for a table followed by one line per problem).
+    """
+    rows = []
+    for c in checks:
+        rows.append([
+            c.node,
+            c.host,
+            "ok" if c.ssh else "FAILED",
+            c.docker_version or ("-" if not c.ssh else "FAILED"),
+            c.arch or "-",
+            human_bytes(c.free_bytes) if c.free_bytes is not None else "-",
+            _devices_cell(c) if c.ssh else "-",
+            (c.interface or "FAILED") if c.ssh else "-",
+            _problems_cell(c.problems, compact),
+        ])
+    return rows

@@ -1,0 +1,1 @@
+"""What every layer shares: errors (exit codes), paths (data, cache, state), console output."""

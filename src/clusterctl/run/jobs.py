@@ -1,0 +1,534 @@
+"""Job specs: what runs in the container on every node, as a small YAML file.
+
+Shipped jobs live in ``jobs/`` (:func:`clusterctl.paths.jobs_dir`) and are named
+by their file stem (``bert``, ``ddp-smoke``); any other job is given by the path
+of its YAML file.  :func:`load_job` accepts either.  A job says WHAT runs; the
+inventory says WHERE; :mod:`clusterctl.plan` combines both into one
+``docker run`` command line per node.
+
+Keys of a job file (unknown keys are an error)
+-----------------------------------------------
+``description``
+    One line for listings.  Optional.
+``target``
+    A target name (``clusterctl targets``, src/clusterctl/build/data/targets.yaml).  The
+    target gives the default image tag, the ``docker run`` flags and devices
+    every container of that stack needs, and default container environment.
+``image``
+    An image tag; replaces the target's default tag (``--image`` on the command
+    line replaces both).  At least one of ``target`` and ``image`` is required.
+``contract``
+    Which environment contract the program in the image follows, i.e. which
+    launch variables it reads (see :data:`CONTRACTS`):
+
+    * ``torchrun`` (default): the torchrun-compatible variables only
+      (``MASTER_ADDR MASTER_PORT NODE_RANK NNODES NPROC_PER_NODE`` and their
+      ``PET_*`` twins, which torchrun reads as defaults for its flags).  Every
+      contract includes these.
+    * ``accl-bert``: adds ``RANK`` = the NODE rank and ``WORLD_SIZE`` = the
+      number of NODES, as the ACCL BERT scripts of seeds/003 expect (unlike
+      torch's own RANK/WORLD_SIZE, which count processes).
+``command``
+    The container command as a list of strings (argv, no shell; ``[sleep, 30]``
+    is fine: items are text as written).  Required.
+``nproc_per_node``
+    Processes per node: a positive integer, or ``slots`` (the default) for the
+    node's ``slots`` in the inventory.
+``env``
+    Container environment, ``NAME: value``.  Values are text, taken exactly
+    as written (``PHASE: 1`` is ``"1"``, ``FLAG: yes`` is ``"yes"``), as in
+    the inventory's ``env``.
+``docker_args``
+    Extra ``docker run`` arguments, a list of strings (e.g. ``[--cap-add=IPC_LOCK]``).
+    Flags clusterctl owns are refused: ``--name --rm -d/--detach -i -t
+    --env-file --label --net/--network``.
+``mounts``
+    Bind mounts, each ``HOST:CONTAINER`` or ``HOST:CONTAINER:ro`` (``:rw``);
+    each becomes ``-v HOST:CONTAINER[:MODE]``.  CONTAINER must be absolute.
+``params``
+    Named job parameters with defaults, ``NAME: default``, usable as
+    placeholders ``{NAME}`` in ``mounts``, ``command``, ``docker_args`` and
+    ``env``.  ``--set NAME=VALUE`` on the command line sets a parameter (for
+    ``bert``: ``--set BERT_DIR=/data/BERT`` moves the training-code mount).
+    A parameter is not itself exported to the container; write
+    ``env: {NAME: "{NAME}"}`` to export it.
+``secrets``
+    Names of environment variables whose values must never be shown: they are
+    masked (``****``) in dry-run output, logs and run records and reach the
+    container through an env file on ``docker run``'s stdin, never through its
+    argv.  Names containing ``TOKEN``, ``SECRET``, ``PASSWORD`` or ``KEY`` are
+    secret without being listed.  A listed secret that no layer sets is taken
+    from the environment of the clusterctl process (``export HF_TOKEN=...``).
+
+Placeholders
+------------
+Values in ``env``, ``command``, ``docker_args`` and ``mounts`` may contain
+``{name}`` placeholders, filled per node at launch:
+
+``{master_addr}`` ``{master_port}`` ``{node_rank}`` ``{nnodes}``
+``{nproc_per_node}`` (this node's) ``{world_size}`` (sum over nodes)
+``{node_name}`` ``{run_id}`` ``{backend}`` (the target's torch.distributed
+backend, e.g. ``gloo``, ``accl``; empty without a target), plus every
+``params`` name.
+
+Write ``{{`` and ``}}`` for literal braces.  An unknown placeholder is an error
+naming the file, line and key.  Values given with ``--set`` are never expanded:
+they reach the container exactly as typed.
+"""
+
+from __future__ import annotations
+
+import re
+import string
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from clusterctl.core import paths
+from clusterctl.core.errors import UserError, did_you_mean, one_of
+
+#: The launch values every placeholder may name (see the module docstring).
+LAUNCH_VALUES: tuple[str, ...] = (
+    "master_addr", "master_port", "node_rank", "nnodes", "nproc_per_node",
+    "world_size", "node_name", "run_id", "backend",
+)
+
+#: Launch environment every job gets, as templates over LAUNCH_VALUES: what
+#: torchrun, torch.distributed.launch and Kubeflow-style launchers read.
+BASE_ENV: dict[str, str] = {
+    "MASTER_ADDR": "{master_addr}",
+    "MASTER_PORT": "{master_port}",
+    "NODE_RANK": "{node_rank}",
+    "NNODES": "{nnodes}",
+    "NPROC_PER_NODE": "{nproc_per_node}",
+    "PET_NNODES": "{nnodes}",
+    "PET_NODE_RANK": "{node_rank}",
+    "PET_NPROC_PER_NODE": "{nproc_per_node}",
+    "PET_MASTER_ADDR": "{master_addr}",
+    "PET_MASTER_PORT": "{master_port}",
+}
+
+#: Environment contracts: extra launch variables on top of BASE_ENV, by name.
+CONTRACTS: dict[str, dict[str, str]] = {
+    "torchrun": {},
+    # seeds/003: RANK and WORLD_SIZE count NODES; run_pretraining.sh starts
+    # NPROC_PER_NODE processes itself.
+    "accl-bert": {"RANK": "{node_rank}", "WORLD_SIZE": "{nnodes}"},
+}
+
+#: Substrings that make an environment variable secret without being listed.
+SECRET_MARKERS: tuple[str, ...] = ("TOKEN", "SECRET", "PASSWORD", "KEY")
+
+#: ``docker run`` flags a job may not pass: clusterctl sets them itself (name,
+#: labels, detached, host network) or they would break supervision / secrets.
+RESERVED_DOCKER_FLAGS: tuple[str, ...] = (
+    "--name", "--rm", "-d", "--detach", "-i", "-t", "-it", "-ti", "--interactive",
+    "--tty", "--env-file", "--label", "-l", "--net", "--network",
+)
+
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+#: What is valid for each key, appended to validation messages.
+KEY_HELP: dict[str, str] = {
+    "description": "a one-line string",
+    "target": "a target name (clusterctl targets)",
+    "image": "an image tag, e.g. clusterctl/cpu:2.13.0",
+    "contract": f"one of {one_of(CONTRACTS)}",
+    "command": "a non-empty list of strings (argv, no shell)",
+    "nproc_per_node": 'a positive integer or "slots"',
+    "env": "a mapping NAME: value (text)",
+    "docker_args": "a list of strings",
+    "mounts": "a list of HOST:CONTAINER[:ro|rw] strings",
+    "params": "a mapping NAME: default value (text)",
+    "secrets": "a list of environment variable names",
+}
+
+
+@dataclass(frozen=True)
+class Job:
+    """A loaded, validated job spec.  See the module docstring for each key.
+
+    ``lines`` maps a key path (``"env.PHASE"``, ``"command"``) to its line in
+    ``path`` so later checks (at plan time) can point at the file too.
+    """
+
+    name: str
+    path: Path
+    command: list[str]
+    description: str = ""
+    target: str | None = None
+    image: str | None = None
+    contract: str = "torchrun"
+    nproc_per_node: int | Literal["slots"] = "slots"
+    env: dict[str, str] = field(default_factory=dict)
+    docker_args: list[str] = field(default_factory=list)
+    mounts: list[str] = field(default_factory=list)
+    params: dict[str, str] = field(default_factory=dict)
+    secrets: list[str] = field(default_factory=list)
+    lines: dict[str, int] = field(default_factory=dict, compare=False, repr=False)
+
+    def where(self, key: str) -> str:
+        """``file:line: key`` for a message about ``key`` (its line, else its parent's)."""
+        return _locate(self.path, self.lines, key)
+
+    @property
+    def placeholder_names(self) -> frozenset[str]:
+        """Every name a ``{placeholder}`` in this job may use."""
+        return frozenset(LAUNCH_VALUES) | frozenset(self.params)
+
+
+# --------------------------------------------------------------------------- finding jobs
+
+def shipped_jobs() -> dict[str, Path]:
+    """The jobs shipped with clusterctl, name -> file, sorted by name."""
+    d = paths.jobs_dir()
+    files = sorted(d.glob("*.yaml")) if d.is_dir() else []
+    return {f.stem: f for f in files}
+
+
+def job_path(name_or_path: str | Path) -> Path:
+    """The file of a job given by shipped name or by path; UserError when neither exists.
+
+    A shipped name wins over a file of the same name in the working directory
+    (write ``./bert`` for the file).
+    """
+    text = str(name_or_path)
+    shipped = shipped_jobs()
+    if text in shipped:
+        return shipped[text]
+    p = Path(text).expanduser()
+    if p.is_file():
+        return p
+    if p.exists():
+        raise UserError(f"job {text} is not a file; valid: a shipped job name or a job YAML file.")
+    looks_like_path = "/" in text or text.endswith((".yaml", ".yml"))
+    if looks_like_path:
+        raise UserError(f"job file {text} does not exist.")
+    raise UserError(
+        f'unknown job "{text}"{did_you_mean(text, list(shipped))}: give a shipped job '
+        f"({one_of(shipped) or 'none found in ' + str(paths.jobs_dir())}) or the path of a job YAML file.")
+
+
+def load_job(name_or_path: str | Path) -> Job:
+    """Load and validate a job (shipped name or file path); UserError with file:line: key."""
+    path = job_path(name_or_path)
+    data, lines, repeated = _load_yaml(path)
+    return _validate(path, data, lines, repeated)
+
+
+def list_jobs() -> list[Job]:
+    """Every shipped job, loaded (for `clusterctl jobs` style listings)."""
+    return [load_job(p) for p in shipped_jobs().values()]
+
+
+# --------------------------------------------------------------------------- YAML + lines
+
+def _load_yaml(path: Path) -> tuple[Any, dict[str, int], list[tuple[str, int, int]]]:
+    """Parse ``path`` (safe loader): (data, {key path: 1-based line}, repeated keys).
+
+    Key paths look like ``env.PHASE`` or ``command.0``; a repeated key is
+    (key path, its line, the line where it was first written) - YAML would
+    silently keep only the last one.
+
+    Scalars under ``env``, ``params``, ``command``, ``docker_args`` and
+    ``mounts`` are kept exactly as written (``PHASE: 1`` gives ``"1"``,
+    ``FLAG: yes`` gives ``"yes"``, ``MASK: 0755`` gives ``"0755"``,
+    ``[sleep, 30]`` gives ``["sleep", "30"]``): the rule of inventory env and of
+    ``--set``.
+    """
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise UserError(f"cannot read job file {path}: {e}") from None
+    loader = yaml.SafeLoader(text)
+    try:
+        root = loader.get_single_node()
+        lines: dict[str, int] = {}
+        repeated: list[tuple[str, int, int]] = []
+        data = None if root is None else _build(loader, root, "", lines, repeated)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
+        at = f"{path}:{mark.line + 1}" if mark else str(path)
+        problem = getattr(e, "problem", None) or str(e)
+        raise UserError(f"{at}: not valid YAML: {problem} (check indentation, colons and quotes "
+                        "on this line and the one above).") from None
+    finally:
+        loader.dispose()
+    return data, lines, repeated
+
+
+_TEXT_SECTIONS = ("env", "params", "command", "docker_args", "mounts")
+_NULL = "tag:yaml.org,2002:null"
+
+
+def _build(loader: yaml.SafeLoader, node: yaml.Node, key: str, lines: dict[str, int],
+           repeated: list[tuple[str, int, int]]) -> Any:
+    """Python data from a composed YAML node, recording each key's line and repeated keys."""
+    if key:
+        lines.setdefault(key, node.start_mark.line + 1)
+    if isinstance(node, yaml.SequenceNode):
+        return [_build(loader, item, f"{key}.{i}", lines, repeated)
+                for i, item in enumerate(node.value)]
+    if isinstance(node, yaml.MappingNode):
+        out: dict = {}
+        for k, v in node.value:
+            name = loader.construct_object(k, deep=True)
+            sub = f"{key}.{name}" if key else str(name)
+            line = k.start_mark.line + 1
+            if sub in lines and isinstance(name, (str, int)) and name in out:
+                repeated.append((sub, line, lines[sub]))
+            lines[sub] = line
+            out[name] = _build(loader, v, sub, lines, repeated)
+        return out
+    if isinstance(node, yaml.ScalarNode) and node.tag != _NULL and key.count(".") == 1 \
+            and key.split(".")[0] in _TEXT_SECTIONS:
+        return node.value
+    return loader.construct_object(node, deep=True)
+
+
+# --------------------------------------------------------------------------- validation
+
+class _Spec(BaseModel):
+    """The file's schema; pydantic gives the failing key path for messages."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    description: str = ""
+    target: str | None = None
+    image: str | None = None
+    contract: str = "torchrun"
+    command: list[str] = Field(min_length=1)
+    nproc_per_node: int | Literal["slots"] = "slots"
+    env: dict[str, str] = {}
+    docker_args: list[str] = []
+    mounts: list[str] = []
+    params: dict[str, str] = {}
+    secrets: list[str] = []
+
+
+class JobFileError(UserError):
+    """Every problem of one job file, one ``FILE:LINE: key: problem; valid: ...`` line each."""
+
+    def __init__(self, path: Path, problems: list[tuple[int, str]]) -> None:
+        self.path = path
+        self.problems = [text for _, text in sorted(problems, key=lambda p: p[0])]
+        if len(self.problems) == 1:
+            message = self.problems[0]
+        else:
+            message = "\n".join([f"{path}: {len(self.problems)} problems in the job file "
+                                  "(nothing was started):", *self.problems])
+        super().__init__(message)
+
+
+class _Problems:
+    """Collects the problems of one job file so the user can fix them all in one pass."""
+
+    def __init__(self, path: Path, lines: dict[str, int]) -> None:
+        self.path, self.lines, self.found = path, lines, []
+
+    def add(self, key: str, problem: str, *, hint: bool = True) -> None:
+        help_text = KEY_HELP.get(key.split(".")[0]) if hint else None
+        valid = f"; valid: {help_text}" if help_text else ""
+        self.found.append((_line_of(self.lines, key), f"{_locate(self.path, self.lines, key)}: "
+                                                       f"{problem}{valid}."))
+
+    def add_plain(self, line: int, text: str) -> None:
+        self.found.append((line, text))
+
+    def raise_if_any(self) -> None:
+        if self.found:
+            raise JobFileError(self.path, self.found)
+
+
+def _validate(path: Path, data: Any, lines: dict[str, int],
+              repeated: list[tuple[str, int, int]] = ()) -> Job:
+    if not isinstance(data, dict):
+        raise UserError(f"{path}: a job file is a YAML mapping with at least `command` and "
+                        f"`target` or `image` (keys: {', '.join(KEY_HELP)}).")
+    problems = _Problems(path, lines)
+    for key, line, first in repeated:
+        problems.add_plain(line, f"{path}:{line}: {key}: written twice (also on line {first}); "
+                                 "valid: each key once per mapping.")
+    try:
+        spec = _Spec.model_validate(data)
+    except ValidationError as e:
+        _schema_problems(e, path, problems)
+        problems.raise_if_any()
+    _check_semantics(spec, path, problems)
+    job = Job(name=path.stem, path=path, lines=lines, **spec.model_dump())
+    _check_placeholders(job, problems)
+    problems.raise_if_any()
+    return job
+
+
+def _schema_problems(error: ValidationError, path: Path, problems: _Problems) -> None:
+    """One problem per failing key (a union's several member errors count once)."""
+    seen = set()
+    for e in error.errors():
+        loc = ".".join(str(p) for p in e["loc"] if not _is_union_tag(p))
+        if loc in seen:
+            continue
+        seen.add(loc)
+        if e["type"] == "extra_forbidden":
+            top = loc.split(".")[0]
+            problems.add_plain(_line_of(problems.lines, top),
+                               f"{path}:{_line_of(problems.lines, top)}: unknown key `{top}`"
+                               f"{did_you_mean(top, list(KEY_HELP))}; valid keys: {', '.join(KEY_HELP)}.")
+        elif e["type"] == "missing":
+            problems.add_plain(0, f"{path}: missing key `{loc}`; valid: {KEY_HELP.get(loc, '')}.")
+        else:
+            problems.add(loc or "?", _friendly(e))
+
+
+def _line_of(lines: dict[str, int], key: str) -> int:
+    """The line of ``key`` or of its nearest parent that has one (0: none)."""
+    probe = key
+    while probe and probe not in lines:
+        probe = probe.rpartition(".")[0]
+    return lines.get(probe, 0)
+
+
+def _locate(path: Path, lines: dict[str, int], key: str) -> str:
+    """``file:line: key``, with the line of ``key`` or of its nearest parent that has one."""
+    line = _line_of(lines, key)
+    return f"{path}:{line}: {key}" if line else f"{path}: {key}"
+
+
+def _is_union_tag(part: Any) -> bool:
+    """pydantic puts union member names ("int", "literal['slots']") into error locations."""
+    return isinstance(part, str) and (part in {"int", "str"} or part.startswith(("literal[", "function-")))
+
+
+def _friendly(error: dict) -> str:
+    value = error.get("input")
+    shown = repr(value) if not isinstance(value, (dict, list)) else type(value).__name__
+    return f"{error['msg'].rstrip('.').lower()} (got {shown})"
+
+
+def _check_semantics(spec: _Spec, path: Path, problems: _Problems) -> None:
+    """Rules a schema cannot say: names, contract, target, reserved flags, mounts."""
+    if not spec.target and not spec.image:
+        problems.add_plain(0, f"{path}: a job needs `target` (a target name) or `image` "
+                              "(an image tag), or both.")
+    if spec.contract not in CONTRACTS:
+        problems.add("contract", f'unknown contract "{spec.contract}"'
+                                 f"{did_you_mean(spec.contract, list(CONTRACTS))}")
+    if isinstance(spec.nproc_per_node, int) and spec.nproc_per_node < 1:
+        problems.add("nproc_per_node", f"must be at least 1 (got {spec.nproc_per_node})")
+    for section in ("env", "params"):
+        for name in getattr(spec, section):
+            if not _NAME.match(name):
+                problems.add(f"{section}.{name}", "not a valid variable name (letters, digits, _; "
+                                                  "not starting with a digit)")
+    for name in spec.params:
+        if name in LAUNCH_VALUES:
+            problems.add(f"params.{name}", "a parameter may not reuse a launch value's name")
+    for i, name in enumerate(spec.secrets):
+        if not _NAME.match(name):
+            problems.add(f"secrets.{i}", f'"{name}" is not a valid variable name')
+    for i, arg in enumerate(spec.docker_args):
+        if reserved_flag(arg):
+            problems.add(f"docker_args.{i}", f"`{reserved_flag(arg)}` is set by clusterctl itself "
+                                             "and may not be given here", hint=False)
+    for i, mount in enumerate(spec.mounts):
+        problem = mount_problem(mount, expanded=False)
+        if problem:
+            problems.add(f"mounts.{i}", problem)
+    if spec.target and target_problem(spec.target):
+        problems.add("target", target_problem(spec.target), hint=False)
+
+
+def reserved_flag(arg: str) -> str | None:
+    """The reserved docker flag ``arg`` is (``--name``, ``--rm=true`` ...), else None."""
+    head = arg.split("=", 1)[0]
+    return head if head in RESERVED_DOCKER_FLAGS else None
+
+
+def mount_problem(mount: str, *, expanded: bool = True) -> str | None:
+    """What is wrong with a ``HOST:CONTAINER[:MODE]`` mount, or None.
+
+    Before placeholders are filled (``expanded=False``) the host part is not
+    checked, since ``{BERT_DIR}`` is only a path later.
+    """
+    parts = mount.split(":")
+    if len(parts) not in (2, 3) or not all(parts[:2]):
+        return f'"{mount}" is not HOST:CONTAINER or HOST:CONTAINER:ro'
+    if len(parts) == 3 and parts[2] not in ("ro", "rw"):
+        return f'mode "{parts[2]}" in "{mount}" is not ro or rw'
+    if not parts[1].startswith(("/", "{")):
+        return f'container path "{parts[1]}" in "{mount}" must be absolute'
+    if expanded and not parts[0].startswith("/"):
+        return f'host path "{parts[0]}" in "{mount}" must be absolute'
+    return None
+
+
+def target_problem(name: str) -> str | None:
+    """Why ``name`` is not a usable target, or None (asks clusterctl.targets)."""
+    from clusterctl.build import targets
+
+    known = targets.target_names()
+    if name in known:
+        return None
+    return f'unknown target "{name}"{did_you_mean(name, known)}; known targets: {one_of(known)}'
+
+
+# --------------------------------------------------------------------------- placeholders
+
+def placeholders(template: str) -> list[str]:
+    """The placeholder names in ``template`` (``{{``/``}}`` are literal braces).
+
+    Raises ValueError for malformed braces or format specs (``{a:>3}``, ``{a!r}``).
+    """
+    names = []
+    for _literal, name, spec, conversion in string.Formatter().parse(template):
+        if name is None:
+            continue
+        if spec or conversion:
+            raise ValueError(f"placeholder {{{name}}} may not carry a format spec or conversion")
+        names.append(name)
+    return names
+
+
+def expand(template: str, values: dict[str, str]) -> str:
+    """Fill ``{name}`` placeholders from ``values`` (names already checked at load)."""
+    out = []
+    for literal, name, _spec, _conv in string.Formatter().parse(template):
+        out.append(literal)
+        if name is not None:
+            out.append(values[name])
+    return "".join(out)
+
+
+def _templated_fields(job: Job) -> list[tuple[str, str]]:
+    """(key path, template) for every value that may hold placeholders."""
+    items = [(f"env.{k}", v) for k, v in job.env.items()]
+    items += [(f"command.{i}", v) for i, v in enumerate(job.command)]
+    items += [(f"docker_args.{i}", v) for i, v in enumerate(job.docker_args)]
+    items += [(f"mounts.{i}", v) for i, v in enumerate(job.mounts)]
+    return items
+
+
+def _check_placeholders(job: Job, problems: _Problems) -> None:
+    valid = job.placeholder_names
+    listing = ", ".join("{" + v + "}" for v in sorted(valid))
+    for key, template in _templated_fields(job):
+        try:
+            names = placeholders(template)
+        except ValueError as e:
+            problems.add(key, f"{e} in {template!r}; write {{{{ and }}}} for literal braces",
+                         hint=False)
+            continue
+        for name in names:
+            if name not in valid:
+                problems.add(key, f"unknown placeholder {{{name}}}{did_you_mean(name, valid)}; "
+                                  f"valid: {listing} (write {{{{ and }}}} for literal braces)",
+                             hint=False)
+
+
+def is_secret_name(name: str, declared=()) -> bool:
+    """True when ``name`` is declared secret or contains TOKEN, SECRET, PASSWORD or KEY."""
+    upper = name.upper()
+    return name in declared or any(m in upper for m in SECRET_MARKERS)

@@ -1,0 +1,315 @@
+"""Launch a job: one ``docker run --net=host`` container per node, all or nothing.
+
+``launch(job, inventory)`` is the whole command without the CLI:
+
+1. check before touching anything: preflight every node (SSH, docker, arch,
+   disk, devices, interface) and that the master port is free on the master.
+   Any problem -> :class:`PreflightFailed` (exit 2), a table of what is wrong
+   where, nothing started;
+2. push the image to the nodes that lack it (:func:`clusterctl.distribute.push_image`);
+3. start every node's container in parallel (the plan's argv over the node's
+   SSH connection, secrets on stdin as an env file, never in argv).  If any
+   node fails to start, the containers already started are removed again and
+   :class:`StartFailed` is raised: all or nothing;
+4. unless ``detach``: follow and supervise (:mod:`clusterctl.supervise`), then
+   remove the run's containers (their logs and exit codes are in
+   ``runs/<run-id>/`` by then).
+
+A detached run's containers stay until ``clusterctl stop`` (which saves their
+logs into ``runs/<run-id>/`` before removing them).
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
+from typing import TextIO
+
+from clusterctl.cluster.transport import Cluster
+from clusterctl.core.errors import ClusterctlError, NodeError, UserError
+from clusterctl.run import logs, plan, records, supervise
+
+START_TIMEOUT = 120.0  # seconds one node's `docker run -d` may take (it may create volumes, devices)
+
+
+class PreflightFailed(UserError):
+    """One or more nodes are not ready; nothing was started (exit 2).
+
+    ``checks`` holds every node's preflight result, for a table of what is wrong where.
+    """
+
+    def __init__(self, checks) -> None:
+        self.checks = list(checks)
+        rows = "\n".join(f"  {c.node}: {why}" for c in self.checks for why in c.problems)
+        super().__init__("preflight failed, nothing was started:\n" + rows)
+
+
+class StartFailed(ClusterctlError):
+    """A node could not start its container; the others were removed again (exit 1)."""
+
+    def __init__(self, failures: Mapping[str, str], not_removed: Mapping[str, str]) -> None:
+        self.failures = dict(failures)
+        self.not_removed = dict(not_removed)
+        lines = [f"  {n}: {why}" for n, why in self.failures.items()]
+        msg = "could not start the run on every node, so nothing runs (all or nothing):\n" + "\n".join(lines)
+        if self.not_removed:
+            msg += "\ncould NOT remove the containers already started on: " + ", ".join(
+                f"{n} ({why})" for n, why in self.not_removed.items())
+        super().__init__(msg)
+
+
+@dataclass
+class RunResult:
+    """What ``launch`` returns."""
+
+    run_id: str
+    exit_code: int
+    record: records.RunRecord
+    outcome: supervise.Outcome | None = None  # None when detached
+
+    @property
+    def summary(self) -> list[str]:
+        return supervise.summary_lines(self.outcome) if self.outcome else []
+
+
+# --------------------------------------------------------------------------- preflight
+
+def preflight(cluster: Cluster, plans: Sequence[plan.NodePlan]) -> dict[str, str]:
+    """Check every node before anything starts; returns the interface found per node.
+
+    SSH, docker, arch, disk, the devices each node's container will get, the
+    interface, and the master port free on the master.  PreflightFailed naming
+    every problem on every node (exit 2).
+    """
+    from clusterctl.cluster import preflight as pf
+
+    devices = {p.node: plan_devices(p) for p in plans}
+    checks = pf.run_preflight(cluster, devices_for=lambda node: devices.get(node.name, []),
+                              check_master_port=True)
+    if any(c.problems for c in checks):
+        raise PreflightFailed(checks)
+    return pf.interfaces(checks)
+
+
+def plan_devices(p: plan.NodePlan) -> list[str]:
+    """The host devices ``docker run --device=...`` in a node's plan will need."""
+    options = p.argv[:p.argv.index(p.image)] if p.image in p.argv else p.argv
+    return [a.split("=", 1)[1].split(":", 1)[0] for a in options if a.startswith("--device=")]
+
+
+# --------------------------------------------------------------------------- start
+
+def start_all(cluster: Cluster, plans: Sequence[plan.NodePlan], *,
+              timeout: float = START_TIMEOUT) -> None:
+    """Start every node's container in parallel; all or nothing (StartFailed)."""
+    by_node = {p.node: p for p in plans}
+
+    def start(conn) -> str:
+        p = by_node[conn.name]
+        return conn.run(p.argv, stdin=p.stdin, timeout=timeout, check=True).stdout.strip()
+
+    results = cluster.map(start, nodes=list(by_node))
+    failed = {n: r.reason for n, r in results.items() if isinstance(r, NodeError)}
+    if failed:
+        # "created but not started" containers exist too (a bad device, a port): remove on every node
+        not_removed = supervise.remove_run_containers(cluster, plans[0].run_id, list(by_node))
+        raise StartFailed(failed, {n: w for n, w in not_removed.items() if n not in failed})
+
+
+# --------------------------------------------------------------------------- the record
+
+def new_record(job, inventory, plans: Sequence[plan.NodePlan], run_id: str, *, image_id: str | None,
+               detached: bool, argv: Sequence[str] = ()) -> records.RunRecord:
+    """The run.json of a run about to start (env masked: secrets never reach the disk)."""
+    first = plans[0]
+    secrets = plan.secret_values(plans)  # `--set HF_TOKEN=...` is in clusterctl's own argv too
+    return records.RunRecord(
+        run_id=run_id, job=job.name, inventory=str(inventory.path.absolute()),
+        image=first.image, image_id=image_id,
+        master_addr=first.env.get("MASTER_ADDR"), master_port=int(first.env.get("MASTER_PORT", 0)) or None,
+        detached=detached, argv=[plan.mask_text(a, secrets) for a in argv],
+        nodes=[records.NodeRecord(node=p.node, host=p.host, rank=p.rank, container=p.container,
+                               env=plan.mask_env(p.env, p.secrets)) for p in plans],
+    )
+
+
+def record_outcome(record: records.RunRecord, outcome: supervise.Outcome) -> None:
+    """Fill the record with how the run ended."""
+    record.state = outcome.state
+    record.exit_code = outcome.exit_code
+    record.finished = records.utcnow()
+    for n in record.nodes:
+        st = outcome.containers.get(n.node)
+        n.exit_code = outcome.exit_codes.get(n.node)
+        if n.node in outcome.lost:
+            n.state = "lost"
+        elif st is not None:
+            n.state, n.started, n.finished = st.status, st.started, st.finished
+    f = outcome.first_failure
+    if f is not None:
+        record.first_failure = records.FailureRecord(
+            node=f.node, rank=f.rank, kind=f.kind, exit_code=f.exit_code, time=f.when,
+            reason=f.reason, last_lines=outcome.last_lines.get(f.node, []))
+
+
+def mark_running(cluster: Cluster, record: records.RunRecord) -> None:
+    """Record each container's start time (best effort, bounded: it is only for the record)."""
+    by_node = {n.node: n for n in record.nodes}
+
+    def inspect(conn):
+        return supervise.bounded(lambda: records.inspect_containers(conn, [by_node[conn.name].container]),
+                                 10.0)
+
+    for node, found in cluster.map(inspect, nodes=list(by_node)).items():
+        if isinstance(found, list) and found:
+            by_node[node].state, by_node[node].started = found[0].status, found[0].started
+    record.state = "running"
+
+
+# --------------------------------------------------------------------------- signals
+
+@contextmanager
+def stop_on_signals(sup_event: threading.Event, note: Callable[[str], None]):
+    """SIGINT/SIGTERM set ``sup_event`` (the supervisor tears down) instead of raising.
+
+    Only possible in the main thread; elsewhere the caller sets the event itself.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, _frame):
+        note(signal.Signals(signum).name)
+        sup_event.set()
+
+    old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+# --------------------------------------------------------------------------- launch
+
+def launch(job, inventory, *, image: str | None = None, overrides: Mapping[str, str] | None = None,
+           run_id: str | None = None, detach: bool = False,
+           accept_new_host_keys: bool | None = None, stream: TextIO | None = None,
+           color: bool | None = None, settings: supervise.Settings | None = None,
+           stop_event: threading.Event | None = None, handle_signals: bool = False,
+           push: bool = True, progress=None, argv: Sequence[str] = (),
+           on_started: Callable[[records.RunRecord], None] | None = None) -> RunResult:
+    """Run ``job`` on every node of ``inventory``; see the module docstring for the steps.
+
+    ``stream``: where the merged log goes (default stdout; pass an
+    ``io.StringIO()`` to keep it quiet - runs/<id>/ gets it anyway).
+    ``stop_event``: set it to stop the run as Ctrl-C would (the library's way to
+    interrupt); ``handle_signals``: SIGINT/SIGTERM set it (the CLI does this).
+    ``on_started(record)`` is called once every container runs.  Returns a
+    RunResult whose ``exit_code`` is the job's true outcome.
+    """
+    run_id = _fresh_run_id(run_id, job)
+    stop_event = stop_event or threading.Event()
+    # bad input (job, --set, image) is reported before any node is contacted
+    plans = plan.make_plan(job, inventory, run_id=run_id, image=image, overrides=overrides)
+    image_id = local_image_id(plans[0].image) if push else None
+    with Cluster(inventory, accept_new_host_keys=accept_new_host_keys) as cluster:
+        interfaces = preflight(cluster, plans)
+        plans = plan.make_plan(job, inventory, run_id=run_id, image=image, interfaces=interfaces,
+                               overrides=overrides)
+        if push:
+            push_image(cluster, plans[0].image, progress)
+        record = new_record(job, inventory, plans, run_id, image_id=image_id, detached=detach, argv=argv)
+        record.save()
+        caught: list[str] = []
+        with stop_on_signals(stop_event, caught.append) if handle_signals else nullcontext():
+            start_recorded(cluster, plans, record)
+            if on_started is not None:
+                on_started(record)
+            if detach and not stop_event.is_set():
+                return RunResult(run_id, 0, record)
+            outcome = follow(cluster, plans, record, stream=stream, color=color, settings=settings,
+                             stop_event=stop_event, interrupted=lambda: (caught or ["SIGINT"])[-1])
+        record_outcome(record, outcome)
+        record.save()
+        remove_finished(cluster, plans, outcome)
+        return RunResult(run_id, outcome.exit_code, record, outcome)
+
+
+def _fresh_run_id(run_id: str | None, job) -> str:
+    """A valid run id not recorded yet (the given one, checked, or a new one)."""
+    run_id = records.check_run_id(run_id) if run_id else records.new_run_id(job.name)
+    if records.run_path(run_id).exists():
+        raise UserError(f"run id {run_id!r} is already recorded in {records.run_path(run_id)}; "
+                        "choose another --run-id (or leave it out for a new one).")
+    return run_id
+
+
+def start_recorded(cluster: Cluster, plans: Sequence[plan.NodePlan], record: records.RunRecord) -> None:
+    """start_all, with the outcome (start-failed, or each container's start time) in run.json."""
+    try:
+        start_all(cluster, plans)
+    except StartFailed:
+        record.state, record.exit_code, record.finished = "start-failed", 1, records.utcnow()
+        record.save()
+        raise
+    mark_running(cluster, record)
+    record.save()
+
+
+def local_image_id(ref: str) -> str:
+    """The local engine's ID of ``ref``; UserError (exit 2) when the engine does not have it."""
+    from clusterctl.cluster import distribute, engine
+
+    return distribute.source_image(engine.client(), ref).id
+
+
+class PushFailed(ClusterctlError):
+    """The image could not be put on some node; nothing was started (exit 1)."""
+
+    def __init__(self, failures: Mapping[str, str]) -> None:
+        self.failures = dict(failures)
+        super().__init__("could not put the image on every node, nothing was started:\n"
+                         + "\n".join(f"  {n}: {why}" for n, why in self.failures.items()))
+
+
+def push_image(cluster: Cluster, ref: str, progress=None) -> None:
+    """Put ``ref`` on every node that lacks it (only missing layers travel); PushFailed otherwise."""
+    from clusterctl.cluster import distribute
+
+    results = distribute.push_image(ref, cluster, progress=progress)
+    failed = {r.node: r.error or r.describe() for r in results if not r.ok}
+    if failed:
+        raise PushFailed(failed)
+
+
+def follow(cluster: Cluster, plans: Sequence[plan.NodePlan], record: records.RunRecord, *,
+           stream: TextIO | None, color: bool | None, settings: supervise.Settings | None,
+           stop_event: threading.Event, interrupted: Callable[[], str]) -> supervise.Outcome:
+    """Merge every node's output to ``stream`` and runs/<id>/, supervise until the end."""
+    secrets = [p.env[k] for p in plans for k in p.secrets if k in p.env]
+    sink = logs.LogSink({p.node: p.rank for p in plans}, run_dir=record.dir,
+                        stream=sys.stdout if stream is None else stream, color=color, redact=secrets)
+    sources = [logs.Source(p.node, p.rank, p.container) for p in plans]
+    sup = supervise.Supervisor(cluster, sources, logs.Merger(sink), settings=settings,
+                               stop_event=stop_event, stop_reason=interrupted)
+    try:
+        return sup.run()
+    except BaseException:
+        # whatever broke the follow, no container of the run may outlive it
+        supervise.remove_run_containers(cluster, record.run_id, [p.node for p in plans])
+        raise
+    finally:
+        sink.close()
+
+
+def remove_finished(cluster: Cluster, plans: Sequence[plan.NodePlan], outcome: supervise.Outcome) -> None:
+    """Remove the run's containers on every node still reachable (logs are in runs/ now)."""
+    reachable = {p.node: p.container for p in plans if p.node not in outcome.lost}
+    problems = supervise.stop_containers(cluster, reachable, grace=0, remove=True)
+    for node, why in problems.items():
+        outcome.not_stopped.setdefault(node, f"container not removed: {why}")

@@ -1,0 +1,336 @@
+"""One merged, prefixed stream of every node's output, live or after the run.
+
+Each line is shown as ``node2[1]| text`` (node name, node rank) - the pdsh /
+srun -l habit - coloured per node on a terminal.  While a run is followed, each
+node's raw lines also go to ``runs/<id>/<node>.log`` (the per-rank file people
+keep after a run) and the prefixed lines, in arrival order, to
+``runs/<id>/merged.log``.
+
+Producers (one thread per node, streaming ``docker logs -f`` over SSH) only put
+lines on a queue; a single consumer writes them, so lines never interleave
+mid-line and files need no locks.
+"""
+
+from __future__ import annotations
+
+import queue
+import re
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TextIO
+
+from rich.text import Text
+
+from clusterctl.core import console
+from clusterctl.run.plan import MASK
+from clusterctl.run.records import MERGED_LOG, RunRecord
+
+_PALETTE = ("cyan", "magenta", "green", "yellow", "blue", "bright_red", "bright_cyan",
+            "bright_magenta", "bright_green", "bright_yellow", "bright_blue", "red")
+_PREFIXED = re.compile(r"^(?P<node>[^\s\[\]|]+)\[(?P<rank>\d+)\]\| ?(?P<text>.*)$")
+_TIMESTAMPED = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d+))?Z ?(.*)$", re.S)
+
+KEEP_LAST = 20  # lines per node kept in memory for the first-failure summary
+
+
+def prefix(node: str, rank: int) -> str:
+    return f"{node}[{rank}]| "
+
+
+def parse_prefixed(line: str) -> tuple[str, int, str] | None:
+    """``node2[1]| text`` -> ("node2", 1, "text"); None for a line without a prefix."""
+    m = _PREFIXED.match(line)
+    if not m:
+        return None
+    return m.group("node"), int(m.group("rank")), m.group("text")
+
+
+def split_timestamp(line: str) -> tuple[str, str]:
+    """A ``docker logs --timestamps`` line -> (sortable key, text).
+
+    Docker trims trailing zeros of the nanoseconds (RFC 3339 nano), so the raw
+    strings do not sort; the key pads the fraction to nine digits.
+    """
+    m = _TIMESTAMPED.match(line)
+    if not m:
+        return "", line
+    return f"{m.group(1)}.{(m.group(2) or '').ljust(9, '0')}", m.group(3)
+
+
+def style_for(rank: int) -> str:
+    return _PALETTE[rank % len(_PALETTE)]
+
+
+@dataclass(frozen=True)
+class Source:
+    """One node's container whose output is part of the merged stream."""
+
+    node: str
+    rank: int
+    container: str
+
+
+@dataclass(frozen=True)
+class Line:
+    node: str
+    text: str
+    at: float = field(default_factory=time.time)
+
+
+class LogSink:
+    """Writes merged lines: to a console (prefixed; coloured on a terminal) and to run files.
+
+    ``redact``: secret values of the run; a line that contains one is shown and
+    stored with ``****`` in its place.
+
+    ``run_dir`` None: console only (``clusterctl logs``).  ``stream`` None: files only.
+    """
+
+    def __init__(self, ranks: dict[str, int], *, run_dir: Path | None = None,
+                 stream: TextIO | None = None, color: bool | None = None,
+                 redact: Iterable[str] = ()) -> None:
+        self.ranks = dict(ranks)
+        # secret values a program might print: masked before any line is shown or written
+        self.redact = sorted({v for v in redact if v}, key=len, reverse=True)
+        self.stream = stream
+        self.color = console.interactive(stream) if color is None and stream is not None else bool(color)
+        self.last: dict[str, deque[str]] = {n: deque(maxlen=KEEP_LAST) for n in ranks}
+        self._files: dict[str, TextIO] = {}
+        self._merged: TextIO | None = None
+        if run_dir is not None:
+            run_dir.mkdir(parents=True, exist_ok=True)
+            self._merged = open(run_dir / MERGED_LOG, "a", encoding="utf-8")  # noqa: SIM115
+            for node in ranks:
+                self._files[node] = open(run_dir / f"{node}.log", "a", encoding="utf-8")  # noqa: SIM115
+
+    def write(self, node: str, text: str) -> None:
+        rank = self.ranks.get(node, -1)
+        text = text.rstrip("\r\n")
+        for secret in self.redact:
+            text = text.replace(secret, MASK)
+        self.last.setdefault(node, deque(maxlen=KEEP_LAST)).append(text)
+        pre = prefix(node, rank)
+        if node in self._files:
+            self._files[node].write(text + "\n")
+        if self._merged is not None:
+            self._merged.write(pre + text + "\n")
+        if self.stream is not None:
+            self._emit(pre, text, rank)
+
+    def _emit(self, pre: str, text: str, rank: int) -> None:
+        if self.color:
+            console.out.print(Text.assemble((pre, style_for(rank)), text), soft_wrap=True)
+        else:
+            self.stream.write(pre + text + "\n")
+            self.stream.flush()
+
+    def flush(self) -> None:
+        for f in (*self._files.values(), self._merged):
+            if f is not None:
+                f.flush()
+
+    def close(self) -> None:
+        for f in (*self._files.values(), self._merged):
+            if f is not None:
+                f.close()
+        self._files.clear()
+        self._merged = None
+
+
+class Merger:
+    """Thread-safe funnel: producer threads ``put`` lines, one consumer ``drain``s them to a sink."""
+
+    def __init__(self, sink: LogSink) -> None:
+        self.sink = sink
+        self.queue: queue.Queue[Line] = queue.Queue()
+
+    def put(self, node: str, text: str) -> None:
+        self.queue.put(Line(node, text))
+
+    def callback(self, node: str) -> Callable[[str], None]:
+        """An ``on_line`` for one node's stream: splits chunks into lines."""
+        def on_line(text: str) -> None:
+            for part in text.splitlines() or [""]:
+                self.put(node, part)
+        return on_line
+
+    def drain(self, timeout: float = 0.0) -> int:
+        """Write every queued line (waiting up to ``timeout`` for the first); returns how many."""
+        n = 0
+        try:
+            item = self.queue.get(timeout=timeout) if timeout > 0 else self.queue.get_nowait()
+        except queue.Empty:
+            return 0
+        while True:
+            self.sink.write(item.node, item.text)
+            n += 1
+            try:
+                item = self.queue.get_nowait()
+            except queue.Empty:
+                break
+        self.sink.flush()
+        return n
+
+
+def docker_logs_argv(container: str, *, follow: bool = False, tail: int | None = None,
+                     timestamps: bool = False) -> list[str]:
+    argv = ["docker", "logs"]
+    if follow:
+        argv.append("--follow")
+    if tail is not None:
+        argv += ["--tail", str(tail)]
+    if timestamps:
+        argv.append("--timestamps")
+    return [*argv, container]
+
+
+def start_followers(cluster, sources: Iterable[Source], merger: Merger, *,
+                    tail: int | None = None) -> dict[str, threading.Thread]:
+    """One daemon thread per node streaming ``docker logs --follow`` into ``merger``.
+
+    Daemon threads: a node whose link is down blocks its stream forever, and the
+    caller must still be able to end (supervise decides when a node is lost).
+    """
+    threads = {}
+    for src in sources:
+        t = threading.Thread(target=_follow_one, args=(cluster, src, merger, tail),
+                             name=f"logs-{src.node}", daemon=True)
+        t.start()
+        threads[src.node] = t
+    return threads
+
+
+def _follow_one(cluster, src: Source, merger: Merger, tail: int | None) -> None:
+    try:
+        conn = cluster.connection(src.node)
+        conn.stream(docker_logs_argv(src.container, follow=True, tail=tail), merger.callback(src.node))
+    except Exception as e:  # noqa: BLE001 - reported as a line; supervise judges the node
+        merger.put(src.node, f"[clusterctl] log stream ended: {e}")
+
+
+def fetch_node_lines(conn, container: str, *, tail: int | None = None) -> list[tuple[str, str]]:
+    """(timestamp key, text) of every line a container wrote so far, both streams."""
+    lines: list[tuple[str, str]] = []
+    conn.stream(docker_logs_argv(container, tail=tail, timestamps=True),
+                lambda chunk: lines.extend(split_timestamp(x) for x in chunk.splitlines()))
+    return lines
+
+
+def merge_timestamped(per_node: dict[str, list[tuple[str, str]]]) -> list[tuple[str, str]]:
+    """Interleave nodes' timestamped lines by time (stable: a node's own order is kept)."""
+    merged = [(key, i, node, text) for node, lines in per_node.items()
+              for i, (key, text) in enumerate(lines)]
+    merged.sort(key=lambda x: (x[0], x[2], x[1]))
+    return [(node, text) for _, _, node, text in merged]
+
+
+def lines_from_files(record: RunRecord, *, node: str | None = None,
+                     tail: int | None = None) -> Iterator[tuple[str, str]]:
+    """(node, text) of a recorded run, merged in the order they arrived.
+
+    ``tail`` keeps the last N lines of each node (as ``docker logs --tail`` does
+    per container), still in merged order.
+    """
+    merged = record.dir / MERGED_LOG
+    if merged.is_file():
+        items = []
+        with open(merged, encoding="utf-8", errors="replace") as f:
+            for raw in f:
+                parsed = parse_prefixed(raw.rstrip("\n"))
+                if parsed and (node is None or parsed[0] == node):
+                    items.append((parsed[0], parsed[2]))
+    else:  # a run stopped with `clusterctl stop` before anything was merged: per-node files
+        items = []
+        for n in record.nodes:
+            if (node is None or n.node == node) and record.log_path(n.node).is_file():
+                text = record.log_path(n.node).read_text(encoding="utf-8", errors="replace")
+                items += [(n.node, t) for t in text.splitlines()]
+    yield from _tail_per_node(items, tail)
+
+
+def _tail_per_node(items: list[tuple[str, str]], tail: int | None) -> list[tuple[str, str]]:
+    if tail is None:
+        return items
+    counts: dict[str, int] = {}
+    keep = []
+    for node, text in reversed(items):
+        if counts.get(node, 0) < tail:
+            counts[node] = counts.get(node, 0) + 1
+            keep.append((node, text))
+    return list(reversed(keep))
+
+
+def save_node_log(record: RunRecord, node: str, lines: Iterable[str]) -> Path:
+    """Write a node's complete output to ``runs/<id>/<node>.log`` (``stop`` keeps it this way)."""
+    path = record.log_path(node)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".log.tmp")
+    tmp.write_text("".join(t + "\n" for t in lines), encoding="utf-8")
+    tmp.replace(path)
+    return path
+
+
+# --- `clusterctl logs`: from the nodes while the containers exist, from runs/ after ---------
+
+def live_containers(cluster, record: RunRecord, *, node: str | None = None,
+                    timeout: float = 15.0) -> tuple[list[Source], dict[str, str]]:
+    """The run's containers that still exist on the nodes (found by label), and unreachable nodes."""
+    from clusterctl.run.records import find_containers
+    from clusterctl.run.supervise import bounded
+
+    wanted = [n for n in record.nodes if node is None or n.node == node]
+    names = {n.name for n in cluster.inventory.nodes}
+    targets = [n.node for n in wanted if n.node in names]
+
+    def ask(conn):
+        return bounded(lambda: find_containers(conn, record.run_id, timeout=timeout), timeout)
+
+    answers = cluster.map(ask, nodes=targets) if targets else {}
+    sources, unreachable = [], {}
+    for n in wanted:
+        found = answers.get(n.node)
+        if isinstance(found, list) and found:
+            sources.append(Source(n.node, n.rank, found[0].name))
+        elif found is not None and not isinstance(found, list):
+            unreachable[n.node] = getattr(found, "reason", str(found))
+    return sources, unreachable
+
+
+def show_from_nodes(cluster, sources: list[Source], sink: LogSink, *, tail: int | None = None) -> None:
+    """Everything the containers wrote so far, merged by the nodes' timestamps."""
+    def fetch(conn):
+        src = next(s for s in sources if s.node == conn.name)
+        return fetch_node_lines(conn, src.container, tail=tail)
+
+    got = cluster.map(fetch, nodes=[s.node for s in sources])
+    per_node = {n: v for n, v in got.items() if isinstance(v, list)}
+    for node, text in merge_timestamped(per_node):
+        sink.write(node, text)
+    for node, v in got.items():
+        if not isinstance(v, list):
+            sink.write(node, f"[clusterctl] cannot read this node's log: {v.reason}")
+    sink.flush()
+
+
+def follow_from_nodes(cluster, sources: list[Source], sink: LogSink, *, tail: int | None = None) -> None:
+    """Stream the containers' output until every one has ended (Ctrl-C ends it sooner)."""
+    merger = Merger(sink)
+    threads = start_followers(cluster, sources, merger, tail=tail)
+    while any(t.is_alive() for t in threads.values()):
+        merger.drain(timeout=0.2)
+    merger.drain()
+
+
+def show_from_files(record: RunRecord, sink: LogSink, *, node: str | None = None,
+                    tail: int | None = None) -> int:
+    """A finished run's lines from runs/<id>/; returns how many were shown."""
+    n = 0
+    for node_name, text in lines_from_files(record, node=node, tail=tail):
+        sink.write(node_name, text)
+        n += 1
+    sink.flush()
+    return n

@@ -1,0 +1,553 @@
+"""Follow a running job, fail fast, tear down, honour Ctrl-C.
+
+The pain this module exists for (FIELD-NOTES §3): one node dies and the others
+hang until a 30-minute NCCL/gloo timeout; a launcher reports success although a
+peer failed; the rank that failed first is buried in the logs.  So:
+
+* every node has a *waiter* (``docker wait`` over SSH: the exit code the moment
+  the container ends) and a *prober* (a periodic ``docker inspect`` whose every
+  call is bounded in time: a node whose link is down never answers, and nothing
+  here may wait on it without a deadline);
+* the first non-zero exit or lost node ends the follow; every other container
+  of the run is stopped in parallel with a short grace time;
+* the failure reported is the one that happened FIRST by time - the
+  container's own ``FinishedAt`` on its node, or a lost node's last sign of
+  life - not the first one noticed, nor the first node in the inventory.
+
+Exit status of a run: 0 when every container exited 0; the first failure's
+exit code; ``NODE_LOST_EXIT`` (255, as ssh reports a lost connection) when the
+first failure is a node that stopped answering; 130 on Ctrl-C (SIGINT) and 143
+on SIGTERM, after stopping every container.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+
+from clusterctl.run.logs import Merger, Source, start_followers
+from clusterctl.run.records import ContainerState, inspect_containers
+
+NODE_LOST_EXIT = 255
+INTERRUPTED_EXIT = 130
+TERMINATED_EXIT = 143
+
+
+class BoundedTimeout(Exception):
+    """A call on a node did not return within its deadline."""
+
+
+def ping(conn) -> None:
+    """One SSH round trip answered by the node's sshd itself (no process is started there).
+
+    A global request with want-reply (OpenSSH answers it even when it does not
+    know it: REQUEST_FAILURE is an answer too); raises when the connection died.
+    Unbounded by itself: call it through :func:`bounded`.
+    """
+    transport = conn.transport
+    transport.global_request("keepalive@openssh.com", wait=True)
+    if not transport.is_active():
+        raise ConnectionError("the SSH connection was lost")
+
+
+def bounded(fn: Callable[[], object], timeout: float, name: str = "bounded"):
+    """Run ``fn`` in a daemon thread and give up after ``timeout`` seconds.
+
+    A call over SSH to a node whose link is down blocks in the kernel until TCP
+    gives up (minutes); the caller must not.  The abandoned thread ends by
+    itself when the connection finally fails.
+    """
+    box: dict[str, object] = {}
+
+    def target() -> None:
+        try:
+            box["value"] = fn()
+        except BaseException as e:  # noqa: BLE001 - handed to the caller
+            box["error"] = e
+
+    t = threading.Thread(target=target, name=name, daemon=True)
+    t.start()
+    t.join(timeout)
+    if t.is_alive():
+        raise BoundedTimeout(f"no answer within {timeout:g}s")
+    if "error" in box:
+        raise box["error"]  # type: ignore[misc]
+    return box.get("value")
+
+
+@dataclass(frozen=True)
+class Failure:
+    """A container that exited non-zero on its own, or a node that stopped answering."""
+
+    node: str
+    rank: int
+    kind: str  # "exit" | "lost"
+    exit_code: int
+    time: float  # epoch seconds when it happened (node's FinishedAt / last sign of life)
+    reason: str = ""
+
+    @property
+    def when(self) -> datetime:
+        return datetime.fromtimestamp(self.time, timezone.utc)
+
+
+def first_failure(failures) -> Failure | None:
+    """The failure that happened first by time (ties: the lower rank)."""
+    return min(failures, key=lambda f: (f.time, f.rank), default=None)
+
+
+def failures_by_time(observed: list[Failure], states: dict[str, ContainerState | None],
+                     ranks: dict[str, int], cut: float) -> list[Failure]:
+    """Every failure of a run, each timed by the clock of record.
+
+    ``observed``: failures noticed while following (exit events timed when the
+    news arrived, lost nodes timed by their last sign of life).  ``states``: each
+    node's container after the teardown (``docker inspect``).  An exit is timed
+    by the container's own FinishedAt, so a rank that failed first on a slow
+    node still comes first.  A container that exited non-zero on its own before
+    ``cut`` (when the teardown began) but whose news had not arrived yet is a
+    failure too; one that ended after ``cut`` was stopped by us and is not.
+    """
+    timed: list[Failure] = []
+    for f in observed:
+        st = states.get(f.node)
+        if f.kind == "exit" and st is not None and st.finished is not None and not st.running:
+            f = Failure(f.node, f.rank, f.kind, f.exit_code, st.finished.timestamp(), f.reason)
+        timed.append(f)
+    known = {f.node for f in observed}
+    for node, st in states.items():
+        if node in known or st is None or st.running or not st.exit_code or st.finished is None:
+            continue
+        if st.finished.timestamp() <= cut:
+            timed.append(Failure(node, ranks.get(node, -1), "exit", st.exit_code, st.finished.timestamp()))
+    return timed
+
+
+def run_exit_code(first: Failure | None, interrupted: str | None = None) -> int:
+    """The run's exit status (see the module docstring)."""
+    if interrupted == "SIGINT":
+        return INTERRUPTED_EXIT
+    if interrupted == "SIGTERM":
+        return TERMINATED_EXIT
+    if first is None:
+        return 0
+    if first.kind == "lost":
+        return NODE_LOST_EXIT
+    return first.exit_code if 0 < first.exit_code < 256 else 1
+
+
+@dataclass
+class Settings:
+    """Timing knobs; defaults suit a LAN cluster (a lost node is declared within ~15 s)."""
+
+    probe_interval: float = 2.0  # seconds between liveness probes (SSH round trips) of a node
+    probe_timeout: float = 6.0  # one probe's deadline
+    lost_after: float = 15.0  # no SSH answer for this long: the node is lost
+    state_every: int = 5  # every Nth probe also reads the container state (backup for the waiter)
+    stop_grace: int = 3  # `docker stop --time`: SIGTERM, then SIGKILL after this
+    stop_timeout: float = 20.0  # deadline of one node's stop call
+    drain_timeout: float = 5.0  # wait for the streams' last lines after the end
+
+
+@dataclass
+class Outcome:
+    """How a followed run ended."""
+
+    exit_code: int
+    state: str  # succeeded | failed | interrupted
+    first_failure: Failure | None
+    failures: list[Failure]
+    exit_codes: dict[str, int | None]
+    containers: dict[str, ContainerState | None]
+    lost: list[str] = field(default_factory=list)
+    not_stopped: dict[str, str] = field(default_factory=dict)  # node -> why it could not be stopped
+    teardown_seconds: float | None = None
+    last_lines: dict[str, list[str]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class _Event:
+    kind: str  # "exit" | "lost" | "state"
+    node: str
+    exit_code: int | None = None
+    at: float = field(default_factory=time.time)
+    reason: str = ""
+    state: ContainerState | None = None
+
+
+class Supervisor:
+    """Follows one run's containers until they all succeed, one fails, a node is lost or stop."""
+
+    def __init__(self, cluster, sources: list[Source], merger: Merger, *,
+                 settings: Settings | None = None, stop_event: threading.Event | None = None,
+                 stop_reason: Callable[[], str] | None = None) -> None:
+        self.cluster = cluster
+        self.sources = {s.node: s for s in sources}
+        self.merger = merger
+        self.settings = settings or Settings()
+        self.stop_event = stop_event or threading.Event()
+        # why stop_event was set: "SIGINT" (exit 130, the default) or "SIGTERM" (exit 143)
+        self.stop_reason = stop_reason or (lambda: "SIGINT")
+        self._events: queue.Queue[_Event] = queue.Queue()
+        self._done = threading.Event()  # tells probers to end
+        self._exit_codes: dict[str, int] = {}
+        self._failures: list[Failure] = []
+        self._lost: set[str] = set()
+
+    # --- threads -------------------------------------------------------------------------
+
+    def _wait(self, src: Source) -> None:
+        """Waiter: ``docker wait`` returns the exit code as soon as the container ends."""
+        try:
+            res = self.cluster.connection(src.node).run(["docker", "wait", src.container])
+        except Exception:  # noqa: BLE001 - the prober judges an unreachable node
+            return
+        if res.exit_code == 0 and res.stdout.strip():
+            self._events.put(_Event("exit", src.node, exit_code=int(res.stdout.split()[-1])))
+        elif "No such container" in res.stderr:
+            self._events.put(_Event("exit", src.node, exit_code=NODE_LOST_EXIT,
+                                    reason="the container was removed on the node by someone else"))
+
+    def _probe(self, src: Source) -> None:
+        """Prober: a bounded SSH round trip every probe_interval; silence means lost.
+
+        Liveness is judged at the SSH level (:func:`ping`, answered by sshd
+        itself), never by a docker command: a busy node's dockerd may take many
+        seconds to answer ``docker inspect``, and that must not kill a healthy
+        run.  Every ``state_every`` probes the container state is read too, as a
+        backup for the waiter (its news is lost if its channel broke); that read
+        may be slow or fail without consequence.
+        """
+        s = self.settings
+        last_ok = time.time()
+        reason = ""
+        n = 0
+        while not self._done.is_set():
+            n += 1
+            try:  # connecting again (after a dead connection) is bounded too
+                bounded(lambda: ping(self.cluster.connection(src.node)), s.probe_timeout,
+                        name=f"ping-{src.node}")
+                last_ok = time.time()
+            except Exception as e:  # noqa: BLE001 - any failure to answer counts as silence
+                reason = str(e) or e.__class__.__name__
+            if time.time() - last_ok >= s.lost_after:
+                self._events.put(_Event("lost", src.node, at=last_ok, reason=(
+                    f"no reply for {time.time() - last_ok:.0f}s ({reason})")))
+                return
+            if n % s.state_every == 0:
+                self._check_state(src)
+            self._done.wait(s.probe_interval)
+
+    # --- main loop -----------------------------------------------------------------------
+
+    def run(self) -> Outcome:
+        """Follow to the end and tear down on failure or stop; returns the Outcome."""
+        followers = start_followers(self.cluster, self.sources.values(), self.merger)
+        for src in self.sources.values():
+            threading.Thread(target=self._wait, args=(src,), name=f"wait-{src.node}", daemon=True).start()
+            threading.Thread(target=self._probe, args=(src,), name=f"probe-{src.node}", daemon=True).start()
+        try:
+            self._follow()
+        finally:
+            self._done.set()
+        return self._finish(followers)
+
+    def _follow(self) -> None:
+        while True:
+            self.merger.drain(timeout=0.1)
+            self._handle_events()
+            if self.stop_event.is_set() or self._failures:
+                return
+            if len(self._exit_codes) == len(self.sources):
+                return  # everyone exited 0
+
+    def _check_state(self, src: Source) -> None:
+        """Backup exit detection: the container's state, read in the background."""
+        def read() -> None:
+            try:
+                states = inspect_containers(self.cluster.connection(src.node), [src.container],
+                                            timeout=self.settings.probe_timeout * 3)
+            except Exception:  # noqa: BLE001 - slow or failing: the next round tries again
+                return
+            if states:  # nothing found may just be a busy daemon: the waiter sees a removal
+                self._events.put(_Event("state", src.node, state=states[0]))
+
+        threading.Thread(target=read, name=f"state-{src.node}", daemon=True).start()
+
+    def _handle_events(self) -> None:
+        while True:
+            try:
+                ev = self._events.get_nowait()
+            except queue.Empty:
+                return
+            self._handle(ev)
+
+    def _handle(self, ev: _Event) -> None:
+        src = self.sources[ev.node]
+        if ev.node in self._exit_codes or ev.node in self._lost:
+            return
+        if ev.kind == "state":
+            st = ev.state
+            if st is None or st.running or st.exit_code is None:
+                return
+            ev = _Event("exit", ev.node, exit_code=st.exit_code, at=(st.finished or datetime.now(timezone.utc)).timestamp())
+        if ev.kind == "exit":
+            self._exit_codes[ev.node] = ev.exit_code
+            if ev.exit_code != 0:
+                self._failures.append(Failure(src.node, src.rank, "exit", ev.exit_code, ev.at, ev.reason))
+        elif ev.kind == "lost":
+            self._lost.add(ev.node)
+            self._failures.append(Failure(src.node, src.rank, "lost", NODE_LOST_EXIT, ev.at, ev.reason))
+
+    # --- the end -------------------------------------------------------------------------
+
+    def _finish(self, followers: dict[str, threading.Thread]) -> Outcome:
+        s = self.settings
+        cut = time.time()  # containers that ended before this ended on their own
+        teardown = bool(self._failures) or self.stop_event.is_set()
+        not_stopped: dict[str, str] = {}
+        t0 = time.monotonic()
+        if teardown:
+            to_stop = [n for n in self.sources if n not in self._exit_codes and n not in self._lost]
+            not_stopped = stop_containers(self.cluster, {n: self.sources[n].container for n in to_stop},
+                                          grace=s.stop_grace, timeout=s.stop_timeout)
+        teardown_seconds = time.monotonic() - t0 if teardown else None
+        self._join(followers, s.drain_timeout)
+        states = self._final_states()
+        # News that arrives now is about containers we stopped (or late news that
+        # failures_by_time finds from the states): exit codes only, no failures.
+        self._events = queue.Queue()
+        ranks = {n: src.rank for n, src in self.sources.items()}
+        failures = failures_by_time(self._failures, states, ranks, cut)
+        first = first_failure(failures)
+        for f in failures:
+            if f.kind == "exit":
+                self._exit_codes.setdefault(f.node, f.exit_code)
+        interrupted = self.stop_reason() if self.stop_event.is_set() else None
+        code = run_exit_code(first, interrupted)
+        exit_codes = {n: self._exit_codes.get(n, st.exit_code if st else None) for n, st in states.items()}
+        state = "interrupted" if interrupted else ("succeeded" if code == 0 else "failed")
+        for n in self._lost:
+            not_stopped.setdefault(n, "node unreachable: its container may still be running")
+        return Outcome(code, state, first, failures, exit_codes, states, sorted(self._lost),
+                       not_stopped, teardown_seconds,
+                       {n: list(d) for n, d in self.merger.sink.last.items()})
+
+    def _join(self, followers: dict[str, threading.Thread], timeout: float) -> None:
+        """Give the log streams a moment to deliver the last lines (a lost node's never comes)."""
+        deadline = time.monotonic() + timeout
+        for node, t in followers.items():
+            if node not in self._lost:
+                t.join(max(0.0, deadline - time.monotonic()))
+        self.merger.drain()
+
+    def _final_states(self) -> dict[str, ContainerState | None]:
+        """Every reachable node's container state at the end (bounded; lost nodes: None)."""
+        reachable = [n for n in self.sources if n not in self._lost]
+
+        def one(node: str) -> ContainerState | None:
+            found = bounded(lambda: inspect_containers(self.cluster.connection(node),
+                                                       [self.sources[node].container],
+                                                       timeout=self.settings.probe_timeout),
+                            self.settings.probe_timeout, name=f"final-{node}")
+            return found[0] if found else None
+
+        states: dict[str, ContainerState | None] = dict.fromkeys(self.sources)
+        with ThreadPoolExecutor(max_workers=max(1, len(reachable))) as pool:
+            futures = {n: pool.submit(_quiet, one, n) for n in reachable}
+            for n, fut in futures.items():
+                states[n] = fut.result()
+        return states
+
+
+def _quiet(fn, *args):
+    try:
+        return fn(*args)
+    except Exception:  # noqa: BLE001 - an unreachable node has no state; the caller reports it
+        return None
+
+
+def stop_containers(cluster, containers: dict[str, str], *, grace: int = 3,
+                    timeout: float = 20.0, remove: bool = False) -> dict[str, str]:
+    """Stop (``remove``: and remove) each node's container in parallel, each call bounded.
+
+    Returns node -> reason for every node where that could not be done; a
+    container already gone counts as done (stopping is idempotent).
+    """
+    def one(node: str, name: str) -> str | None:
+        def call():
+            conn = cluster.connection(node)
+            if remove and grace:
+                conn.run(["docker", "stop", "--time", str(grace), name], timeout=timeout)
+            argv = (["docker", "rm", "--force", name] if remove
+                    else ["docker", "stop", "--time", str(grace), name])
+            return conn.run(argv, timeout=timeout)
+
+        res = bounded(call, timeout, name=f"stop-{node}")
+        if res.exit_code != 0 and "No such container" not in res.stderr:
+            return res.stderr.strip().splitlines()[-1] if res.stderr.strip() else f"exit {res.exit_code}"
+        return None
+
+    problems: dict[str, str] = {}
+    if not containers:
+        return problems
+    with ThreadPoolExecutor(max_workers=len(containers)) as pool:
+        futures = {n: pool.submit(one, n, c) for n, c in containers.items()}
+        for node, fut in futures.items():
+            try:
+                why = fut.result()
+            except Exception as e:  # noqa: BLE001 - reported by node name
+                why = str(e) or e.__class__.__name__
+            if why:
+                problems[node] = why
+    return problems
+
+
+def summary_lines(outcome: Outcome, *, tail: int = 20) -> list[str]:
+    """The end-of-run report: the first failure (node, rank, exit code, its last lines), then the rest."""
+    first = outcome.first_failure
+    if first is None:
+        if outcome.state == "interrupted":
+            return ["run interrupted: every container of the run was stopped"
+                    + _teardown_note(outcome)] + _not_stopped_lines(outcome)
+        return []
+    when = first.when.strftime("%H:%M:%S.%f")[:-3]
+    if first.kind == "lost":
+        head = (f"FIRST FAILURE: {first.node}[{first.rank}] stopped answering (last seen {when} UTC): "
+                f"{first.reason}; exit status {NODE_LOST_EXIT} means a lost node")
+    else:
+        head = f"FIRST FAILURE: {first.node}[{first.rank}] exited {first.exit_code} at {when} UTC"
+    lines = [head]
+    last = outcome.last_lines.get(first.node, [])[-tail:]
+    if last:
+        lines.append(f"last {len(last)} lines of {first.node}[{first.rank}]:")
+        lines += [f"  {t}" for t in last]
+    others = [f for f in sorted(outcome.failures, key=lambda f: f.time) if f is not first and f.node != first.node]
+    if others:
+        lines.append("then: " + ", ".join(
+            f"{f.node}[{f.rank}] " + ("lost" if f.kind == "lost" else f"exited {f.exit_code}") for f in others))
+    lines.append("every other container of the run was stopped" + _teardown_note(outcome))
+    return lines + _not_stopped_lines(outcome)
+
+
+def _teardown_note(outcome: Outcome) -> str:
+    return "" if outcome.teardown_seconds is None else f" (teardown {outcome.teardown_seconds:.1f}s)"
+
+
+def _not_stopped_lines(outcome: Outcome) -> list[str]:
+    return [f"NOT STOPPED on {node}: {why}" for node, why in sorted(outcome.not_stopped.items())]
+
+
+def remove_run_containers(cluster, run_id: str, nodes: list[str], *, timeout: float = 30.0) -> dict[str, str]:
+    """Remove every container labelled with ``run_id`` on ``nodes`` (any state); node -> problem.
+
+    By label, not by name: when a start failed because a container of that NAME
+    already existed, that container is someone else's and must stay.
+    """
+    from clusterctl.run.records import RUN_LABEL
+
+    def one(conn) -> None:
+        def call():
+            found = conn.run(["docker", "ps", "-a", "-q", "--filter", f"label={RUN_LABEL}={run_id}"],
+                             timeout=timeout, check=True).stdout.split()
+            if found:
+                conn.run(["docker", "rm", "--force", *found], timeout=timeout, check=True)
+        bounded(call, timeout * 2, name=f"remove-{conn.name}")
+
+    return {n: getattr(r, "reason", str(r)) for n, r in cluster.map(one, nodes=nodes).items()
+            if r is not None}
+
+
+# --- `clusterctl stop`: stop and remove a run's containers everywhere, keep their logs -------
+
+@dataclass
+class NodeStop:
+    """What ``stop_run`` did on one node."""
+
+    node: str
+    containers: list[ContainerState] = field(default_factory=list)  # final states, before removal
+    was_running: list[str] = field(default_factory=list)
+    lines: list[tuple[str, str]] = field(default_factory=list)  # (timestamp key, text), for runs/
+    error: str | None = None  # the node could not be reached / the containers not removed
+
+
+def stop_node(conn, run_id: str, *, grace: int = 3, timeout: float = 30.0) -> NodeStop:
+    """On one node: find the run's containers by label, save their output, stop, remove."""
+    from clusterctl.run.logs import fetch_node_lines
+    from clusterctl.run.records import find_containers
+
+    result = NodeStop(conn.name)
+    found = find_containers(conn, run_id, timeout=timeout)
+    names = [c.name for c in found]
+    result.was_running = [c.name for c in found if c.running]
+    if not names:
+        return result
+    if result.was_running:
+        conn.run(["docker", "stop", "--time", str(grace), *result.was_running], timeout=timeout + grace)
+    for name in names:
+        result.lines += fetch_node_lines(conn, name)
+    result.containers = inspect_containers(conn, names, timeout=timeout)
+    rm = conn.run(["docker", "rm", "--force", *names], timeout=timeout)
+    if rm.exit_code != 0:
+        result.error = f"docker rm failed: {rm.stderr.strip().splitlines()[-1] if rm.stderr.strip() else rm.exit_code}"
+    return result
+
+
+def stop_run(cluster, record, *, grace: int = 3, timeout: float = 30.0) -> dict[str, NodeStop]:
+    """Stop and remove ``record``'s containers on every node (idempotent), then update runs/.
+
+    Each node's output is saved to ``runs/<id>/<node>.log`` first (when launch
+    was not following it) so ``clusterctl logs`` still works after the
+    containers are gone.  A node that does not answer within ``timeout`` is
+    reported in its NodeStop.error.
+    """
+    names = {n.name for n in cluster.inventory.nodes}
+    targets = [n.node for n in record.nodes if n.node in names]
+
+    def one(conn) -> NodeStop:
+        return bounded(lambda: stop_node(conn, record.run_id, grace=grace, timeout=timeout),
+                       timeout * 2 + grace, name=f"stop-{conn.name}")
+
+    results: dict[str, NodeStop] = {}
+    for node, r in (cluster.map(one, nodes=targets) if targets else {}).items():
+        results[node] = r if isinstance(r, NodeStop) else NodeStop(node, error=getattr(r, "reason", str(r)))
+    for n in record.nodes:
+        results.setdefault(n.node, NodeStop(n.node, error="not in this inventory"))
+    _record_stop(record, results)
+    return results
+
+
+def _record_stop(record, results: dict[str, NodeStop]) -> None:
+    """Keep logs and final states of stopped containers in the run record."""
+    from clusterctl.run import logs
+    from clusterctl.run.records import MERGED_LOG, utcnow
+
+    saved: dict[str, list[tuple[str, str]]] = {}
+    for n in record.nodes:
+        r = results[n.node]
+        if r.containers:
+            st = r.containers[0]
+            n.state, n.exit_code, n.started, n.finished = st.status, st.exit_code, st.started, st.finished
+            if not record.log_path(n.node).exists():  # launch was not following this run
+                logs.save_node_log(record, n.node, [t for _, t in r.lines])
+                saved[n.node] = r.lines
+    if saved:
+        # appended: nodes stopped by a later `stop` (one was unreachable) join the merged log
+        ranks = {n.node: n.rank for n in record.nodes}
+        with open(record.dir / MERGED_LOG, "a", encoding="utf-8") as f:
+            for node, t in logs.merge_timestamped(saved):
+                f.write(logs.prefix(node, ranks[node]) + t + "\n")
+    if any(r.was_running for r in results.values()):
+        record.state, record.finished = "stopped", record.finished or utcnow()
+    elif record.state in ("starting", "running") and all(n.exit_code is not None for n in record.nodes):
+        # a detached run that had ended by itself: its true outcome, the first failure by time
+        failed = sorted((n for n in record.nodes if n.exit_code), key=lambda n: n.finished or utcnow())
+        record.state = "failed" if failed else "succeeded"
+        record.exit_code = failed[0].exit_code if failed else 0
+        record.finished = max((n.finished for n in record.nodes if n.finished), default=utcnow())
+    record.save()

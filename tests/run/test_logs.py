@@ -1,0 +1,109 @@
+"""Merged, prefixed logs: real threads, real files, real `docker logs --timestamps` text.
+
+The live path (docker logs -f over SSH on sandbox nodes) is covered by
+tests/run/test_launch.py; here the merge and prefix rules themselves.
+"""
+
+from __future__ import annotations
+
+import io
+import threading
+
+import pytest
+
+from clusterctl.run import logs
+from clusterctl.run.records import RunRecord
+
+
+def test_prefix_round_trips_through_parse():
+    line = logs.prefix("node2", 1) + "loss=0.25 | step 3"
+    assert line == "node2[1]| loss=0.25 | step 3"
+    assert logs.parse_prefixed(line) == ("node2", 1, "loss=0.25 | step 3")
+    assert logs.parse_prefixed("no prefix here") is None
+
+
+def test_merger_keeps_each_threads_lines_whole_and_in_order(tmp_path):
+    """Eight producer threads, 500 lines each: every line arrives once, unbroken, in its node's order."""
+    nodes = {f"n{i}": i for i in range(8)}
+    out = io.StringIO()
+    sink = logs.LogSink(nodes, run_dir=tmp_path, stream=out, color=False)
+    merger = logs.Merger(sink)
+
+    def produce(node: str) -> None:
+        cb = merger.callback(node)
+        for k in range(500):
+            cb(f"{node} line {k} " + "x" * (k % 37))
+
+    threads = [threading.Thread(target=produce, args=(n,)) for n in nodes]
+    for t in threads:
+        t.start()
+    while any(t.is_alive() for t in threads):
+        merger.drain(timeout=0.01)
+    for t in threads:
+        t.join()
+    merger.drain()
+    sink.close()
+
+    seen: dict[str, list[int]] = {n: [] for n in nodes}
+    for line in out.getvalue().splitlines():
+        node, rank, text = logs.parse_prefixed(line)
+        assert rank == nodes[node]
+        assert text.startswith(f"{node} line ")
+        seen[node].append(int(text.split()[2]))
+    assert all(seen[n] == list(range(500)) for n in nodes)
+    # per-node files hold the raw lines; merged.log the same prefixed lines as the console
+    assert (tmp_path / "n3.log").read_text().splitlines()[7] == "n3 line 7 " + "x" * 7
+    assert (tmp_path / "merged.log").read_text() == out.getvalue()
+    assert list(sink.last["n5"])[-1] == "n5 line 499 " + "x" * (499 % 37)
+    assert len(sink.last["n5"]) == logs.KEEP_LAST
+
+
+def test_colour_on_a_terminal_keeps_text_verbatim(capsys):
+    """Coloured output goes through rich; markup-like text must come out as written."""
+    sink = logs.LogSink({"node1": 0}, stream=io.StringIO(), color=True)
+    sink.write("node1", "[bold]not markup[/bold] 100%")
+    assert "node1[0]| [bold]not markup[/bold] 100%" in capsys.readouterr().out
+
+
+def test_docker_timestamps_sort_by_time_not_by_text():
+    # docker trims trailing zeros of the nanoseconds: ".5Z" is later than ".123456789Z"
+    a = logs.split_timestamp("2026-11-22T04:30:01.5Z rank 1 done")
+    b = logs.split_timestamp("2026-11-22T04:30:01.123456789Z rank 0 done")
+    assert a[1] == "rank 1 done" and b[1] == "rank 0 done"
+    merged = logs.merge_timestamped({"node1": [a], "node2": [b]})
+    assert merged == [("node2", "rank 0 done"), ("node1", "rank 1 done")]
+    assert logs.split_timestamp("plain") == ("", "plain")
+
+
+def _record(tmp_path, monkeypatch, nodes=("node1", "node2")) -> RunRecord:
+    monkeypatch.setenv("CLUSTERCTL_RUNS", str(tmp_path))
+    return RunRecord(run_id="r1", job="j", inventory="inv.yaml", image="img",
+                     nodes=[{"node": n, "host": n, "rank": i, "container": f"c{i}"} for i, n in enumerate(nodes)])
+
+
+def test_lines_from_files_tail_is_per_node_in_merged_order(tmp_path, monkeypatch):
+    rec = _record(tmp_path, monkeypatch)
+    sink = logs.LogSink({"node1": 0, "node2": 1}, run_dir=rec.dir)
+    for i in range(5):
+        sink.write("node1", f"a{i}")
+        if i % 2:
+            sink.write("node2", f"b{i}")
+    sink.close()
+    assert list(logs.lines_from_files(rec, tail=2)) == [
+        ("node2", "b1"), ("node1", "a3"), ("node2", "b3"), ("node1", "a4")]
+    assert list(logs.lines_from_files(rec, node="node2")) == [("node2", "b1"), ("node2", "b3")]
+
+
+def test_lines_from_files_without_merged_log_reads_node_files(tmp_path, monkeypatch):
+    rec = _record(tmp_path, monkeypatch)
+    logs.save_node_log(rec, "node2", ["x", "y"])
+    assert list(logs.lines_from_files(rec)) == [("node2", "x"), ("node2", "y")]
+
+
+@pytest.mark.parametrize("kw,argv", [
+    ({}, ["docker", "logs", "c"]),
+    ({"follow": True, "tail": 5, "timestamps": True},
+     ["docker", "logs", "--follow", "--tail", "5", "--timestamps", "c"]),
+])
+def test_docker_logs_argv(kw, argv):
+    assert logs.docker_logs_argv("c", **kw) == argv

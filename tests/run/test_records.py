@@ -1,0 +1,136 @@
+"""Run records in runs/<run-id>/: written atomically, listed newest first, found by id.
+
+The records that real launches write are checked in tests/run/test_launch.py; here
+the record store itself and its error messages, with real files.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from typer.testing import CliRunner
+
+from clusterctl.cli import app
+from clusterctl.core.errors import UserError
+from clusterctl.run import records
+
+runner = CliRunner()
+T0 = datetime(2026, 11, 22, 4, 0, tzinfo=timezone.utc)
+
+
+@pytest.fixture
+def runs_dir(tmp_path, monkeypatch):
+    d = tmp_path / "runs"
+    monkeypatch.setenv("CLUSTERCTL_RUNS", str(d))
+    return d
+
+
+def make(run_id: str, minutes: int, **kw) -> records.RunRecord:
+    rec = records.RunRecord(run_id=run_id, job="ddp-smoke", inventory="/x/inv.yaml", image="img:1",
+                         started=T0 + timedelta(minutes=minutes),
+                         nodes=[records.NodeRecord(node="node1", host="10.0.0.11", rank=0, container=f"{run_id}-node1",
+                                                env={"HF_TOKEN": "****", "NODE_RANK": "0"})], **kw)
+    rec.save()
+    return rec
+
+
+def test_record_round_trips_and_lists_newest_first(runs_dir):
+    make("b-run", 5, state="failed", exit_code=3)
+    make("a-run", 9, state="succeeded", exit_code=0)
+    make("c-run", 1)
+    assert [r.run_id for r in records.list_runs()] == ["a-run", "b-run", "c-run"]
+    assert records.resolve(None).run_id == "a-run"  # RUN defaults to the newest
+    loaded = records.load("b-run")
+    assert loaded.exit_code == 3 and loaded.nodes[0].env["HF_TOKEN"] == "****"
+    assert loaded.started == T0 + timedelta(minutes=5)
+    assert not list(runs_dir.glob("*/.run.*"))  # no temp files left behind
+
+
+def test_runs_cli_json_and_table_newest_first(runs_dir):
+    make("older", 1)
+    make("newer", 2, state="failed", exit_code=3,
+         first_failure=records.FailureRecord(node="node1", rank=0, kind="exit", exit_code=3, time=T0))
+    res = runner.invoke(app, ["runs", "--json"])
+    assert res.exit_code == 0
+    assert [r["run_id"] for r in json.loads(res.output)] == ["newer", "older"]
+    table = runner.invoke(app, ["runs"]).output
+    assert table.index("newer") < table.index("older") and "node1[0]" in table
+
+
+def test_a_damaged_record_is_skipped_in_listings_and_named_when_asked_for(runs_dir):
+    make("good", 1)
+    (runs_dir / "broken").mkdir()
+    (runs_dir / "broken" / "run.json").write_text('{"run_id": "broken", "job": 5')
+    assert [r.run_id for r in records.list_runs()] == ["good"]
+    with pytest.raises(UserError, match=r"broken/run.json is not a valid run record"):
+        records.load("broken")
+
+
+def test_unknown_run_says_where_it_looked_and_suggests(runs_dir):
+    make("ddp-smoke-20261122-040000-abcd", 1)
+    with pytest.raises(UserError) as e:
+        records.load("ddp-smoke-20261122-040000-abce")
+    assert 'did you mean "ddp-smoke-20261122-040000-abcd"' in str(e.value)
+    res = runner.invoke(app, ["status", "nope"])
+    assert res.exit_code == 2 and "no run 'nope'" in res.output and "Traceback" not in res.output
+
+
+def test_no_runs_yet(runs_dir):
+    assert records.list_runs() == []
+    res = runner.invoke(app, ["logs"])
+    assert res.exit_code == 2 and "no runs recorded" in res.output
+    assert "no runs recorded" in runner.invoke(app, ["runs"]).output
+
+
+@pytest.mark.parametrize("bad", ["../x", "", "a b", "-x", "x" * 64, "a/b"])
+def test_run_id_must_be_a_safe_name(bad):
+    with pytest.raises(UserError, match="is not valid"):
+        records.check_run_id(bad)
+
+
+def test_new_run_ids_are_valid_and_distinct():
+    ids = {records.new_run_id("my job/v2", T0) for _ in range(50)}
+    assert len(ids) > 40
+    for i in ids:
+        assert records.check_run_id(i) == i and i.startswith("my-job-v2-20261122-040000-")
+
+
+def test_docker_times_parse_with_nanoseconds_and_zero_time():
+    assert records.parse_docker_time("2026-11-22T04:30:58.865205123Z") == datetime(
+        2026, 11, 22, 4, 30, 58, 865205, tzinfo=timezone.utc)
+    assert records.parse_docker_time("0001-01-01T00:00:00Z") is None
+    st = records.state_from_inspect("node1", {
+        "Name": "/r-node1", "State": {"Status": "running", "ExitCode": 0, "StartedAt": "2026-11-22T04:30:58Z",
+                                      "FinishedAt": "0001-01-01T00:00:00Z"},
+        "Config": {"Labels": {records.RANK_LABEL: "2"}}})
+    assert (st.name, st.running, st.exit_code, st.finished, st.rank) == ("r-node1", True, None, None, 2)
+
+
+def test_save_is_atomic_under_a_concurrent_reader(runs_dir):
+    """A reader polling run.json while it is rewritten never sees a partial file."""
+    import threading
+
+    rec = make("busy", 1)
+    stop = threading.Event()
+    errors = []
+
+    def reader():
+        path = runs_dir / "busy" / "run.json"
+        while not stop.is_set():
+            try:
+                records.RunRecord.model_validate_json(path.read_text())
+            except Exception as e:  # noqa: BLE001
+                errors.append(e)
+
+    t = threading.Thread(target=reader)
+    t.start()
+    for i in range(300):
+        rec.argv = ["x" * (i % 97)] * (i % 13)
+        rec.save()
+    stop.set()
+    t.join()
+    assert errors == []
+    assert os.listdir(runs_dir / "busy") == ["run.json"]
