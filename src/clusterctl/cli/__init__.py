@@ -8,7 +8,8 @@ traceback, with their exit status (2 for bad input).
 
 from __future__ import annotations
 
-import click
+import importlib
+
 import typer
 from rich.markup import escape
 from typer.core import TyperGroup
@@ -19,7 +20,9 @@ from clusterctl.core.errors import ClusterctlError
 
 
 class _Group(TyperGroup):
-    def invoke(self, ctx: click.Context):
+    # typer.Context, not click.Context: typer >= 0.29 carries its own copy of click
+    # and no longer installs click, so clusterctl does not import it.
+    def invoke(self, ctx: typer.Context):
         try:
             return super().invoke(ctx)
         except ClusterctlError as e:
@@ -52,8 +55,6 @@ def _root(
 
 
 def _register() -> None:
-    import importlib
-
     for name in ("build", "engine", "nodes", "check", "sandbox", "push", "run"):
         try:
             mod = importlib.import_module(f"clusterctl.cli.{name}")
