@@ -219,7 +219,7 @@ def test_pax_long_names_and_extended_headers_pass_through_verbatim():
             tar.addfile(info, io.BytesIO(data))
     data = buf.getvalue()
     seen = []
-    reader = distribute._ChunkReader(_chunks(data, 100))
+    reader = distribute.ChunkReader(_chunks(data, 100))
     for item in distribute.members(reader):
         if isinstance(item, bytes):
             break

@@ -1,0 +1,99 @@
+"""Push the image to every node of a cluster: plan all, then stream in batches sharing one save.
+
+One job: the many-node push.  Contract: :func:`push_image` - the local image
+onto every node of a Cluster or an Inventory; results in inventory order, a
+failed node being a result, never an exception.
+
+Every node is planned first (in parallel, the cluster's bounded fan-out);
+nodes that need layers are then streamed to in batches of ``fanout``, each
+batch reading ONE ``docker save`` (SharedSave), since a save costs the
+engine a full export whatever a node then needs.  The layout first pass
+(OCI engines) runs only when some node needs layers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from clusterctl.cluster import engine
+from clusterctl.cluster.distribute.layout import layout_for
+from clusterctl.cluster.distribute.node import (
+    NodePlan,
+    NoProgress,
+    PushProgress,
+    PushResult,
+    deliver,
+    plan_node,
+)
+from clusterctl.cluster.distribute.savestream import SharedSave
+from clusterctl.cluster.distribute.source import SourceImage, source_image
+from clusterctl.cluster.transport import Cluster
+from clusterctl.core.errors import NodeError
+
+
+def push_image(image_ref: str, target, *, progress: PushProgress | None = None,
+               client=None, nodes: Iterable | None = None, fanout: int | None = None,
+               accept_new_host_keys: bool | None = None) -> list[PushResult]:
+    """Put the local image ``image_ref`` on every node of ``target`` (a Cluster or an Inventory).
+
+    Nodes run in parallel (the cluster's bounded fan-out); nodes streaming at
+    the same time share one ``docker save`` (SharedSave); one node failing
+    never stops the others. Results come back in inventory order; a failed
+    node has ``status == "failed"`` and ``error``. UserError (exit 2) when the
+    image is not in the local engine.
+    """
+    client = client or engine.client()
+    image = source_image(client, image_ref)
+    progress = progress or NoProgress()
+    if isinstance(target, Cluster):
+        return _push_all(target, client, image, progress, nodes)
+    with Cluster(target, fanout=fanout, accept_new_host_keys=accept_new_host_keys) as cluster:
+        return _push_all(cluster, client, image, progress, nodes)
+
+
+def _push_all(cluster: Cluster, client, image: SourceImage, progress: PushProgress,
+              nodes: Iterable | None) -> list[PushResult]:
+    plans = cluster.map(lambda conn: plan_node(conn, image, progress), nodes)
+    results: dict[str, PushResult] = {}
+    streaming: list[str] = []
+    for name, plan in plans.items():
+        if isinstance(plan, NodeError):  # never reached plan_node (e.g. unreachable)
+            results[name] = PushResult(name, "failed", layers_total=len(image.diff_ids),
+                                       error=plan.reason)
+            progress.finished(results[name])
+        else:
+            results[name] = plan.result
+            if plan.send is not None:
+                streaming.append(name)
+    layout = layout_for(client, image) if streaming else None  # a first pass only if needed
+    batch_size = cluster.settings.fanout
+    for first in range(0, len(streaming), batch_size):
+        batch = [n for n in streaming[first:first + batch_size]
+                 if _still_connected(cluster, plans[n], progress)]
+        if not batch:
+            continue
+        source = SharedSave(client, image.id, batch)
+        try:
+            done = cluster.map(lambda conn, source=source: deliver(
+                conn, image, plans[conn.name], source, layout, progress), batch)
+        finally:
+            source.close()
+        for name, value in done.items():
+            if isinstance(value, NodeError):  # the connection broke outside deliver
+                plan = plans[name]
+                plan.fail(value)
+                value = plan.finish(progress)
+            results[name] = value
+    return [results[name] for name in plans]
+
+
+def _still_connected(cluster: Cluster, plan: NodePlan, progress: PushProgress) -> bool:
+    """Reopen a node's connection before its batch starts: a node lost between planning
+    and sending must not hold up the batch's shared save. A lost one is finished as failed."""
+    try:
+        cluster.connection(plan.result.node)
+        return True
+    except NodeError as e:
+        plan.fail(e)
+        plan.finish(progress)
+        return False
