@@ -1,4 +1,9 @@
-"""`clusterctl push IMAGE --nodes FILE`: put a local image on every node (see distribute.py)."""
+"""`clusterctl push IMAGE --nodes FILE`: put a local image on every node.
+
+Parsing and printing only: the push itself is ``clusterctl.cluster.distribute``,
+which reports through its PushProgress protocol; the two displays of that
+protocol live here (PlainProgress for logs and pipes, LiveProgress on a terminal).
+"""
 
 from __future__ import annotations
 
@@ -11,6 +16,7 @@ from rich.markup import escape
 
 from clusterctl.cli.nodes import NodesOption
 from clusterctl.cluster import distribute
+from clusterctl.cluster.inventory import load_inventory
 from clusterctl.core.console import err, interactive, out, print_table
 
 
@@ -73,6 +79,7 @@ def _progress():
     if not interactive():
         yield PlainProgress()
         return
+    # rich.progress (with rich.live) costs 40-70 ms to import: only a terminal needs it
     from rich.progress import (
         DownloadColumn,
         Progress,
@@ -100,8 +107,6 @@ def push(
 ) -> None:
     """Put a local image on every node: nodes that have it are skipped, others get only
     the layers they lack; each node's image ID is verified. Exit 1 if any node failed."""
-    from clusterctl.cluster.inventory import load_inventory
-
     inventory = load_inventory(nodes)
     with _progress() as progress:
         results = distribute.push_image(image, inventory, progress=progress, fanout=fanout,
