@@ -24,6 +24,7 @@ import yaml
 from typer.testing import CliRunner
 
 from clusterctl.cli import app
+from clusterctl.cluster import containers
 from clusterctl.cluster.inventory import load_inventory
 from clusterctl.run import launch, records, supervise
 from clusterctl.run.jobs import load_job
@@ -47,7 +48,7 @@ def runs_dir(tmp_path, monkeypatch) -> Path:
 
 def run_containers(sb, node: str, run_id: str | None = None, *, running: bool = False) -> list[str]:
     """Names of containers of a run (any run when None) on a node, read from its own dockerd."""
-    label = records.RUN_LABEL + (f"={run_id}" if run_id else "")
+    label = containers.RUN_LABEL + (f"={run_id}" if run_id else "")
     argv = ["ps", "--filter", f"label={label}", "--format", "{{.Names}}"]
     if not running:
         argv.insert(1, "-a")
@@ -374,7 +375,7 @@ def test_bad_run_id_is_refused_before_anything(tmp_path, runs_dir):
 
 
 def _state(node: str, code: int | None, finished: datetime | None, status: str = "exited"):
-    return records.ContainerState(node=node, name=f"r-{node}", status=status, exit_code=code, finished=finished)
+    return containers.ContainerState(node=node, name=f"r-{node}", status=status, exit_code=code, finished=finished)
 
 
 def test_first_failure_is_first_by_node_time_not_by_arrival_or_list_order():
@@ -412,13 +413,13 @@ def test_first_failure_from_real_docker_inspect(docker_client, base_image):
             program = f"import time; time.sleep(max(0, {when} - time.time())); raise SystemExit({code})"
             made.append(docker_client.containers.run(
                 base_image, ["python3", "-c", program], detach=True, network_mode="none",
-                labels={records.RUN_LABEL: "unit"}))
+                labels={containers.RUN_LABEL: "unit"}))
         for c in made:
             c.wait(timeout=30)
         states = {}
         for name, c in zip(plan, made, strict=True):
             c.reload()
-            states[name] = records.state_from_inspect(name, c.attrs)
+            states[name] = containers.state_from_inspect(name, c.attrs)
         assert states["b"].exit_code == 5 and states["a"].exit_code == 0
         assert states["c"].finished < states["b"].finished
         ranks = {"a": 0, "b": 1, "c": 2}

@@ -9,8 +9,7 @@ from __future__ import annotations
 import io
 import threading
 
-import pytest
-
+from clusterctl.cluster.containers import split_timestamp
 from clusterctl.run import logs
 from clusterctl.run.records import RunRecord
 
@@ -67,12 +66,12 @@ def test_colour_on_a_terminal_keeps_text_verbatim(capsys):
 
 def test_docker_timestamps_sort_by_time_not_by_text():
     # docker trims trailing zeros of the nanoseconds: ".5Z" is later than ".123456789Z"
-    a = logs.split_timestamp("2026-11-22T04:30:01.5Z rank 1 done")
-    b = logs.split_timestamp("2026-11-22T04:30:01.123456789Z rank 0 done")
+    a = split_timestamp("2026-11-22T04:30:01.5Z rank 1 done")
+    b = split_timestamp("2026-11-22T04:30:01.123456789Z rank 0 done")
     assert a[1] == "rank 1 done" and b[1] == "rank 0 done"
     merged = logs.merge_timestamped({"node1": [a], "node2": [b]})
     assert merged == [("node2", "rank 0 done"), ("node1", "rank 1 done")]
-    assert logs.split_timestamp("plain") == ("", "plain")
+    assert split_timestamp("plain") == ("", "plain")
 
 
 def _record(tmp_path, monkeypatch, nodes=("node1", "node2")) -> RunRecord:
@@ -98,12 +97,3 @@ def test_lines_from_files_without_merged_log_reads_node_files(tmp_path, monkeypa
     rec = _record(tmp_path, monkeypatch)
     logs.save_node_log(rec, "node2", ["x", "y"])
     assert list(logs.lines_from_files(rec)) == [("node2", "x"), ("node2", "y")]
-
-
-@pytest.mark.parametrize("kw,argv", [
-    ({}, ["docker", "logs", "c"]),
-    ({"follow": True, "tail": 5, "timestamps": True},
-     ["docker", "logs", "--follow", "--tail", "5", "--timestamps", "c"]),
-])
-def test_docker_logs_argv(kw, argv):
-    assert logs.docker_logs_argv("c", **kw) == argv

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from datetime import datetime, timedelta, timezone
 
 import pytest
 from typer.testing import CliRunner
 
 from clusterctl.cli import app
+from clusterctl.cluster.containers import ContainerState
 from clusterctl.core.errors import UserError
 from clusterctl.run import records
 
@@ -98,21 +100,8 @@ def test_new_run_ids_are_valid_and_distinct():
         assert records.check_run_id(i) == i and i.startswith("my-job-v2-20261122-040000-")
 
 
-def test_docker_times_parse_with_nanoseconds_and_zero_time():
-    assert records.parse_docker_time("2026-11-22T04:30:58.865205123Z") == datetime(
-        2026, 11, 22, 4, 30, 58, 865205, tzinfo=timezone.utc)
-    assert records.parse_docker_time("0001-01-01T00:00:00Z") is None
-    st = records.state_from_inspect("node1", {
-        "Name": "/r-node1", "State": {"Status": "running", "ExitCode": 0, "StartedAt": "2026-11-22T04:30:58Z",
-                                      "FinishedAt": "0001-01-01T00:00:00Z"},
-        "Config": {"Labels": {records.RANK_LABEL: "2"}}})
-    assert (st.name, st.running, st.exit_code, st.finished, st.rank) == ("r-node1", True, None, None, 2)
-
-
 def test_save_is_atomic_under_a_concurrent_reader(runs_dir):
     """A reader polling run.json while it is rewritten never sees a partial file."""
-    import threading
-
     rec = make("busy", 1)
     stop = threading.Event()
     errors = []
@@ -134,3 +123,47 @@ def test_save_is_atomic_under_a_concurrent_reader(runs_dir):
     t.join()
     assert errors == []
     assert os.listdir(runs_dir / "busy") == ["run.json"]
+
+
+# --------------------------------------------------------------------------- what a record implies
+
+def test_which_runs_may_still_have_containers(runs_dir):
+    assert not records.may_have_containers(make("followed", 1, state="failed", exit_code=3))
+    assert records.may_have_containers(make("detached", 1, state="succeeded", detached=True))
+    assert records.may_have_containers(make("going", 1, state="running"))
+    lost = make("lost", 1, state="failed")
+    lost.nodes[0].state = "lost"
+    assert records.may_have_containers(lost)
+
+
+def _row(state: str, source: str = "node") -> records.NodeStatus:
+    return records.NodeStatus(node="node1", rank=0, container="c", state=state, source=source)
+
+
+def test_containers_ended_only_when_every_node_says_so_and_nobody_recorded_it(runs_dir):
+    rec = make("det", 1, state="running", detached=True)
+    assert records.containers_ended(rec, [_row("exited"), _row("dead")])
+    assert not records.containers_ended(rec, [_row("exited"), _row("running")])
+    assert not records.containers_ended(rec, [_row("exited", source="record")])  # a node did not answer
+    assert not records.containers_ended(rec, [])
+    rec.state = "stopped"
+    assert not records.containers_ended(rec, [_row("exited")])
+
+
+def _ended(node: str, code: int, minute: int) -> ContainerState:
+    return ContainerState(node=node, name=f"c-{node}", status="exited", exit_code=code,
+                          started=T0, finished=T0 + timedelta(minutes=minute))
+
+
+def test_record_stop_keeps_a_detached_runs_true_outcome(runs_dir):
+    rec = make("two", 1, state="running", detached=True)
+    rec.nodes.append(records.NodeRecord(node="node2", host="10.0.0.12", rank=1, container="two-node2"))
+    records.record_stop(rec, {"node1": [_ended("node1", 0, 3)], "node2": [_ended("node2", 7, 2)]},
+                        was_running=False)
+    saved = records.load("two")
+    assert (saved.state, saved.exit_code, saved.finished) == ("failed", 7, T0 + timedelta(minutes=3))
+    assert [n.exit_code for n in saved.nodes] == [0, 7]
+    rec = make("busy", 1, state="running", detached=True)
+    records.record_stop(rec, {"node1": [_ended("node1", 137, 4)]}, was_running=True)
+    assert records.load("busy").state == "stopped" and records.load("busy").nodes[0].exit_code == 137
+

@@ -29,7 +29,9 @@ from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import TextIO
 
+from clusterctl.cluster import containers
 from clusterctl.cluster.transport import Cluster
+from clusterctl.core.deadline import bounded
 from clusterctl.core.errors import ClusterctlError, NodeError, UserError
 from clusterctl.run import logs, plan, records, supervise
 
@@ -116,7 +118,7 @@ def start_all(cluster: Cluster, plans: Sequence[plan.NodePlan], *,
     failed = {n: r.reason for n, r in results.items() if isinstance(r, NodeError)}
     if failed:
         # "created but not started" containers exist too (a bad device, a port): remove on every node
-        not_removed = supervise.remove_run_containers(cluster, plans[0].run_id, list(by_node))
+        not_removed = containers.remove_run_containers(cluster, plans[0].run_id, list(by_node))
         raise StartFailed(failed, {n: w for n, w in not_removed.items() if n not in failed})
 
 
@@ -161,8 +163,7 @@ def mark_running(cluster: Cluster, record: records.RunRecord) -> None:
     by_node = {n.node: n for n in record.nodes}
 
     def inspect(conn):
-        return supervise.bounded(lambda: records.inspect_containers(conn, [by_node[conn.name].container]),
-                                 10.0)
+        return bounded(lambda: containers.inspect_containers(conn, [by_node[conn.name].container]), 10.0)
 
     for node, found in cluster.map(inspect, nodes=list(by_node)).items():
         if isinstance(found, list) and found:
@@ -301,7 +302,7 @@ def follow(cluster: Cluster, plans: Sequence[plan.NodePlan], record: records.Run
         return sup.run()
     except BaseException:
         # whatever broke the follow, no container of the run may outlive it
-        supervise.remove_run_containers(cluster, record.run_id, [p.node for p in plans])
+        containers.remove_run_containers(cluster, record.run_id, [p.node for p in plans])
         raise
     finally:
         sink.close()
@@ -310,6 +311,6 @@ def follow(cluster: Cluster, plans: Sequence[plan.NodePlan], record: records.Run
 def remove_finished(cluster: Cluster, plans: Sequence[plan.NodePlan], outcome: supervise.Outcome) -> None:
     """Remove the run's containers on every node still reachable (logs are in runs/ now)."""
     reachable = {p.node: p.container for p in plans if p.node not in outcome.lost}
-    problems = supervise.stop_containers(cluster, reachable, grace=0, remove=True)
+    problems = containers.stop_containers(cluster, reachable, grace=0, remove=True)
     for node, why in problems.items():
         outcome.not_stopped.setdefault(node, f"container not removed: {why}")

@@ -25,14 +25,15 @@ from typing import TextIO
 
 from rich.text import Text
 
+from clusterctl.cluster.containers import fetch_logs, find_containers, follow_logs
 from clusterctl.core import console
+from clusterctl.core.deadline import bounded
 from clusterctl.run.plan import MASK
 from clusterctl.run.records import MERGED_LOG, RunRecord
 
 _PALETTE = ("cyan", "magenta", "green", "yellow", "blue", "bright_red", "bright_cyan",
             "bright_magenta", "bright_green", "bright_yellow", "bright_blue", "red")
 _PREFIXED = re.compile(r"^(?P<node>[^\s\[\]|]+)\[(?P<rank>\d+)\]\| ?(?P<text>.*)$")
-_TIMESTAMPED = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d+))?Z ?(.*)$", re.S)
 
 KEEP_LAST = 20  # lines per node kept in memory for the first-failure summary
 
@@ -47,18 +48,6 @@ def parse_prefixed(line: str) -> tuple[str, int, str] | None:
     if not m:
         return None
     return m.group("node"), int(m.group("rank")), m.group("text")
-
-
-def split_timestamp(line: str) -> tuple[str, str]:
-    """A ``docker logs --timestamps`` line -> (sortable key, text).
-
-    Docker trims trailing zeros of the nanoseconds (RFC 3339 nano), so the raw
-    strings do not sort; the key pads the fraction to nine digits.
-    """
-    m = _TIMESTAMPED.match(line)
-    if not m:
-        return "", line
-    return f"{m.group(1)}.{(m.group(2) or '').ljust(9, '0')}", m.group(3)
 
 
 def style_for(rank: int) -> str:
@@ -176,18 +165,6 @@ class Merger:
         return n
 
 
-def docker_logs_argv(container: str, *, follow: bool = False, tail: int | None = None,
-                     timestamps: bool = False) -> list[str]:
-    argv = ["docker", "logs"]
-    if follow:
-        argv.append("--follow")
-    if tail is not None:
-        argv += ["--tail", str(tail)]
-    if timestamps:
-        argv.append("--timestamps")
-    return [*argv, container]
-
-
 def start_followers(cluster, sources: Iterable[Source], merger: Merger, *,
                     tail: int | None = None) -> dict[str, threading.Thread]:
     """One daemon thread per node streaming ``docker logs --follow`` into ``merger``.
@@ -206,18 +183,9 @@ def start_followers(cluster, sources: Iterable[Source], merger: Merger, *,
 
 def _follow_one(cluster, src: Source, merger: Merger, tail: int | None) -> None:
     try:
-        conn = cluster.connection(src.node)
-        conn.stream(docker_logs_argv(src.container, follow=True, tail=tail), merger.callback(src.node))
+        follow_logs(cluster.connection(src.node), src.container, merger.callback(src.node), tail=tail)
     except Exception as e:  # noqa: BLE001 - reported as a line; supervise judges the node
         merger.put(src.node, f"[clusterctl] log stream ended: {e}")
-
-
-def fetch_node_lines(conn, container: str, *, tail: int | None = None) -> list[tuple[str, str]]:
-    """(timestamp key, text) of every line a container wrote so far, both streams."""
-    lines: list[tuple[str, str]] = []
-    conn.stream(docker_logs_argv(container, tail=tail, timestamps=True),
-                lambda chunk: lines.extend(split_timestamp(x) for x in chunk.splitlines()))
-    return lines
 
 
 def merge_timestamped(per_node: dict[str, list[tuple[str, str]]]) -> list[tuple[str, str]]:
@@ -274,14 +242,29 @@ def save_node_log(record: RunRecord, node: str, lines: Iterable[str]) -> Path:
     return path
 
 
+def keep_stopped_output(record: RunRecord, lines: dict[str, list[tuple[str, str]]]) -> None:
+    """Keep what stopped containers wrote (node -> (timestamp key, text)) in runs/<id>/.
+
+    Only for nodes whose log launch did not already write while following: each
+    gets ``<node>.log``, and their lines, merged by time, are appended to
+    merged.log (nodes stopped by a later ``stop``, one was unreachable, join it).
+    """
+    saved = {node: got for node, got in lines.items() if not record.log_path(node).exists()}
+    for node, got in saved.items():
+        save_node_log(record, node, [t for _, t in got])
+    if not saved:
+        return
+    ranks = {n.node: n.rank for n in record.nodes}
+    with open(record.dir / MERGED_LOG, "a", encoding="utf-8") as f:
+        for node, t in merge_timestamped(saved):
+            f.write(prefix(node, ranks[node]) + t + "\n")
+
+
 # --- `clusterctl logs`: from the nodes while the containers exist, from runs/ after ---------
 
 def live_containers(cluster, record: RunRecord, *, node: str | None = None,
                     timeout: float = 15.0) -> tuple[list[Source], dict[str, str]]:
     """The run's containers that still exist on the nodes (found by label), and unreachable nodes."""
-    from clusterctl.run.records import find_containers
-    from clusterctl.run.supervise import bounded
-
     wanted = [n for n in record.nodes if node is None or n.node == node]
     names = {n.name for n in cluster.inventory.nodes}
     targets = [n.node for n in wanted if n.node in names]
@@ -304,7 +287,7 @@ def show_from_nodes(cluster, sources: list[Source], sink: LogSink, *, tail: int 
     """Everything the containers wrote so far, merged by the nodes' timestamps."""
     def fetch(conn):
         src = next(s for s in sources if s.node == conn.name)
-        return fetch_node_lines(conn, src.container, tail=tail)
+        return fetch_logs(conn, src.container, tail=tail)
 
     got = cluster.map(fetch, nodes=[s.node for s in sources])
     per_node = {n: v for n, v in got.items() if isinstance(v, list)}

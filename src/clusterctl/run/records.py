@@ -6,6 +6,14 @@ node's exit code and the first failure.  ``logs``/``status``/``stop`` find a
 run's containers on the nodes by the label ``io.clusterctl.run=<id>`` and fall
 back to this record once the containers are gone.
 
+Besides the record itself (:class:`RunRecord`, :func:`load`, :func:`resolve`,
+:func:`list_runs`), this module decides what a record implies about the nodes:
+:func:`may_have_containers` (whether to ask the nodes at all),
+:func:`run_status` (each node's word, else the record's),
+:func:`containers_ended` (every container ended but nobody recorded it yet) and
+:func:`record_stop` (what ``clusterctl stop`` found becomes the run's outcome).
+The ``docker`` commands themselves live in :mod:`clusterctl.cluster.containers`.
+
 run.json is rewritten atomically (temp file + rename) so a reader never sees a
 half-written record, even while ``launch`` is still updating it.
 """
@@ -22,12 +30,11 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field, ValidationError
 
+from clusterctl.cluster.containers import ContainerState, find_containers
+from clusterctl.core.deadline import bounded
 from clusterctl.core.errors import UserError, did_you_mean
 from clusterctl.core.paths import runs_dir
 
-RUN_LABEL = "io.clusterctl.run"
-NODE_LABEL = "io.clusterctl.node"
-RANK_LABEL = "io.clusterctl.rank"
 RECORD_NAME = "run.json"
 MERGED_LOG = "merged.log"
 
@@ -216,74 +223,38 @@ def dump(record: RunRecord) -> str:
     return json.dumps(json.loads(record.model_dump_json()), indent=2)
 
 
-# --- the run's containers on the nodes -------------------------------------------------------
+# --- what a record implies about the nodes ---------------------------------------------------
 
-_ZERO_TIME = "0001-01-01T00:00:00Z"
+def may_have_containers(record: RunRecord) -> bool:
+    """Whether the run's containers may still exist on the nodes.
 
-
-def parse_docker_time(value: str | None) -> datetime | None:
-    """Docker's RFC 3339 time with nanoseconds -> aware datetime; None for its zero time."""
-    if not value or value.startswith("0001-01-01"):
-        return None
-    m = re.match(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d+))?(Z|[+-]\d\d:\d\d)$", value)
-    if not m:
-        return None
-    frac = (m.group(2) or "0")[:6].ljust(6, "0")
-    tz = "+00:00" if m.group(3) == "Z" else m.group(3)
-    return datetime.fromisoformat(f"{m.group(1)}.{frac}{tz}")
+    A followed run that ended had its containers removed by launch; a detached
+    run, one still starting or running, or one with a lost node may still have some.
+    """
+    return record.detached or record.state in ("starting", "running") or any(
+        n.state == "lost" for n in record.nodes)
 
 
-class ContainerState(BaseModel):
-    """What ``docker inspect`` says about one container of a run, on one node."""
+def record_stop(record: RunRecord, final: dict[str, list[ContainerState]], was_running: bool) -> None:
+    """Put what ``clusterctl stop`` found in the record and save it.
 
-    node: str
-    name: str
-    status: str  # created | running | exited | dead | ... (docker's words)
-    exit_code: int | None = None
-    started: datetime | None = None
-    finished: datetime | None = None
-    rank: int | None = None
-
-    @property
-    def running(self) -> bool:
-        return self.status in ("running", "restarting", "paused", "created")
-
-
-def state_from_inspect(node: str, data: dict) -> ContainerState:
-    """One element of ``docker inspect`` JSON -> ContainerState."""
-    st = data.get("State") or {}
-    labels = (data.get("Config") or {}).get("Labels") or {}
-    status = st.get("Status", "unknown")
-    rank = labels.get(RANK_LABEL)
-    return ContainerState(
-        node=node,
-        name=data.get("Name", "").lstrip("/"),
-        status=status,
-        exit_code=None if status in ("running", "created", "restarting") else st.get("ExitCode"),
-        started=parse_docker_time(st.get("StartedAt")),
-        finished=parse_docker_time(st.get("FinishedAt")),
-        rank=int(rank) if rank and rank.isdigit() else None,
-    )
-
-
-def inspect_containers(conn, names: list[str], *, timeout: float | None = 20.0) -> list[ContainerState]:
-    """``docker inspect`` of ``names`` on ``conn``'s node (missing ones are left out)."""
-    if not names:
-        return []
-    res = conn.run(["docker", "inspect", "--type", "container", *names], timeout=timeout)
-    try:
-        data = json.loads(res.stdout or "[]")
-    except ValueError:
-        data = []
-    return [state_from_inspect(conn.node.name, d) for d in data]
-
-
-def find_containers(conn, run_id: str, *, timeout: float | None = 20.0) -> list[ContainerState]:
-    """The containers labelled ``io.clusterctl.run=<run_id>`` on ``conn``'s node, any state."""
-    res = conn.run(["docker", "ps", "-a", "-q", "--no-trunc", "--filter", f"label={RUN_LABEL}={run_id}"],
-                   timeout=timeout, check=True)
-    ids = res.stdout.split()
-    return inspect_containers(conn, ids, timeout=timeout)
+    ``final``: node -> its containers' last states (before removal);
+    ``was_running``: some container was still running and was stopped.  A
+    run that was stopped is "stopped"; a detached run that had ended by itself
+    gets its true outcome, the first failure by time.
+    """
+    for n in record.nodes:
+        if final.get(n.node):
+            st = final[n.node][0]
+            n.state, n.exit_code, n.started, n.finished = st.status, st.exit_code, st.started, st.finished
+    if was_running:
+        record.state, record.finished = "stopped", record.finished or utcnow()
+    elif record.state in ("starting", "running") and all(n.exit_code is not None for n in record.nodes):
+        failed = sorted((n for n in record.nodes if n.exit_code), key=lambda n: n.finished or utcnow())
+        record.state = "failed" if failed else "succeeded"
+        record.exit_code = failed[0].exit_code if failed else 0
+        record.finished = max((n.finished for n in record.nodes if n.finished), default=utcnow())
+    record.save()
 
 
 # --- status: the nodes' word first, the record's when a node cannot tell -------------------
@@ -308,8 +279,6 @@ def run_status(record: RunRecord, cluster, *, timeout: float = 15.0) -> list[Nod
     A node that does not answer in ``timeout`` or no longer has the container
     falls back to what run.json recorded, and the row says so.
     """
-    from clusterctl.run.supervise import bounded
-
     def ask(conn):
         return bounded(lambda: find_containers(conn, record.run_id, timeout=timeout), timeout,
                        name=f"status-{conn.name}")
@@ -338,6 +307,13 @@ def run_status(record: RunRecord, cluster, *, timeout: float = 15.0) -> list[Nod
 
 def _in_inventory(cluster, name: str) -> bool:
     return any(node.name == name for node in cluster.inventory.nodes)
+
+
+def containers_ended(record: RunRecord, rows: list[NodeStatus]) -> bool:
+    """Every container of a run the record still calls starting/running has ended on its
+    node (as the nodes say now): ``clusterctl stop`` would record the outcome."""
+    return record.state in ("starting", "running") and bool(rows) and all(
+        r.source == "node" and r.state in ("exited", "dead") for r in rows)
 
 
 def status_rows(rows: list[NodeStatus]) -> list[list[str]]:

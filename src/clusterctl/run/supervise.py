@@ -30,16 +30,22 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
-from clusterctl.run.logs import Merger, Source, start_followers
-from clusterctl.run.records import ContainerState, inspect_containers
+from clusterctl.cluster.containers import (
+    ContainerGone,
+    ContainerState,
+    NodeStop,
+    inspect_containers,
+    stop_containers,
+    stop_node,
+    wait_container,
+)
+from clusterctl.core.deadline import bounded
+from clusterctl.run import records
+from clusterctl.run.logs import Merger, Source, keep_stopped_output, start_followers
 
 NODE_LOST_EXIT = 255
 INTERRUPTED_EXIT = 130
 TERMINATED_EXIT = 143
-
-
-class BoundedTimeout(Exception):
-    """A call on a node did not return within its deadline."""
 
 
 def ping(conn) -> None:
@@ -53,31 +59,6 @@ def ping(conn) -> None:
     transport.global_request("keepalive@openssh.com", wait=True)
     if not transport.is_active():
         raise ConnectionError("the SSH connection was lost")
-
-
-def bounded(fn: Callable[[], object], timeout: float, name: str = "bounded"):
-    """Run ``fn`` in a daemon thread and give up after ``timeout`` seconds.
-
-    A call over SSH to a node whose link is down blocks in the kernel until TCP
-    gives up (minutes); the caller must not.  The abandoned thread ends by
-    itself when the connection finally fails.
-    """
-    box: dict[str, object] = {}
-
-    def target() -> None:
-        try:
-            box["value"] = fn()
-        except BaseException as e:  # noqa: BLE001 - handed to the caller
-            box["error"] = e
-
-    t = threading.Thread(target=target, name=name, daemon=True)
-    t.start()
-    t.join(timeout)
-    if t.is_alive():
-        raise BoundedTimeout(f"no answer within {timeout:g}s")
-    if "error" in box:
-        raise box["error"]  # type: ignore[misc]
-    return box.get("value")
 
 
 @dataclass(frozen=True)
@@ -204,14 +185,15 @@ class Supervisor:
     def _wait(self, src: Source) -> None:
         """Waiter: ``docker wait`` returns the exit code as soon as the container ends."""
         try:
-            res = self.cluster.connection(src.node).run(["docker", "wait", src.container])
-        except Exception:  # noqa: BLE001 - the prober judges an unreachable node
-            return
-        if res.exit_code == 0 and res.stdout.strip():
-            self._events.put(_Event("exit", src.node, exit_code=int(res.stdout.split()[-1])))
-        elif "No such container" in res.stderr:
+            code = wait_container(self.cluster.connection(src.node), src.container)
+        except ContainerGone:
             self._events.put(_Event("exit", src.node, exit_code=NODE_LOST_EXIT,
                                     reason="the container was removed on the node by someone else"))
+            return
+        except Exception:  # noqa: BLE001 - the prober judges an unreachable node
+            return
+        if code is not None:
+            self._events.put(_Event("exit", src.node, exit_code=code))
 
     def _probe(self, src: Source) -> None:
         """Prober: a bounded SSH round trip every probe_interval; silence means lost.
@@ -372,42 +354,6 @@ def _quiet(fn, *args):
         return None
 
 
-def stop_containers(cluster, containers: dict[str, str], *, grace: int = 3,
-                    timeout: float = 20.0, remove: bool = False) -> dict[str, str]:
-    """Stop (``remove``: and remove) each node's container in parallel, each call bounded.
-
-    Returns node -> reason for every node where that could not be done; a
-    container already gone counts as done (stopping is idempotent).
-    """
-    def one(node: str, name: str) -> str | None:
-        def call():
-            conn = cluster.connection(node)
-            if remove and grace:
-                conn.run(["docker", "stop", "--time", str(grace), name], timeout=timeout)
-            argv = (["docker", "rm", "--force", name] if remove
-                    else ["docker", "stop", "--time", str(grace), name])
-            return conn.run(argv, timeout=timeout)
-
-        res = bounded(call, timeout, name=f"stop-{node}")
-        if res.exit_code != 0 and "No such container" not in res.stderr:
-            return res.stderr.strip().splitlines()[-1] if res.stderr.strip() else f"exit {res.exit_code}"
-        return None
-
-    problems: dict[str, str] = {}
-    if not containers:
-        return problems
-    with ThreadPoolExecutor(max_workers=len(containers)) as pool:
-        futures = {n: pool.submit(one, n, c) for n, c in containers.items()}
-        for node, fut in futures.items():
-            try:
-                why = fut.result()
-            except Exception as e:  # noqa: BLE001 - reported by node name
-                why = str(e) or e.__class__.__name__
-            if why:
-                problems[node] = why
-    return problems
-
-
 def summary_lines(outcome: Outcome, *, tail: int = 20) -> list[str]:
     """The end-of-run report: the first failure (node, rank, exit code, its last lines), then the rest."""
     first = outcome.first_failure
@@ -443,62 +389,9 @@ def _not_stopped_lines(outcome: Outcome) -> list[str]:
     return [f"NOT STOPPED on {node}: {why}" for node, why in sorted(outcome.not_stopped.items())]
 
 
-def remove_run_containers(cluster, run_id: str, nodes: list[str], *, timeout: float = 30.0) -> dict[str, str]:
-    """Remove every container labelled with ``run_id`` on ``nodes`` (any state); node -> problem.
-
-    By label, not by name: when a start failed because a container of that NAME
-    already existed, that container is someone else's and must stay.
-    """
-    from clusterctl.run.records import RUN_LABEL
-
-    def one(conn) -> None:
-        def call():
-            found = conn.run(["docker", "ps", "-a", "-q", "--filter", f"label={RUN_LABEL}={run_id}"],
-                             timeout=timeout, check=True).stdout.split()
-            if found:
-                conn.run(["docker", "rm", "--force", *found], timeout=timeout, check=True)
-        bounded(call, timeout * 2, name=f"remove-{conn.name}")
-
-    return {n: getattr(r, "reason", str(r)) for n, r in cluster.map(one, nodes=nodes).items()
-            if r is not None}
-
-
 # --- `clusterctl stop`: stop and remove a run's containers everywhere, keep their logs -------
 
-@dataclass
-class NodeStop:
-    """What ``stop_run`` did on one node."""
-
-    node: str
-    containers: list[ContainerState] = field(default_factory=list)  # final states, before removal
-    was_running: list[str] = field(default_factory=list)
-    lines: list[tuple[str, str]] = field(default_factory=list)  # (timestamp key, text), for runs/
-    error: str | None = None  # the node could not be reached / the containers not removed
-
-
-def stop_node(conn, run_id: str, *, grace: int = 3, timeout: float = 30.0) -> NodeStop:
-    """On one node: find the run's containers by label, save their output, stop, remove."""
-    from clusterctl.run.logs import fetch_node_lines
-    from clusterctl.run.records import find_containers
-
-    result = NodeStop(conn.name)
-    found = find_containers(conn, run_id, timeout=timeout)
-    names = [c.name for c in found]
-    result.was_running = [c.name for c in found if c.running]
-    if not names:
-        return result
-    if result.was_running:
-        conn.run(["docker", "stop", "--time", str(grace), *result.was_running], timeout=timeout + grace)
-    for name in names:
-        result.lines += fetch_node_lines(conn, name)
-    result.containers = inspect_containers(conn, names, timeout=timeout)
-    rm = conn.run(["docker", "rm", "--force", *names], timeout=timeout)
-    if rm.exit_code != 0:
-        result.error = f"docker rm failed: {rm.stderr.strip().splitlines()[-1] if rm.stderr.strip() else rm.exit_code}"
-    return result
-
-
-def stop_run(cluster, record, *, grace: int = 3, timeout: float = 30.0) -> dict[str, NodeStop]:
+def stop_run(cluster, record: records.RunRecord, *, grace: int = 3, timeout: float = 30.0) -> dict[str, NodeStop]:
     """Stop and remove ``record``'s containers on every node (idempotent), then update runs/.
 
     Each node's output is saved to ``runs/<id>/<node>.log`` first (when launch
@@ -518,36 +411,7 @@ def stop_run(cluster, record, *, grace: int = 3, timeout: float = 30.0) -> dict[
         results[node] = r if isinstance(r, NodeStop) else NodeStop(node, error=getattr(r, "reason", str(r)))
     for n in record.nodes:
         results.setdefault(n.node, NodeStop(n.node, error="not in this inventory"))
-    _record_stop(record, results)
+    keep_stopped_output(record, {n: r.lines for n, r in results.items() if r.containers})
+    records.record_stop(record, {n: r.containers for n, r in results.items()},
+                        was_running=any(r.was_running for r in results.values()))
     return results
-
-
-def _record_stop(record, results: dict[str, NodeStop]) -> None:
-    """Keep logs and final states of stopped containers in the run record."""
-    from clusterctl.run import logs
-    from clusterctl.run.records import MERGED_LOG, utcnow
-
-    saved: dict[str, list[tuple[str, str]]] = {}
-    for n in record.nodes:
-        r = results[n.node]
-        if r.containers:
-            st = r.containers[0]
-            n.state, n.exit_code, n.started, n.finished = st.status, st.exit_code, st.started, st.finished
-            if not record.log_path(n.node).exists():  # launch was not following this run
-                logs.save_node_log(record, n.node, [t for _, t in r.lines])
-                saved[n.node] = r.lines
-    if saved:
-        # appended: nodes stopped by a later `stop` (one was unreachable) join the merged log
-        ranks = {n.node: n.rank for n in record.nodes}
-        with open(record.dir / MERGED_LOG, "a", encoding="utf-8") as f:
-            for node, t in logs.merge_timestamped(saved):
-                f.write(logs.prefix(node, ranks[node]) + t + "\n")
-    if any(r.was_running for r in results.values()):
-        record.state, record.finished = "stopped", record.finished or utcnow()
-    elif record.state in ("starting", "running") and all(n.exit_code is not None for n in record.nodes):
-        # a detached run that had ended by itself: its true outcome, the first failure by time
-        failed = sorted((n for n in record.nodes if n.exit_code), key=lambda n: n.finished or utcnow())
-        record.state = "failed" if failed else "succeeded"
-        record.exit_code = failed[0].exit_code if failed else 0
-        record.finished = max((n.finished for n in record.nodes if n.finished), default=utcnow())
-    record.save()

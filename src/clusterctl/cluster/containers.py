@@ -1,0 +1,259 @@
+"""A run's containers on the nodes: every ``docker`` command clusterctl runs on a node over SSH
+to find, inspect, wait for, read, stop or remove them.
+
+Containers of a run carry labels (:data:`RUN_LABEL`, :data:`JOB_LABEL`,
+:data:`NODE_LABEL`, :data:`RANK_LABEL`) set by the launch plan; everything here
+finds them by those labels or by name, on one node's connection
+(:class:`clusterctl.cluster.transport.NodeConnection`) or on many nodes of a
+``Cluster`` in parallel, each call bounded in time (a node whose link is down
+never answers).  Nothing here knows about run records or merged logs.
+
+Contract:
+
+* one node: :func:`inspect_containers`, :func:`find_containers`,
+  :func:`wait_container` (:class:`ContainerGone`), :func:`follow_logs`,
+  :func:`fetch_logs`, :func:`stop_node` (:class:`NodeStop`);
+* many nodes: :func:`stop_containers`, :func:`remove_run_containers`;
+* pure: :func:`parse_docker_time`, :func:`state_from_inspect`
+  (:class:`ContainerState`), :func:`docker_logs_argv`, :func:`split_timestamp`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from pydantic import BaseModel
+
+from clusterctl.core.deadline import bounded
+
+LABEL_PREFIX = "io.clusterctl."
+RUN_LABEL = f"{LABEL_PREFIX}run"
+JOB_LABEL = f"{LABEL_PREFIX}job"
+NODE_LABEL = f"{LABEL_PREFIX}node"
+RANK_LABEL = f"{LABEL_PREFIX}rank"
+
+_DOCKER_TIME = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d+))?(Z|[+-]\d\d:\d\d)$")
+_TIMESTAMPED = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d+))?Z ?(.*)$", re.S)
+_NO_SUCH = "No such container"
+
+
+# --------------------------------------------------------------------------- states
+
+def parse_docker_time(value: str | None) -> datetime | None:
+    """Docker's RFC 3339 time with nanoseconds -> aware datetime; None for its zero time."""
+    if not value or value.startswith("0001-01-01"):
+        return None
+    m = _DOCKER_TIME.match(value)
+    if not m:
+        return None
+    frac = (m.group(2) or "0")[:6].ljust(6, "0")
+    tz = "+00:00" if m.group(3) == "Z" else m.group(3)
+    return datetime.fromisoformat(f"{m.group(1)}.{frac}{tz}")
+
+
+class ContainerState(BaseModel):
+    """What ``docker inspect`` says about one container of a run, on one node."""
+
+    node: str
+    name: str
+    status: str  # created | running | exited | dead | ... (docker's words)
+    exit_code: int | None = None
+    started: datetime | None = None
+    finished: datetime | None = None
+    rank: int | None = None
+
+    @property
+    def running(self) -> bool:
+        return self.status in ("running", "restarting", "paused", "created")
+
+
+def state_from_inspect(node: str, data: dict) -> ContainerState:
+    """One element of ``docker inspect`` JSON -> ContainerState."""
+    st = data.get("State") or {}
+    labels = (data.get("Config") or {}).get("Labels") or {}
+    status = st.get("Status", "unknown")
+    rank = labels.get(RANK_LABEL)
+    return ContainerState(
+        node=node,
+        name=data.get("Name", "").lstrip("/"),
+        status=status,
+        exit_code=None if status in ("running", "created", "restarting") else st.get("ExitCode"),
+        started=parse_docker_time(st.get("StartedAt")),
+        finished=parse_docker_time(st.get("FinishedAt")),
+        rank=int(rank) if rank and rank.isdigit() else None,
+    )
+
+
+def inspect_containers(conn, names: list[str], *, timeout: float | None = 20.0) -> list[ContainerState]:
+    """``docker inspect`` of ``names`` on ``conn``'s node (missing ones are left out)."""
+    if not names:
+        return []
+    res = conn.run(["docker", "inspect", "--type", "container", *names], timeout=timeout)
+    try:
+        data = json.loads(res.stdout or "[]")
+    except ValueError:
+        data = []
+    return [state_from_inspect(conn.node.name, d) for d in data]
+
+
+def find_containers(conn, run_id: str, *, timeout: float | None = 20.0) -> list[ContainerState]:
+    """The containers labelled ``io.clusterctl.run=<run_id>`` on ``conn``'s node, any state."""
+    res = conn.run(["docker", "ps", "-a", "-q", "--no-trunc", "--filter", f"label={RUN_LABEL}={run_id}"],
+                   timeout=timeout, check=True)
+    return inspect_containers(conn, res.stdout.split(), timeout=timeout)
+
+
+class ContainerGone(Exception):
+    """The container no longer exists on its node (someone removed it)."""
+
+
+def wait_container(conn, name: str) -> int | None:
+    """Block until ``name`` ends on ``conn``'s node (``docker wait``): its exit code.
+
+    None when docker could not tell (the caller reads the state another way);
+    ContainerGone when the container does not exist.  Unbounded: the container
+    may run for days, so call it from a thread of its own.
+    """
+    res = conn.run(["docker", "wait", name])
+    if res.exit_code == 0 and res.stdout.strip():
+        return int(res.stdout.split()[-1])
+    if _NO_SUCH in res.stderr:
+        raise ContainerGone(name)
+    return None
+
+
+# --------------------------------------------------------------------------- output
+
+def docker_logs_argv(container: str, *, follow: bool = False, tail: int | None = None,
+                     timestamps: bool = False) -> list[str]:
+    argv = ["docker", "logs"]
+    if follow:
+        argv.append("--follow")
+    if tail is not None:
+        argv += ["--tail", str(tail)]
+    if timestamps:
+        argv.append("--timestamps")
+    return [*argv, container]
+
+
+def split_timestamp(line: str) -> tuple[str, str]:
+    """A ``docker logs --timestamps`` line -> (sortable key, text).
+
+    Docker trims trailing zeros of the nanoseconds (RFC 3339 nano), so the raw
+    strings do not sort; the key pads the fraction to nine digits.
+    """
+    m = _TIMESTAMPED.match(line)
+    if not m:
+        return "", line
+    return f"{m.group(1)}.{(m.group(2) or '').ljust(9, '0')}", m.group(3)
+
+
+def follow_logs(conn, container: str, on_line: Callable[[str], None], *, tail: int | None = None) -> None:
+    """Stream ``docker logs --follow`` of ``container`` to ``on_line`` until it ends."""
+    conn.stream(docker_logs_argv(container, follow=True, tail=tail), on_line)
+
+
+def fetch_logs(conn, container: str, *, tail: int | None = None) -> list[tuple[str, str]]:
+    """(timestamp key, text) of every line a container wrote so far, both streams."""
+    lines: list[tuple[str, str]] = []
+    conn.stream(docker_logs_argv(container, tail=tail, timestamps=True),
+                lambda chunk: lines.extend(split_timestamp(x) for x in chunk.splitlines()))
+    return lines
+
+
+# --------------------------------------------------------------------------- stop and remove
+
+def _last_line(res) -> str:
+    text = res.stderr.strip()
+    return text.splitlines()[-1] if text else f"exit {res.exit_code}"
+
+
+def stop_containers(cluster, containers: dict[str, str], *, grace: int = 3,
+                    timeout: float = 20.0, remove: bool = False) -> dict[str, str]:
+    """Stop (``remove``: and remove) each node's container in parallel, each call bounded.
+
+    ``containers``: node name -> container name.  Returns node -> reason for
+    every node where that could not be done; a container already gone counts as
+    done (stopping is idempotent).
+    """
+    def one(node: str, name: str) -> str | None:
+        def call():
+            conn = cluster.connection(node)
+            if remove and grace:
+                conn.run(["docker", "stop", "--time", str(grace), name], timeout=timeout)
+            argv = (["docker", "rm", "--force", name] if remove
+                    else ["docker", "stop", "--time", str(grace), name])
+            return conn.run(argv, timeout=timeout)
+
+        res = bounded(call, timeout, name=f"stop-{node}")
+        if res.exit_code != 0 and _NO_SUCH not in res.stderr:
+            return _last_line(res)
+        return None
+
+    problems: dict[str, str] = {}
+    if not containers:
+        return problems
+    with ThreadPoolExecutor(max_workers=len(containers)) as pool:
+        futures = {n: pool.submit(one, n, c) for n, c in containers.items()}
+        for node, fut in futures.items():
+            try:
+                why = fut.result()
+            except Exception as e:  # noqa: BLE001 - reported by node name
+                why = str(e) or e.__class__.__name__
+            if why:
+                problems[node] = why
+    return problems
+
+
+def remove_run_containers(cluster, run_id: str, nodes: list[str], *, timeout: float = 30.0) -> dict[str, str]:
+    """Remove every container labelled with ``run_id`` on ``nodes`` (any state); node -> problem.
+
+    By label, not by name: when a start failed because a container of that NAME
+    already existed, that container is someone else's and must stay.
+    """
+    def one(conn) -> None:
+        def call():
+            found = conn.run(["docker", "ps", "-a", "-q", "--filter", f"label={RUN_LABEL}={run_id}"],
+                             timeout=timeout, check=True).stdout.split()
+            if found:
+                conn.run(["docker", "rm", "--force", *found], timeout=timeout, check=True)
+        bounded(call, timeout * 2, name=f"remove-{conn.name}")
+
+    return {n: getattr(r, "reason", str(r)) for n, r in cluster.map(one, nodes=nodes).items()
+            if r is not None}
+
+
+@dataclass
+class NodeStop:
+    """What :func:`stop_node` did on one node."""
+
+    node: str
+    containers: list[ContainerState] = field(default_factory=list)  # final states, before removal
+    was_running: list[str] = field(default_factory=list)
+    lines: list[tuple[str, str]] = field(default_factory=list)  # (timestamp key, text) they wrote
+    error: str | None = None  # the node could not be reached / the containers not removed
+
+
+def stop_node(conn, run_id: str, *, grace: int = 3, timeout: float = 30.0) -> NodeStop:
+    """On one node: find the run's containers by label, stop them, read their output and
+    final states, remove them."""
+    result = NodeStop(conn.name)
+    found = find_containers(conn, run_id, timeout=timeout)
+    names = [c.name for c in found]
+    result.was_running = [c.name for c in found if c.running]
+    if not names:
+        return result
+    if result.was_running:
+        conn.run(["docker", "stop", "--time", str(grace), *result.was_running], timeout=timeout + grace)
+    for name in names:
+        result.lines += fetch_logs(conn, name)
+    result.containers = inspect_containers(conn, names, timeout=timeout)
+    rm = conn.run(["docker", "rm", "--force", *names], timeout=timeout)
+    if rm.exit_code != 0:
+        result.error = f"docker rm failed: {rm.stderr.strip().splitlines()[-1] if rm.stderr.strip() else rm.exit_code}"
+    return result
