@@ -1,4 +1,4 @@
-"""The save-stream rewriting of clusterctl.distribute, on real ``docker save`` streams.
+"""The save-stream rewriting of clusterctl.cluster.distribute, on real ``docker save`` streams.
 
 Images are built here FROM scratch (no registry, no base image needed) on the
 local docker_client, so the layer tars have known contents.  The rewritten streams are
