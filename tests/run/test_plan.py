@@ -12,18 +12,24 @@ import uuid
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
 from clusterctl.build import targets
+from clusterctl.cli import app
 from clusterctl.cluster.inventory import load_inventory
+from clusterctl.cluster.sshconfig import resolve_host
 from clusterctl.cluster.transport import Cluster, command_line
 from clusterctl.core.errors import UserError
 from clusterctl.run.jobs import load_job
+from clusterctl.run.launch import new_record
 from clusterctl.run.plan import (
     MASK,
+    check_inputs,
     make_plan,
     mask_env,
     mask_text,
     masked,
+    node_devices,
     parse_sets,
     plan_record,
     render_dry_run,
@@ -293,12 +299,75 @@ def test_master_addr_resolves_an_ssh_config_alias(tmp_path):
           - {name: head, host: gpu-head}
           - {name: other, host: 10.9.8.8}
     """))
-    head, other = make_plan(load_job("ddp-smoke"), inv, run_id="r", ssh_config=config)
+    master_addr = resolve_host(inv.master.host, config)  # what launch passes to the plan
+    head, other = make_plan(load_job("ddp-smoke"), inv, run_id="r", master_addr=master_addr)
     assert head.host == "gpu-head"                       # SSH still uses the alias
     assert head.env["MASTER_ADDR"] == other.env["MASTER_ADDR"] == "10.9.8.7"
     assert "--master-addr=10.9.8.7" in other.argv
-    unresolved = make_plan(load_job("ddp-smoke"), inv, run_id="r", ssh_config=tmp_path / "none")
+    assert resolve_host("gpu-head", tmp_path / "none") == "gpu-head"
+    unresolved = make_plan(load_job("ddp-smoke"), inv, run_id="r")  # the plan reads no ssh config
     assert unresolved[1].env["MASTER_ADDR"] == "gpu-head"
+
+
+def test_the_plan_reads_nothing_but_its_arguments(tmp_path, two_nodes, monkeypatch):
+    """No os.environ, no ~/.ssh/config: the same arguments give the same plan anywhere."""
+    job = load_job(write(tmp_path, "job.yaml", """
+        image: x
+        secrets: [HF_TOKEN]
+        command: [run]
+    """))
+    monkeypatch.setenv("HF_TOKEN", "from-the-shell")
+    monkeypatch.setenv("HOME", str(tmp_path))  # an ~/.ssh/config that would rename every host
+    (tmp_path / ".ssh").mkdir()
+    (tmp_path / ".ssh" / "config").write_text("Host *\n  HostName 10.99.99.99\n")
+    with pytest.raises(UserError, match="HF_TOKEN"):
+        make_plan(job, two_nodes, run_id="r")
+    a, b = make_plan(job, two_nodes, run_id="r", host_env={"HF_TOKEN": "given"})
+    assert a.env["HF_TOKEN"] == "given" and b.env["MASTER_ADDR"] == two_nodes.master.host
+
+
+def test_node_devices_are_known_before_the_plan_and_carried_by_it(tmp_path):
+    job = load_job(write(tmp_path, "job.yaml", """
+        target: cambricon
+        command: [run]
+    """))
+    inv = load_inventory(write(tmp_path, "inv.yaml", """
+        nodes:
+          - {name: a, host: 10.0.0.1, slots: 2, devices: [/dev/cambricon_ctl, "/dev/x:/dev/y"]}
+          - {name: b, host: 10.0.0.2, slots: 1}
+    """))
+    a, b = make_plan(job, inv, run_id="r")
+    assert node_devices(job, inv.nodes[0]) == a.devices == [
+        "/dev/cambricon_ctl", "/dev/cambricon_dev0", "/dev/cambricon_dev1", "/dev/x:/dev/y"]
+    assert b.devices == ["/dev/cambricon_ctl", "/dev/cambricon_dev0"]
+    assert [x for x in a.argv if x.startswith("--device=")] == [f"--device={d}" for d in a.devices]
+    plain = load_job(write(tmp_path, "plain.yaml", "image: x\ncommand: [run]\n"))
+    assert node_devices(plain, inv.nodes[1]) == []
+
+
+def test_check_inputs_refuses_what_the_plan_refuses_and_names_the_image(tmp_path, two_nodes):
+    job = load_job(write(tmp_path, "job.yaml", """
+        image: x/y:1
+        secrets: [HF_TOKEN]
+        params: {DATA: /data}
+        mounts: ["{DATA}:/data"]
+        command: [run]
+    """))
+    ok = {"host_env": {"HF_TOKEN": "t"}}
+    assert check_inputs(job, two_nodes, run_id="r", **ok) == "x/y:1"
+    assert check_inputs(job, two_nodes, run_id="r", image="other:2", **ok) == "other:2"
+    bad = [
+        ({"run_id": "r"}, "HF_TOKEN"),
+        ({"run_id": "r", "overrides": {"DATA": "rel"}, **ok}, "must be absolute"),
+        ({"run_id": "r", "overrides": {"NPROC_PER_NODE": "0"}, **ok}, "NPROC_PER_NODE"),
+        ({"run_id": "r", "image": "-x", **ok}, "not an image reference"),
+        ({"run_id": "r", "extra_docker_args": ["--name=x"], **ok}, "--name"),
+    ]
+    for kw, message in bad:
+        with pytest.raises(UserError, match=message):
+            check_inputs(job, two_nodes, **kw)
+        with pytest.raises(UserError, match=message):
+            make_plan(job, two_nodes, **kw)
 
 
 # --------------------------------------------------------------------------- --set
@@ -441,10 +510,6 @@ def test_planned_argv_delivers_values_exactly_over_ssh(loopback_sshd, base_image
 # --------------------------------------------------------------------------- through the CLI
 
 def cli(*args: str):
-    from typer.testing import CliRunner
-
-    from clusterctl.cli import app
-
     return CliRunner().invoke(app, list(args))
 
 
@@ -490,8 +555,6 @@ def test_cli_bad_set_and_bad_job_exit_2_with_the_place(tmp_path):
 
 
 def test_run_record_masks_a_secret_given_with_set_in_clusterctls_own_argv(two_nodes):
-    from clusterctl.run.launch import new_record
-
     overrides = {"HF_TOKEN": "hf_s3cr3t value"}
     plans = make_plan(load_job("bert"), two_nodes, run_id="r1", overrides=overrides)
     argv = ["clusterctl", "launch", "bert", "--set", "HF_TOKEN=hf_s3cr3t value", "--set", "PHASE=2"]

@@ -1,6 +1,7 @@
 """`clusterctl launch | logs | status | stop | runs`: run a job on the nodes and look after it.
 
-A thin layer over clusterctl.launch / supervise / logs / runs.  RUN defaults to
+Parsing and printing only, over clusterctl.run.launch / supervise / logs / records
+(which decide everything: what a run's state implies, when to ask the nodes).  RUN defaults to
 the newest run in ./runs (CLUSTERCTL_RUNS); ``--nodes`` defaults to the
 inventory recorded with the run.
 
@@ -23,10 +24,15 @@ import typer
 from rich.markup import escape
 
 from clusterctl.cli.nodes import nodes_option
+from clusterctl.cli.push import PlainProgress
+from clusterctl.cluster import preflight
+from clusterctl.cluster.inventory import load_inventory
+from clusterctl.cluster.transport import Cluster
 from clusterctl.core.console import err, out, print_table
 from clusterctl.run import launch as launching
 from clusterctl.run import logs as logs_mod
-from clusterctl.run import records, supervise
+from clusterctl.run import plan, records, supervise
+from clusterctl.run.jobs import load_job
 
 RunArg = Annotated[str | None, typer.Argument(
     help="Run id (default: the newest run; `clusterctl runs` lists them).", show_default=False)]
@@ -34,16 +40,9 @@ RunNodesOption = Annotated[Path | None, nodes_option(
     "The inventory (default: the one recorded with the run).")]
 
 
-def _inventory(nodes: Path | None, record: records.RunRecord):
-    from clusterctl.cluster.inventory import load_inventory
-
-    return load_inventory(nodes or record.inventory)
-
-
-def _cluster(inventory):
-    from clusterctl.cluster.transport import Cluster
-
-    return Cluster(inventory)
+def _cluster(nodes: Path | None, record: records.RunRecord) -> Cluster:
+    """The nodes of ``record``'s run: ``--nodes``, else the inventory recorded with it."""
+    return Cluster(load_inventory(nodes or record.inventory))
 
 
 # --------------------------------------------------------------------------- launch
@@ -73,18 +72,13 @@ def launch(
     time); 255 the first failure was a node that stopped answering; 130 Ctrl-C (143
     SIGTERM) after stopping every container; 2 bad input or failed preflight (nothing
     started); 1 push or start failed (nothing left running)."""
-    from clusterctl.cluster.inventory import load_inventory
-    from clusterctl.run import plan
-    from clusterctl.run.jobs import load_job
-
     spec = load_job(job)
     inventory = load_inventory(nodes)
     overrides = plan.parse_sets(set_ or [])
     if run_id:
         records.check_run_id(run_id)
     if dry_run:
-        plans = plan.make_plan(spec, inventory, run_id=run_id or records.new_run_id(spec.name),
-                               image=image, overrides=overrides)
+        plans = launching.dry_run(spec, inventory, run_id=run_id, image=image, overrides=overrides)
         typer.echo(plan.render_dry_run(plans, json=json_), nl=False)
         return
     result = _launch(spec, inventory, overrides, image=image, detach=detach, run_id=run_id,
@@ -94,8 +88,6 @@ def launch(
 
 
 def _launch(spec, inventory, overrides, *, image, detach, run_id, accept_new_host_keys, json_):
-    from clusterctl.cli.push import PlainProgress
-
     def started(record: records.RunRecord) -> None:
         err.print(f"run {record.run_id}: {len(record.nodes)} containers running "
                   f"(logs in {record.dir})", markup=False)
@@ -107,8 +99,6 @@ def _launch(spec, inventory, overrides, *, image, detach, run_id, accept_new_hos
             stream=sys.stderr if json_ else sys.stdout, progress=PlainProgress(),
             argv=["clusterctl", *sys.argv[1:]], on_started=started)
     except launching.PreflightFailed as e:
-        from clusterctl.cluster import preflight
-
         print_table("preflight", preflight.COLUMNS,
                     [[escape(c) for c in row] for row in preflight.table_rows(e.checks)], console=err)
         raise
@@ -150,8 +140,8 @@ def logs(
         record.node(node)  # UserError naming the run's nodes
     sink = logs_mod.LogSink({n.node: n.rank for n in record.nodes}, stream=sys.stdout)
     sources, unreachable = [], {}
-    if _may_have_containers(record):
-        with _cluster(_inventory(nodes, record)) as cluster:
+    if records.may_have_containers(record):
+        with _cluster(nodes, record) as cluster:
             sources, unreachable = logs_mod.live_containers(cluster, record, node=node)
             if sources:
                 for n, why in unreachable.items():
@@ -169,12 +159,6 @@ def logs(
         err.print(f"no output recorded for run {record.run_id} in {record.dir}", markup=False)
 
 
-def _may_have_containers(record: records.RunRecord) -> bool:
-    """A followed run that ended had its containers removed by launch; others may still have some."""
-    return record.detached or record.state in ("starting", "running") or any(
-        n.state == "lost" for n in record.nodes)
-
-
 # --------------------------------------------------------------------------- status
 
 def status(run: RunArg = None, nodes: RunNodesOption = None,
@@ -182,7 +166,7 @@ def status(run: RunArg = None, nodes: RunNodesOption = None,
     """Each node's container of a run: state, exit code, start and end (from the nodes,
     else from the run record)."""
     record = records.resolve(run)
-    with _cluster(_inventory(nodes, record)) as cluster:
+    with _cluster(nodes, record) as cluster:
         rows = records.run_status(record, cluster)
     if json_:
         typer.echo(json.dumps({"run_id": record.run_id, "state": record.state, "exit_code": record.exit_code,
@@ -192,8 +176,7 @@ def status(run: RunArg = None, nodes: RunNodesOption = None,
     print_table(f"run {escape(record.run_id)} ({escape(record.job)}; {escape(outcome)})",
                 ["node", "rank", "container state", "exit code", "started (UTC)", "finished (UTC)", "source"],
                 [[escape(c) for c in row] for row in records.status_rows(rows)])
-    if record.state in ("starting", "running") and rows and all(
-            r.source == "node" and r.state in ("exited", "dead") for r in rows):
+    if records.containers_ended(record, rows):
         out.print(f"every container has ended; `clusterctl stop {record.run_id}` records the outcome "
                   "and removes them", markup=False)
     if record.first_failure:
@@ -210,7 +193,7 @@ def stop(run: RunArg = None, nodes: RunNodesOption = None,
     """Stop and remove a run's containers on every node (idempotent); their output is kept
     in runs/<run-id>/. Exit 1 when a node could not be reached."""
     record = records.resolve(run)
-    with _cluster(_inventory(nodes, record)) as cluster:
+    with _cluster(nodes, record) as cluster:
         results = supervise.stop_run(cluster, record, grace=grace)
     rows, failed = [], []
     for n in record.nodes:

@@ -2,16 +2,19 @@
 
 ``launch(job, inventory)`` is the whole command without the CLI:
 
+0. check the input (job, ``--set``, image, secrets) without contacting anything
+   (:func:`clusterctl.run.plan.check_inputs`, exit 2);
 1. check before touching anything: preflight every node (SSH, docker, arch,
    disk, devices, interface) and that the master port is free on the master.
    Any problem -> :class:`PreflightFailed` (exit 2), a table of what is wrong
-   where, nothing started;
-2. push the image to the nodes that lack it (:func:`clusterctl.distribute.push_image`);
+   where, nothing started.  Then the plan is made, once, with the interfaces
+   preflight found and the local facts (:func:`local_facts`);
+2. push the image to the nodes that lack it (:func:`clusterctl.cluster.distribute.push_image`);
 3. start every node's container in parallel (the plan's argv over the node's
    SSH connection, secrets on stdin as an env file, never in argv).  If any
    node fails to start, the containers already started are removed again and
    :class:`StartFailed` is raised: all or nothing;
-4. unless ``detach``: follow and supervise (:mod:`clusterctl.supervise`), then
+4. unless ``detach``: follow and supervise (:mod:`clusterctl.run.supervise`), then
    remove the run's containers (their logs and exit codes are in
    ``runs/<run-id>/`` by then).
 
@@ -21,6 +24,7 @@ logs into ``runs/<run-id>/`` before removing them).
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import threading
@@ -29,7 +33,8 @@ from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import TextIO
 
-from clusterctl.cluster import containers
+from clusterctl.cluster import containers, distribute, engine, sshconfig
+from clusterctl.cluster import preflight as pf
 from clusterctl.cluster.transport import Cluster
 from clusterctl.core.deadline import bounded
 from clusterctl.core.errors import ClusterctlError, NodeError, UserError
@@ -78,29 +83,39 @@ class RunResult:
         return supervise.summary_lines(self.outcome) if self.outcome else []
 
 
-# --------------------------------------------------------------------------- preflight
+# --------------------------------------------------------------------------- facts and checks
 
-def preflight(cluster: Cluster, plans: Sequence[plan.NodePlan]) -> dict[str, str]:
+def local_facts(inventory) -> dict[str, object]:
+    """What the plan needs to know that clusterctl can tell without contacting a node:
+    ``master_addr`` (the master's ssh-config ``HostName``, what the others connect to) and
+    ``host_env`` (clusterctl's own environment, for listed secrets no layer sets).
+    Keyword arguments of :func:`clusterctl.run.plan.make_plan`."""
+    return {"master_addr": sshconfig.resolve_host(inventory.master.host),
+            "host_env": dict(os.environ)}
+
+
+def dry_run(job, inventory, *, run_id: str | None = None, image: str | None = None,
+            overrides: Mapping[str, str] | None = None) -> list[plan.NodePlan]:
+    """The plan ``launch`` would run, touching no node (interfaces: the inventory's only)."""
+    run_id = records.check_run_id(run_id) if run_id else records.new_run_id(job.name)
+    return plan.make_plan(job, inventory, run_id=run_id, image=image, overrides=overrides,
+                          **local_facts(inventory))
+
+
+def preflight(cluster: Cluster, devices: Mapping[str, Sequence[str]]) -> dict[str, str]:
     """Check every node before anything starts; returns the interface found per node.
 
-    SSH, docker, arch, disk, the devices each node's container will get, the
-    interface, and the master port free on the master.  PreflightFailed naming
+    SSH, docker, arch, disk, the devices each node's container will get
+    (``devices``: node -> ``--device=`` specs, :func:`clusterctl.run.plan.node_devices`),
+    the interface, and the master port free on the master.  PreflightFailed naming
     every problem on every node (exit 2).
     """
-    from clusterctl.cluster import preflight as pf
-
-    devices = {p.node: plan_devices(p) for p in plans}
-    checks = pf.run_preflight(cluster, devices_for=lambda node: devices.get(node.name, []),
+    host_paths = {node: [d.split(":", 1)[0] for d in specs] for node, specs in devices.items()}
+    checks = pf.run_preflight(cluster, devices_for=lambda node: host_paths.get(node.name, []),
                               check_master_port=True)
     if any(c.problems for c in checks):
         raise PreflightFailed(checks)
     return pf.interfaces(checks)
-
-
-def plan_devices(p: plan.NodePlan) -> list[str]:
-    """The host devices ``docker run --device=...`` in a node's plan will need."""
-    options = p.argv[:p.argv.index(p.image)] if p.image in p.argv else p.argv
-    return [a.split("=", 1)[1].split(":", 1)[0] for a in options if a.startswith("--device=")]
 
 
 # --------------------------------------------------------------------------- start
@@ -215,13 +230,14 @@ def launch(job, inventory, *, image: str | None = None, overrides: Mapping[str, 
     """
     run_id = _fresh_run_id(run_id, job)
     stop_event = stop_event or threading.Event()
-    # bad input (job, --set, image) is reported before any node is contacted
-    plans = plan.make_plan(job, inventory, run_id=run_id, image=image, overrides=overrides)
-    image_id = local_image_id(plans[0].image) if push else None
+    facts = local_facts(inventory)
+    # bad input (job, --set, image, secrets) is reported before any node is contacted
+    ref = plan.check_inputs(job, inventory, run_id=run_id, image=image, overrides=overrides, **facts)
+    image_id = local_image_id(ref) if push else None
     with Cluster(inventory, accept_new_host_keys=accept_new_host_keys) as cluster:
-        interfaces = preflight(cluster, plans)
+        interfaces = preflight(cluster, {n.name: plan.node_devices(job, n) for n in inventory.nodes})
         plans = plan.make_plan(job, inventory, run_id=run_id, image=image, interfaces=interfaces,
-                               overrides=overrides)
+                               overrides=overrides, **facts)
         if push:
             push_image(cluster, plans[0].image, progress)
         record = new_record(job, inventory, plans, run_id, image_id=image_id, detached=detach, argv=argv)
@@ -264,8 +280,6 @@ def start_recorded(cluster: Cluster, plans: Sequence[plan.NodePlan], record: rec
 
 def local_image_id(ref: str) -> str:
     """The local engine's ID of ``ref``; UserError (exit 2) when the engine does not have it."""
-    from clusterctl.cluster import distribute, engine
-
     return distribute.source_image(engine.client(), ref).id
 
 
@@ -280,8 +294,6 @@ class PushFailed(ClusterctlError):
 
 def push_image(cluster: Cluster, ref: str, progress=None) -> None:
     """Put ``ref`` on every node that lacks it (only missing layers travel); PushFailed otherwise."""
-    from clusterctl.cluster import distribute
-
     results = distribute.push_image(ref, cluster, progress=progress)
     failed = {r.node: r.error or r.describe() for r in results if not r.ok}
     if failed:

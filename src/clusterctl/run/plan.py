@@ -1,12 +1,21 @@
 """The launch plan: exactly what runs on each node, as data, before anything runs.
 
-:func:`make_plan` combines a job (:mod:`clusterctl.jobs`), an inventory, the
-interfaces preflight found and the user's ``--set`` values into one
-:class:`NodePlan` per node: the container environment and the full
-``docker run`` argv.  It is pure logic (no SSH, no Docker), so ``clusterctl
-launch --dry-run`` prints it (:func:`render_dry_run`) and tests check it without
-nodes; the execution side (:mod:`clusterctl.launch`) runs ``plan.argv`` on
-``plan.node`` over SSH and feeds ``plan.stdin`` to it.
+:func:`make_plan` combines a job (:mod:`clusterctl.run.jobs`), an inventory,
+the user's ``--set`` values and the facts about the nodes (the interfaces
+preflight found, the master's address, clusterctl's own environment for listed
+secrets) into one :class:`NodePlan` per node: the container environment, the
+devices and the full ``docker run`` argv.  It is pure (no SSH, no Docker, no
+``os.environ``, no ssh config: every fact is an argument), so ``clusterctl
+launch --dry-run`` prints it (:func:`render_dry_run`) and tests check it
+without nodes; the execution side (:mod:`clusterctl.run.launch`) gathers the
+facts, calls it once, runs ``plan.argv`` on ``plan.node`` over SSH and feeds
+``plan.stdin`` to it.
+
+Contract: :func:`check_inputs` (every input problem, before any node is
+contacted), :func:`node_devices` (what preflight checks before the plan
+exists), :func:`make_plan`, and for showing: :func:`render_dry_run`,
+:func:`plan_record`, :func:`masked`, :func:`mask_env`, :func:`mask_text`,
+:func:`secret_values`.
 
 Environment precedence (later wins)
 -----------------------------------
@@ -21,8 +30,10 @@ Environment precedence (later wins)
 4. the inventory's ``env`` (``defaults:`` merged with the node's own);
 5. ``--set NAME=VALUE``, exactly as typed (never expanded).
 
-``MASTER_ADDR`` is the master node's inventory host as the other nodes reach
-it: an ``~/.ssh/config`` alias is resolved to its ``HostName``.  A
+``MASTER_ADDR`` is the master node's address as the other nodes reach it,
+given as ``master_addr`` (launch resolves an ``~/.ssh/config`` alias to its
+``HostName`` with :func:`clusterctl.cluster.sshconfig.resolve_host`; default:
+the inventory host as written).  A
 ``MASTER_ADDR`` / ``MASTER_PORT`` / ``NPROC_PER_NODE`` given by layer 4 or 5
 also becomes the ``{master_addr}`` / ``{master_port}`` / ``{nproc_per_node}``
 placeholder value (and counts in ``{world_size}``), so ``PET_*`` and a command
@@ -59,14 +70,13 @@ replaced by ``****``.
 from __future__ import annotations
 
 import json as jsonlib
-import os
 import re
 import shlex
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 
 from clusterctl.build import targets
+from clusterctl.cluster.containers import JOB_LABEL, NODE_LABEL, RANK_LABEL, RUN_LABEL
 from clusterctl.core.errors import UserError
 from clusterctl.run.jobs import (
     BASE_ENV,
@@ -81,7 +91,6 @@ from clusterctl.run.jobs import (
 MASK = "****"
 #: The env file on ``docker run``'s stdin that carries secret values.
 ENV_FILE_STDIN = "/dev/stdin"
-LABEL_PREFIX = "io.clusterctl."
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _CONTAINER_UNSAFE = re.compile(r"[^a-zA-Z0-9_.-]")
 
@@ -109,6 +118,7 @@ class NodePlan:
     labels: dict[str, str] = field(default_factory=dict)
     secrets: frozenset[str] = frozenset()   # names in env whose values are secret
     stdin: bytes | None = field(default=None, repr=False)   # env file of secret values, or None
+    devices: list[str] = field(default_factory=list)  # --device= specs (:func:`node_devices`)
 
     @property
     def command_line(self) -> str:
@@ -136,23 +146,6 @@ def parse_sets(items: Iterable[str]) -> dict[str, str]:
     return out
 
 
-def resolve_host(host: str, ssh_config: str | os.PathLike | None = None) -> str:
-    """The address other nodes use for ``host``: its ssh-config ``HostName``, else itself.
-
-    Reads ~/.ssh/config, or ``ssh_config`` (like ``ssh -F``), through Fabric:
-    the same loading :class:`clusterctl.transport.Cluster` connects with.
-    """
-    from fabric import Config
-
-    try:
-        config = (Config(runtime_ssh_path=str(Path(ssh_config).expanduser()))
-                  if ssh_config else Config())
-        found = config.base_ssh_config.lookup(host).get("hostname")
-    except Exception:  # an unreadable ssh config leaves the host as written
-        return host
-    return found or host
-
-
 def container_name(run_id: str, node: str) -> str:
     """``<run_id>-<node>`` with characters docker refuses in names replaced by ``-``."""
     return _CONTAINER_UNSAFE.sub("-", f"{run_id}-{node}")
@@ -160,16 +153,56 @@ def container_name(run_id: str, node: str) -> str:
 
 # --------------------------------------------------------------------------- planning
 
+def node_devices(job: Job, node) -> list[str]:
+    """The ``--device=`` specs ``node``'s container gets: the target's (per slot where the
+    stack says) then the inventory node's, repeats dropped.  Pure: preflight checks them
+    on the nodes before any plan exists."""
+    target = targets.get_target(job.target) if job.target else None
+    found = (target.run.devices_for(node.slots) if target else []) + list(node.devices)
+    return list(dict.fromkeys(found))
+
+
 @dataclass(frozen=True)
 class _Launch:
     """What is the same for every node of one plan."""
 
     job: Job
-    target: object | None          # clusterctl.targets.Target
+    target: object | None          # clusterctl.build.targets.Target
     image: str
     run_id: str
     extra_docker_args: tuple[str, ...]
-    host_env: Mapping[str, str]
+
+
+@dataclass(frozen=True)
+class _Node:
+    """One node's resolved and checked inputs: everything of its plan but node facts."""
+
+    node: object                   # clusterctl.cluster.inventory.Node
+    rank: int
+    nproc: int
+    values: dict[str, str]         # placeholder values
+    launch_env: dict[str, str]     # layer 1 without the interface
+    upper_env: dict[str, str]      # layers 2-5, then listed secrets from clusterctl's environment
+    secrets: frozenset[str]
+    options: list[str]             # docker run options between the labels and the -e list
+    stdin: bytes | None
+
+
+def check_inputs(job: Job, inventory, *, run_id: str, image: str | None = None,
+                 overrides: Mapping[str, str] | None = None,
+                 extra_docker_args: Sequence[str] = (),
+                 host_env: Mapping[str, str] | None = None,
+                 master_addr: str | None = None) -> str:
+    """Every problem of the inputs :func:`make_plan` would refuse, as UserError (exit 2),
+    without node facts and without building the plan; returns the image reference.
+
+    Pure, like make_plan (same arguments less ``interfaces``): launch calls it
+    before any node is contacted, then make_plan once with what preflight found.
+    """
+    launch, _ = _resolve(job, inventory, run_id=run_id, image=image, overrides=overrides,
+                         extra_docker_args=extra_docker_args, host_env=host_env,
+                         master_addr=master_addr)
+    return launch.image
 
 
 def make_plan(job: Job, inventory, *, run_id: str, image: str | None = None,
@@ -177,16 +210,30 @@ def make_plan(job: Job, inventory, *, run_id: str, image: str | None = None,
               overrides: Mapping[str, str] | None = None,
               extra_docker_args: Sequence[str] = (),
               host_env: Mapping[str, str] | None = None,
-              ssh_config: str | os.PathLike | None = None) -> list[NodePlan]:
-    """One NodePlan per inventory node, in rank order.  Pure: nothing is contacted.
+              master_addr: str | None = None) -> list[NodePlan]:
+    """One NodePlan per inventory node, in rank order.  Pure: nothing is contacted or read.
 
-    ``image`` replaces the job's/target's image; ``interfaces`` maps node name
-    to the NIC preflight found; ``overrides`` are the ``--set`` values
-    (:func:`parse_sets`); ``host_env`` (default ``os.environ``) supplies listed
-    secrets no layer sets; ``ssh_config`` replaces ~/.ssh/config when resolving
-    the master's address (pass what the Cluster uses).  UserError (exit 2) on
-    anything unusable.
+    Every fact comes in as an argument: ``image`` replaces the job's/target's
+    image; ``interfaces`` maps node name to the NIC preflight found;
+    ``overrides`` are the ``--set`` values (:func:`parse_sets`); ``host_env``
+    (clusterctl's own environment; default: empty) supplies listed secrets no
+    layer sets; ``master_addr`` is the master as the other nodes reach it
+    (default: its inventory host as written; launch passes the ssh-config
+    ``HostName``, :func:`clusterctl.cluster.sshconfig.resolve_host`).
+    UserError (exit 2) on anything unusable.
     """
+    launch, nodes = _resolve(job, inventory, run_id=run_id, image=image, overrides=overrides,
+                             extra_docker_args=extra_docker_args, host_env=host_env,
+                             master_addr=master_addr)
+    return [_node_plan(launch, n, n.node.interface or (interfaces or {}).get(n.node.name))
+            for n in nodes]
+
+
+def _resolve(job: Job, inventory, *, run_id: str, image: str | None,
+             overrides: Mapping[str, str] | None, extra_docker_args: Sequence[str],
+             host_env: Mapping[str, str] | None,
+             master_addr: str | None) -> tuple[_Launch, list[_Node]]:
+    """The inputs of every node, checked: each UserError the plan can raise is raised here."""
     overrides = dict(overrides or {})
     params = {**job.params, **{k: v for k, v in overrides.items() if k in job.params}}
     env_sets = {k: v for k, v in overrides.items() if k not in job.params}
@@ -197,8 +244,7 @@ def make_plan(job: Job, inventory, *, run_id: str, image: str | None = None,
         if reserved_flag(arg):
             raise UserError(f"docker argument {arg!r}: `{reserved_flag(arg)}` is set by clusterctl "
                             "itself and may not be given.")
-    launch = _Launch(job, target, image, run_id, tuple(extra_docker_args),
-                     os.environ if host_env is None else host_env)
+    launch = _Launch(job, target, image, run_id, tuple(extra_docker_args))
 
     nodes = list(inventory.nodes)
     uppers = [{**node.env, **env_sets} for node in nodes]    # layers 4 and 5, per node
@@ -208,19 +254,25 @@ def make_plan(job: Job, inventory, *, run_id: str, image: str | None = None,
         "world_size": str(sum(nprocs)),
         "run_id": run_id,
         "backend": (target.backend or "") if target else "",
-        "master_addr": resolve_host(inventory.master.host, ssh_config),
+        "master_addr": master_addr or inventory.master.host,
         "master_port": str(inventory.master_port),
     }
-    plans = []
+    resolved = []
     for rank, (node, nproc, upper) in enumerate(zip(nodes, nprocs, uppers, strict=True)):
         values = {**shared, "node_rank": str(rank), "nproc_per_node": str(nproc),
                   "node_name": node.name, **params}
         values["master_addr"] = upper.get("MASTER_ADDR", values["master_addr"])
         values["master_port"] = upper.get("MASTER_PORT", values["master_port"])
-        iface = node.interface or (interfaces or {}).get(node.name)
-        env = _environment(job, target, node, values, iface, env_sets)
-        plans.append(_node_plan(launch, node, rank, nproc, env, values))
-    return plans
+        launch_env, upper_env = _environment(job, target, node, values, env_sets)
+        secrets = _secret_names(job, {**launch_env, **upper_env}, upper_env, host_env or {})
+        stdin = None
+        if secrets:
+            env = {**launch_env, **upper_env}
+            stdin = _env_file(job, {k: env[k] for k in env if k in secrets})
+        options = _docker_options(job, target, node, values, launch.extra_docker_args)
+        resolved.append(_Node(node, rank, nproc, values, launch_env, upper_env,
+                              frozenset(secrets), options, stdin))
+    return launch, resolved
 
 
 def _nproc(job: Job, node, upper: Mapping[str, str]) -> int:
@@ -234,39 +286,38 @@ def _nproc(job: Job, node, upper: Mapping[str, str]) -> int:
     return node.slots if job.nproc_per_node == "slots" else int(job.nproc_per_node)
 
 
-def _environment(job: Job, target, node, values: dict[str, str], iface: str | None,
-                 env_sets: Mapping[str, str]) -> dict[str, str]:
-    """The layered container env (see the module docstring for the order)."""
+def _environment(job: Job, target, node, values: dict[str, str],
+                 env_sets: Mapping[str, str]) -> tuple[dict[str, str], dict[str, str]]:
+    """Layer 1 (the interface is added by :func:`_node_plan`) and layers 2-5 over it
+    (see the module docstring for the order)."""
     launch = {k: expand(v, values) for k, v in {**BASE_ENV, **CONTRACTS[job.contract]}.items()}
-    if iface:
-        launch.update(GLOO_SOCKET_IFNAME=iface, NCCL_SOCKET_IFNAME=iface)
     target_env = dict(target.env) if target else {}
     job_env = {k: expand(v, values) for k, v in job.env.items()}
-    return {**launch, **target_env, **job_env, **node.env, **env_sets}
+    return launch, {**target_env, **job_env, **node.env, **env_sets}
 
 
-def _node_plan(launch: _Launch, node, rank: int, nproc: int, env: dict[str, str],
-               values: dict[str, str]) -> NodePlan:
-    job = launch.job
-    secrets = _secret_names(job, env, launch.host_env)
+def _node_plan(launch: _Launch, n: _Node, iface: str | None) -> NodePlan:
+    """Assemble one node's plan from its checked inputs and the interface it uses."""
+    job, node = launch.job, n.node
+    nic = {"GLOO_SOCKET_IFNAME": iface, "NCCL_SOCKET_IFNAME": iface} if iface else {}
+    env = {**n.launch_env, **nic, **n.upper_env}
     name = container_name(launch.run_id, node.name)
-    labels = {f"{LABEL_PREFIX}run": launch.run_id, f"{LABEL_PREFIX}job": job.name,
-              f"{LABEL_PREFIX}node": node.name, f"{LABEL_PREFIX}rank": str(rank)}
+    labels = {RUN_LABEL: launch.run_id, JOB_LABEL: job.name,
+              NODE_LABEL: node.name, RANK_LABEL: str(n.rank)}
     argv = ["docker", "run", "-d", "--net=host", "--name", name]
     for key, value in labels.items():
         argv += ["--label", f"{key}={value}"]
-    argv += _docker_options(job, launch.target, node, values, launch.extra_docker_args)
+    argv += n.options
     for key, value in env.items():
-        if key not in secrets:
+        if key not in n.secrets:
             argv += ["-e", f"{key}={value}"]
-    stdin = None
-    if secrets:
+    if n.secrets:
         argv += ["--env-file", ENV_FILE_STDIN]
-        stdin = _env_file(job, {k: env[k] for k in env if k in secrets})
-    argv += [launch.image, *(expand(a, values) for a in job.command)]
-    return NodePlan(node=node.name, host=node.host, rank=rank, env=env, argv=argv,
+    argv += [launch.image, *(expand(a, n.values) for a in job.command)]
+    return NodePlan(node=node.name, host=node.host, rank=n.rank, env=env, argv=argv,
                     container=name, run_id=launch.run_id, job=job.name, image=launch.image,
-                    nproc=nproc, labels=labels, secrets=frozenset(secrets), stdin=stdin)
+                    nproc=n.nproc, labels=labels, secrets=n.secrets, stdin=n.stdin,
+                    devices=node_devices(job, node))
 
 
 def _check_image(job: Job, image: str | None) -> None:
@@ -298,8 +349,7 @@ def _docker_options(job: Job, target, node, values: dict[str, str],
             raise UserError(f"{job.where(f'mounts.{i}')}: {problem} (after filling placeholders "
                             f"from {mount!r}); set the parameter with --set NAME=/absolute/path.")
         out += ["-v", spec]
-    devices = (target.run.devices_for(node.slots) if target else []) + list(node.devices)
-    out += [f"--device={d}" for d in devices]
+    out += [f"--device={d}" for d in node_devices(job, node)]
     out += list(extra)
     return _drop_repeats(out)
 
@@ -318,17 +368,19 @@ def _drop_repeats(args: list[str]) -> list[str]:
     return out
 
 
-def _secret_names(job: Job, env: dict[str, str], host_env: Mapping[str, str]) -> set[str]:
-    """Secret names in ``env``; listed secrets missing from every layer come from ``host_env``."""
+def _secret_names(job: Job, env: Mapping[str, str], upper: dict[str, str],
+                  host_env: Mapping[str, str]) -> set[str]:
+    """Secret names of the node's env; listed secrets missing from every layer are added to
+    ``upper`` from ``host_env`` (clusterctl's own environment), or UserError."""
     for name in job.secrets:
-        if name in env:
+        if name in env or name in upper:
             continue
         if name not in host_env:
             raise UserError(f"{job.where('secrets')}: secret {name} is set by no layer and not "
                             f"in clusterctl's environment: export {name}=... before launching "
                             f"(or --set {name}=...).")
-        env[name] = host_env[name]
-    return {k for k in env if is_secret_name(k, job.secrets)}
+        upper[name] = host_env[name]
+    return {k for k in {**env, **upper} if is_secret_name(k, job.secrets)}
 
 
 def _env_file(job: Job, secrets: dict[str, str]) -> bytes:
@@ -394,6 +446,6 @@ def render_dry_run(plans: Sequence[NodePlan], json: bool = False) -> str:
 
 
 __all__ = [
-    "MASK", "NodePlan", "container_name", "make_plan", "mask_env", "mask_text", "masked",
-    "parse_sets", "plan_record", "render_dry_run", "resolve_host", "secret_values",
+    "MASK", "NodePlan", "check_inputs", "container_name", "make_plan", "mask_env", "mask_text",
+    "masked", "node_devices", "parse_sets", "plan_record", "render_dry_run", "secret_values",
 ]
