@@ -284,6 +284,30 @@ def test_yaml_merge_keys_and_anchors(tmp_path):
                  "  - {<<: *base, name: b, host: h2}\n")
     inv = load_inventory(f)
     assert [(n.name, n.host, n.slots) for n in inv] == [("a", "h1", 8), ("b", "h2", 8)]
+    f.write_text("nodes:\n"
+                 "  - &base {name: a, host: h1, slots: eight}\n"
+                 "  - {<<: *base, name: b, host: h2}\n"
+                 "  - {<<: *base, name: c, host: h3, slots: 2}\n")
+    with pytest.raises(InventoryError) as info:
+        load_inventory(f)  # a merged value is located where the merged mapping writes it
+    assert [(p.line, p.field) for p in info.value.problems] == [(2, "nodes[0].slots"), (2, "nodes[1].slots")]
+
+
+def test_an_alias_bomb_is_refused_with_exit_2(tmp_path):
+    f = tmp_path / "bomb.yaml"
+    f.write_text("x: &a0 [h, h, h, h, h, h, h, h, h]\n"
+                 + "".join(f"x{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]\n" for i in range(1, 10))
+                 + "nodes: *a9\n")
+    result = CliRunner().invoke(app, ["nodes", "--nodes", str(f)])
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert f"{f}:" in result.stderr and "values (counting every value an alias" in " ".join(result.stderr.split())
+
+
+def test_an_oversized_file_is_refused_before_it_is_parsed(tmp_path):
+    f = tmp_path / "hosts"
+    f.write_text("node1\n" * 200_000)
+    with pytest.raises(UserError, match=r"hosts: is larger than .* any inventory; valid: a file of at most"):
+        load_inventory(f)
 
 
 def test_hostfile_named_yaml_says_why_it_was_read_as_yaml(tmp_path):

@@ -150,7 +150,7 @@ def read_text(path: str | os.PathLike, what: str) -> str:
                         "valid: a readable UTF-8 text file") from None
     if len(data) > MAX_BYTES:
         raise UserError(f"{path}: is larger than {MAX_BYTES // 1024} KiB, far more than any {what}; "
-                        f"valid: a {what} of at most {MAX_BYTES // 1024} KiB (is this the right file?)")
+                        f"valid: a file of at most {MAX_BYTES // 1024} KiB (is this the right file?)")
     try:
         return data.decode("utf-8-sig")  # a BOM from a Windows editor is not content
     except UnicodeDecodeError as e:
