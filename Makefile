@@ -1,56 +1,103 @@
 # clusterctl developer and user entry points. Everything that needs root
 # (packages, dockerd, network namespaces) goes through scripts/setup-host.
+#
+# Run them as root or as a user with sudo: the steps that need root get
+# `sudo` in front only when you are not root already (so `make demo` works
+# in a root container without sudo, and `sudo make demo` works too).
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 PYTHON ?= python3
+# the virtual environment scripts/setup-host creates from the lock; every
+# command below uses its clusterctl and its python, never the machine's
+VENV ?= .venv
+CLUSTERCTL = $(VENV)/bin/clusterctl
+LOCK = requirements/dev.lock
+UV ?= uv
+UV_ARGS ?=
 TARGET ?= cpu
 NODES ?= 2
 INVENTORY ?= inventories/sandbox.yaml
 PYTEST_ARGS ?=
 
-.PHONY: help setup image render demo demo-down test check lint golden bench-push bench-launch clean
+.PHONY: help setup venv image render demo demo-down test check lint golden lock bench-push bench-launch clean
 
 help:
 	@echo "make demo        set up this machine, build the cpu image, start a $(NODES)-node sandbox, run ddp-smoke on it"
-	@echo "make check       set up this machine and run the full test suite (what CI runs)"
+	@echo "make demo-down   remove the demo's sandbox and stop the Docker engine setup started (images stay on disk)"
+	@echo "make check       set up this machine with a fresh $(VENV) from the lock and run the full test suite (what CI runs)"
 	@echo "make image TARGET=cpu|ipex|accl|nccl|cambricon|base   build one target's image"
-	@echo "make test        run the test suite (machine already set up)"
+	@echo "make test        run the test suite with $(VENV) (machine already set up)"
 	@echo "make lint        ruff + hadolint on every rendered Dockerfile"
 	@echo "make golden      rewrite the golden Dockerfiles after a reviewed template change"
+	@echo "make lock        refresh $(LOCK) from pyproject.toml (needs uv; UV_ARGS=--upgrade for newest versions)"
 	@echo "make bench-push / bench-launch   benchmarks (root; create their own sandboxes)"
 
 setup:
-	bash scripts/setup-host
+	$(SUDO) env VENV=$(VENV) bash scripts/setup-host
 
-image:
-	clusterctl build --target $(TARGET)
+# a fresh virtual environment from the lock, then setup's other steps (what `make check` uses)
+venv:
+	$(SUDO) env VENV=$(VENV) CLUSTERCTL_FRESH_VENV=1 bash scripts/setup-host
 
-render:
-	clusterctl render --target $(TARGET)
+$(CLUSTERCTL):
+	@echo "$(CLUSTERCTL) is missing: run 'make setup' first (it creates $(VENV) from $(LOCK))" >&2
+	@exit 2
+
+image: $(CLUSTERCTL)
+	$(SUDO) $(CLUSTERCTL) build --target $(TARGET)
+
+render: $(CLUSTERCTL)
+	$(CLUSTERCTL) render --target $(TARGET)
 
 demo: setup
-	clusterctl build --target cpu
-	clusterctl sandbox up --nodes $(NODES)
-	clusterctl launch ddp-smoke --nodes $(INVENTORY)
+	$(SUDO) $(CLUSTERCTL) build --target cpu
+	$(SUDO) $(CLUSTERCTL) sandbox up --nodes $(NODES)
+	$(SUDO) $(CLUSTERCTL) launch ddp-smoke --nodes $(INVENTORY)
 
-demo-down:
-	clusterctl sandbox down
+# The sandbox goes; so does clusterctl's private Docker engine, but only when
+# scripts/setup-host started it (it leaves .clusterctl/engine-started-by-setup).
+# The engine's images stay on disk under its data-root for the next `make demo`.
+demo-down: $(CLUSTERCTL)
+	$(SUDO) $(CLUSTERCTL) sandbox down
+	@if [ -f .clusterctl/engine-started-by-setup ]; then \
+	  echo "$(SUDO) $(CLUSTERCTL) engine down"; \
+	  $(SUDO) $(CLUSTERCTL) engine down && $(SUDO) rm -f .clusterctl/engine-started-by-setup; \
+	else \
+	  echo "the Docker engine was running before setup started; left running (stop clusterctl's own with: $(SUDO) $(CLUSTERCTL) engine down)"; \
+	fi
 
-test:
-	$(PYTHON) -m pytest $(PYTEST_ARGS)
+# The suite runs with the venv's python (the installed clusterctl, not src/) and
+# with the venv's bin/ first on PATH (the tests call clusterctl and hadolint);
+# CLUSTERCTL_TEST_INSTALLED=1 makes tests/test_packaging.py check exactly that.
+test: $(CLUSTERCTL)
+	$(SUDO) env PATH="$(abspath $(VENV))/bin:$$PATH" CLUSTERCTL_TEST_INSTALLED=1 \
+	  $(VENV)/bin/python -m pytest $(PYTEST_ARGS)
 
-check: setup test
+# (test runs in a second make, after venv has re-created $(VENV))
+check: venv
+	$(MAKE) test
 
-lint:
-	ruff check src tests benchmarks
-	$(PYTHON) -m pytest -q tests/build/test_hadolint.py
+lint: $(CLUSTERCTL)
+	$(VENV)/bin/ruff check src tests benchmarks
+	env PATH="$(abspath $(VENV))/bin:$$PATH" $(VENV)/bin/python -m pytest -q tests/build/test_hadolint.py
 
-golden:
-	UPDATE_GOLDEN=1 $(PYTHON) -m pytest -q tests/build/test_golden.py
+golden: $(CLUSTERCTL)
+	UPDATE_GOLDEN=1 $(VENV)/bin/python -m pytest -q tests/build/test_golden.py
 
-bench-push:
-	$(PYTHON) benchmarks/push.py
+# The lock: every package of the runtime, the dev extra and the build backend
+# (hatchling, from [build-system].requires), pinned with hashes, for every
+# Python from requires-python's 3.10 up. `make lock` keeps pins that still
+# satisfy pyproject.toml; UV_ARGS=--upgrade moves every pin to the newest.
+lock:
+	@command -v $(UV) >/dev/null || { echo "make lock needs uv: pip install uv" >&2; exit 2; }
+	$(PYTHON) -c 'import tomllib; print(*tomllib.load(open("pyproject.toml", "rb"))["build-system"]["requires"], sep="\n")' \
+	  | $(UV) pip compile --quiet pyproject.toml - --extra dev --universal --python-version 3.10 \
+	      --generate-hashes --custom-compile-command "make lock" $(UV_ARGS) -o $(LOCK)
 
-bench-launch:
-	$(PYTHON) benchmarks/launch.py
+bench-push: $(CLUSTERCTL)
+	$(SUDO) $(VENV)/bin/python benchmarks/push.py
+
+bench-launch: $(CLUSTERCTL)
+	$(SUDO) $(VENV)/bin/python benchmarks/launch.py
 
 clean:
 	rm -rf dockerfiles/*/ .pytest_cache
