@@ -1,0 +1,80 @@
+"""A local sandbox cluster: N emulated nodes on this Linux machine.
+
+Each node is a network namespace with its own address on a bridge (the head,
+this machine, holds ``.1``; nodes ``.11``, ``.12``, ...), its own sshd (key-only,
+a client key and host keys generated for the sandbox) and its own Docker daemon
+with its own image store.  ``clusterctl`` then treats the nodes exactly like a
+real cluster reached over SSH: push, preflight and launch need no special case.
+
+Recipe and traps: FIELD-NOTES.md §1 "Emulated nodes".  Every kernel object is
+named from the sandbox name, so several sandboxes with distinct names and subnets
+coexist and ``down NAME`` touches only its own.
+
+The package, lowest layer first (each module imports only those above it):
+
+- ``model``: the name rule, names/addresses/paths derived from it, the state file;
+- ``processes``: host tools, a node's dockerd in its netns, pidfiles, cgroups, killing;
+- ``network``: bridge, netns, veth pairs, forward rule, tc shaping, link up/down;
+- ``sshd``: keys, each node's sshd, the sandbox's known_hosts;
+- ``inventory_file``: the inventory ``up`` writes and ``down`` removes;
+- ``lifecycle``: validation, locking, ``up``, ``down``, ``status``.
+
+Contract (what the CLI, benchmarks and tests use): ``up``, ``down``, ``status``,
+``load``, ``names``; failure-test helpers ``stop_sshd``, ``start_sshd``,
+``set_link``, ``node_docker``, ``port_open``; the model ``Sandbox``/``SandboxNode``
+and the defaults ``DEFAULT_NAME``, ``DEFAULT_SUBNET``, ``DEFAULT_INVENTORY``.
+"""
+
+from clusterctl.cluster.sandbox.inventory_file import (
+    INVENTORY_MARKER,
+    inventory_text,
+    write_inventory,
+)
+from clusterctl.cluster.sandbox.lifecycle import (
+    NodeStatus,
+    SandboxStatus,
+    check_bandwidth,
+    check_nodes,
+    check_slots,
+    down,
+    names,
+    parse_subnet,
+    require_environment,
+    status,
+    up,
+)
+from clusterctl.cluster.sandbox.model import (
+    DEFAULT_INVENTORY,
+    DEFAULT_NAME,
+    DEFAULT_SUBNET,
+    INTERFACE,
+    MAX_NODES,
+    NODE_OFFSET,
+    SSH_USER,
+    Sandbox,
+    SandboxNode,
+    check_name,
+    data_base,
+    load,
+    node_for,
+    state_base,
+)
+from clusterctl.cluster.sandbox.network import free_subnet, set_link
+from clusterctl.cluster.sandbox.processes import (
+    CGROUP_ROOT,
+    NODE_DOCKERD_ARGS,
+    in_netns,
+    node_docker,
+    processes_using,
+)
+from clusterctl.cluster.sandbox.sshd import port_open, sshd_running, start_sshd, stop_sshd
+
+__all__ = [
+    "CGROUP_ROOT", "DEFAULT_INVENTORY", "DEFAULT_NAME", "DEFAULT_SUBNET", "INTERFACE",
+    "INVENTORY_MARKER", "MAX_NODES", "NODE_DOCKERD_ARGS", "NODE_OFFSET", "SSH_USER",
+    "NodeStatus", "Sandbox", "SandboxNode", "SandboxStatus",
+    "check_bandwidth", "check_name", "check_nodes", "check_slots", "data_base", "down",
+    "free_subnet", "in_netns", "inventory_text", "load", "names", "node_docker", "node_for",
+    "parse_subnet", "port_open", "processes_using", "require_environment", "set_link",
+    "sshd_running", "start_sshd", "state_base", "status", "stop_sshd", "up", "write_inventory",
+]

@@ -1,0 +1,118 @@
+"""The inventory file a sandbox writes: its text, and never overwriting one that is not ours.
+
+The first line of an inventory written by ``sandbox up`` is a marker naming the
+sandbox (:data:`INVENTORY_MARKER`); ``up`` refuses to overwrite a file without it
+or the inventory of another live sandbox, and ``down`` removes only files that
+carry its own name.  The text is in clusterctl.cluster.inventory's YAML format.
+
+Contract: :func:`check_inventory_writable`, :func:`check_inventory_ours`,
+:func:`inventory_text`, :func:`write_inventory`, :func:`remove_inventory`.
+Imports only the model of the sandbox package.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import yaml
+
+from clusterctl.cluster.sandbox.model import (
+    DEFAULT_INVENTORY,
+    INTERFACE,
+    NAME_RE,
+    SSH_USER,
+    Sandbox,
+    state_file,
+)
+from clusterctl.core.errors import UserError
+
+INVENTORY_MARKER = "# clusterctl-sandbox:"  # first line of an inventory we wrote; down removes only those
+
+
+def _inventory_owner(path: Path) -> str | None:
+    """The sandbox named in the marker line of an inventory we wrote, else None."""
+    try:
+        with open(path) as f:
+            first = f.readline()
+    except OSError:
+        return None
+    owner = first[len(INVENTORY_MARKER):].strip() if first.startswith(INVENTORY_MARKER) else ""
+    return owner if NAME_RE.match(owner) else None
+
+
+def check_inventory_writable(path: Path) -> None:
+    """Find out before anything starts that the inventory can be written where asked."""
+    if path.is_dir():
+        raise UserError(f"--inventory {path} is a directory; give a file path such as "
+                        f"{path / 'sandbox.yaml'}.")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UserError(f"cannot write the inventory to {path}: {e.strerror}; pass another "
+                        "--inventory PATH.") from None
+    if not os.access(path.parent, os.W_OK):
+        raise UserError(f"cannot write the inventory to {path}: {path.parent} is not writable; "
+                        "pass another --inventory PATH.")
+
+
+def check_inventory_ours(path: Path, name: str) -> None:
+    """Never overwrite a user's inventory or another live sandbox's."""
+    if not path.exists():
+        return
+    owner = _inventory_owner(path)
+    if owner is None:
+        raise UserError(f"{path} exists and was not written by `clusterctl sandbox up`; pass "
+                        "another --inventory PATH (it is not overwritten).")
+    if owner != name and state_file(owner).exists():
+        raise UserError(f'{path} is the inventory of sandbox "{owner}", which is still up; pass '
+                        "another --inventory PATH or remove that sandbox first.")
+
+
+def inventory_text(sb: Sandbox) -> str:
+    """The sandbox inventory in clusterctl.inventory's YAML format, with comments for a reader."""
+
+    def dump(obj) -> str:
+        return yaml.safe_dump(obj, sort_keys=False, default_flow_style=False)
+
+    node_entries = [
+        {"name": n.name, "host": n.ip, "port": 22, "user": SSH_USER,
+         "identity_file": str(sb.key_path), "slots": sb.slots, "interface": INTERFACE}
+        for n in sb.nodes
+    ]
+    return "".join([
+        f"{INVENTORY_MARKER} {sb.name}\n",
+        f"# Inventory of the local sandbox cluster \"{sb.name}\" ({sb.node_count} emulated nodes on\n",
+        f"# {sb.subnet}; this machine is {sb.head_ip} on bridge {sb.bridge}). Written by\n",
+        "# `clusterctl sandbox up`; `clusterctl sandbox down` removes it with the sandbox.\n",
+        "# Each node is a network namespace with its own sshd and Docker daemon.\n",
+        "\n",
+        "# Strict host-key checking works out of the box: the sandbox's known_hosts\n",
+        "# holds every node's own host key.\n",
+        dump({"ssh": {"known_hosts": str(sb.known_hosts_path), "accept_new_host_keys": False}}),
+        "\n",
+        "# Shared by all nodes: root with the sandbox's generated ed25519 key; eth0 is\n",
+        "# the interface that holds each node's address (GLOO/NCCL_SOCKET_IFNAME).\n",
+        dump({"defaults": {"user": SSH_USER, "identity_file": str(sb.key_path),
+                           "slots": sb.slots, "interface": INTERFACE}}),
+        "\n",
+        "# Rank order: node1 is the master.\n",
+        dump({"nodes": node_entries}),
+    ])
+
+
+def write_inventory(sb: Sandbox) -> Path:
+    path = Path(sb.inventory_path or DEFAULT_INVENTORY)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(inventory_text(sb))
+    tmp.replace(path)
+    return path
+
+
+def remove_inventory(path: Path, name: str) -> bool:
+    """Remove the inventory at ``path`` when sandbox ``name`` wrote it; True when removed."""
+    if _inventory_owner(path) == name:
+        path.unlink(missing_ok=True)
+        return True
+    return False

@@ -1,0 +1,197 @@
+"""What a sandbox is: its name rule, the names, addresses and paths derived from it, and its record.
+
+Every kernel object and file of a sandbox is derived from its name, so nothing but
+the state file is stored:
+
+- bridge ``cc-<name>``; host-side veth of node i ``cc<name>-<i>h``; netns ``cc-<name>-node<i>``;
+- state (sockets, pidfiles, keys, configs) under ``state_base()/<name>/``,
+  image stores under ``data_base()/<name>/<node>/``;
+- the containers of node i in cgroup ``/clusterctl/<name>/node<i>``.
+
+Contract: :class:`Sandbox`, :class:`SandboxNode`, :func:`node_for`, :func:`check_name`,
+:func:`state_base`, :func:`data_base`, :func:`state_file`, :func:`load`, :func:`save`.
+No other module of the sandbox package is imported here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import ipaddress
+import json
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from clusterctl.cluster import dockerd
+from clusterctl.core.errors import EnvironmentProblem, UserError
+from clusterctl.core.paths import state_dir
+
+DEFAULT_NAME = "sbx"
+DEFAULT_SUBNET = "10.213.0.0/24"
+DEFAULT_INVENTORY = "inventories/sandbox.yaml"
+NODE_OFFSET = 10  # node i gets network address + 10 + i
+SSH_USER = "root"
+INTERFACE = "eth0"
+MAX_NODES = 999
+
+# A sandbox name goes into interface names, which the kernel limits to 15
+# characters: "cc<name>-<i>h" with a 3-digit node number leaves 8 for the name.
+# No dashes, so "cc-<name>-node<i>" parses back unambiguously.
+NAME_RE = re.compile(r"^[a-z][a-z0-9]{0,7}$")
+
+
+def data_base() -> Path:
+    """Where node image stores live (disk, not tmpfs). CLUSTERCTL_SANDBOX_DATA overrides."""
+    return Path(os.environ.get("CLUSTERCTL_SANDBOX_DATA", "/var/lib/clusterctl/sandbox"))
+
+
+def state_base() -> Path:
+    return state_dir() / "sandbox"
+
+
+def check_name(name: str) -> None:
+    if not NAME_RE.match(name or ""):
+        raise UserError(
+            f'invalid sandbox name "{name}": use 1 to 8 characters, a lowercase letter first, then '
+            "lowercase letters or digits (it becomes part of interface names, which Linux limits "
+            'to 15 characters), e.g. "sbx" or "h4b".'
+        )
+
+
+@dataclass(frozen=True)
+class SandboxNode:
+    """One emulated node: its names, address and files (all derived, nothing stored)."""
+
+    sandbox: str
+    index: int
+    ip: str
+
+    @property
+    def name(self) -> str:
+        return f"node{self.index}"
+
+    @property
+    def netns(self) -> str:
+        return f"cc-{self.sandbox}-node{self.index}"
+
+    @property
+    def veth(self) -> str:
+        return f"cc{self.sandbox}-{self.index}h"
+
+    @property
+    def dir(self) -> Path:
+        return state_base() / self.sandbox / self.name
+
+    @property
+    def daemon(self) -> dockerd.DaemonPaths:
+        return dockerd.DaemonPaths(root=self.dir, data_root=data_base() / self.sandbox / self.name)
+
+    @property
+    def docker_host(self) -> str:
+        return self.daemon.url
+
+    @property
+    def cgroup(self) -> str:
+        """Parent cgroup of the node's containers: down finds them even after dockerd died."""
+        return f"/clusterctl/{self.sandbox}/{self.name}"
+
+    @property
+    def sshd_config(self) -> Path:
+        return self.dir / "sshd_config"
+
+    @property
+    def sshd_pidfile(self) -> Path:
+        return self.dir / "sshd.pid"
+
+    @property
+    def host_key(self) -> Path:
+        return self.dir / "ssh_host_ed25519_key"
+
+
+@dataclass(frozen=True)
+class Sandbox:
+    """A sandbox as recorded in its state file; what ``up`` returns."""
+
+    name: str
+    subnet: str
+    node_count: int
+    slots: int = 2
+    bandwidth: str | None = None
+    inventory_path: str | None = None
+
+    @property
+    def network(self) -> ipaddress.IPv4Network:
+        return ipaddress.IPv4Network(self.subnet)
+
+    @property
+    def head_ip(self) -> str:
+        return str(self.network.network_address + 1)
+
+    @property
+    def bridge(self) -> str:
+        return f"cc-{self.name}"
+
+    @property
+    def dir(self) -> Path:
+        return state_base() / self.name
+
+    @property
+    def data_dir(self) -> Path:
+        return data_base() / self.name
+
+    @property
+    def key_path(self) -> Path:
+        """The client key (ed25519) every node's sshd accepts."""
+        return self.dir / "id_ed25519"
+
+    @property
+    def known_hosts_path(self) -> Path:
+        return self.dir / "known_hosts"
+
+    @property
+    def authorized_keys(self) -> Path:
+        return self.dir / "authorized_keys"
+
+    @property
+    def nodes(self) -> list[SandboxNode]:
+        return [node_for(self.name, self.network, i) for i in range(1, self.node_count + 1)]
+
+    def node(self, name: str) -> SandboxNode:
+        for n in self.nodes:
+            if n.name == name:
+                return n
+        raise UserError(f'sandbox "{self.name}" has no node "{name}"; its nodes are '
+                        f'{", ".join(n.name for n in self.nodes)}.')
+
+
+def node_for(sandbox: str, network: ipaddress.IPv4Network, index: int) -> SandboxNode:
+    return SandboxNode(sandbox, index, str(network.network_address + NODE_OFFSET + index))
+
+
+# --------------------------------------------------------------------------- state file
+
+
+def state_file(name: str) -> Path:
+    return state_base() / name / "sandbox.json"
+
+
+def load(name: str = DEFAULT_NAME) -> Sandbox:
+    """The recorded sandbox ``name``; UserError when there is none."""
+    check_name(name)
+    try:
+        data = json.loads(state_file(name).read_text())
+        return Sandbox(**data)
+    except FileNotFoundError:
+        raise UserError(f'no sandbox named "{name}" exists; start one with '
+                        f"`clusterctl sandbox up --nodes N --name {name}`.") from None
+    except (ValueError, TypeError) as e:
+        raise EnvironmentProblem(f"the state file {state_file(name)} is unreadable ({e}); "
+                                 f"remove the sandbox with `clusterctl sandbox down --name {name}`.") from None
+
+
+def save(sb: Sandbox) -> None:
+    sb.dir.mkdir(parents=True, exist_ok=True)
+    tmp = state_file(sb.name).with_suffix(".tmp")
+    tmp.write_text(json.dumps(dataclasses.asdict(sb), indent=2) + "\n")
+    tmp.replace(state_file(sb.name))

@@ -1,0 +1,175 @@
+"""Processes of a sandbox: host tools, a node's Docker daemon in its netns, and killing what is left.
+
+Daemons start with ``nsenter --net=...`` (``ip netns exec`` remounts /sys and
+dockerd dies).  Each node's dockerd gets its own daemon ID (dockerd 20.10
+otherwise takes it from the machine-wide /etc/docker/key.json) so nodes look like
+separate machines, and puts its containers in the node's cgroup, where ``down``
+finds them even after the daemon died.
+
+Contract: :func:`run` (a host tool, failures as messages), :func:`start_dockerd`,
+:func:`node_docker`, :func:`in_netns`, :func:`stop_pid`, :func:`terminate`,
+:func:`netns_pids`, :func:`processes_using`, :func:`cgroup_dirs`, :func:`remove_cgroups`.
+Imports only the model of the sandbox package.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shlex
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+from clusterctl.cluster import dockerd
+from clusterctl.cluster.sandbox.model import SandboxNode, load
+from clusterctl.core.errors import EnvironmentProblem, NodeError
+
+# Node daemons own no network set-up (the sandbox does it), and are disposable: a short
+# shutdown timeout keeps `down` from waiting 15 s per daemon for containers to stop.
+NODE_DOCKERD_ARGS = ["--bridge=none", "--iptables=false", "--ip-masq=false", "--shutdown-timeout=2"]
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+
+
+def run(argv: list[str], *, check: bool = True, node: str | None = None) -> str:
+    """Run a host tool (argv only); a failure becomes a message naming the command and node."""
+    p = subprocess.run(argv, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    if check and p.returncode != 0:
+        msg = f"`{shlex.join(argv)}` exited {p.returncode}: {p.stderr.strip() or p.stdout.strip()}"
+        raise NodeError(node, msg) if node else EnvironmentProblem(msg)
+    return p.stdout
+
+
+# --------------------------------------------------------------------------- a node's dockerd
+
+
+def _dockerd_args(node: SandboxNode) -> list[str]:
+    """A daemon.json of the node's own: never the machine's /etc/docker/daemon.json, and
+    its own ID key.  dockerd 20.10 derives its ID from /etc/docker/key.json, shared by every
+    daemon on the machine; separate machines have separate IDs, so each node gets its own
+    key (``deprecated-key-path`` exists only as a config-file setting)."""
+    config = node.dir / "daemon.json"
+    node.dir.mkdir(parents=True, exist_ok=True)
+    config.write_text(json.dumps({"deprecated-key-path": str(node.dir / "key.json")}, indent=2) + "\n")
+    return [*NODE_DOCKERD_ARGS, "--config-file", str(config), "--cgroup-parent", node.cgroup]
+
+
+def start_dockerd(node: SandboxNode) -> None:
+    """The node's dockerd in its netns; one already running there is kept, one outside replaced."""
+    daemon_pid = dockerd.read_pid(node.daemon.pidfile)
+    if daemon_pid is not None and not in_netns(daemon_pid, node.netns):
+        dockerd.stop(node.daemon)
+    try:
+        dockerd.start(node.daemon, netns=node.netns, extra_args=_dockerd_args(node))
+    except EnvironmentProblem as e:
+        raise NodeError(node.name, e.message) from None
+    except OSError as e:  # its state or data directory cannot be made
+        raise NodeError(node.name, f"cannot start dockerd: {e}") from None
+
+
+def node_docker(name: str, node: str, *args: str, check: bool = False) -> subprocess.CompletedProcess:
+    """Run the docker CLI on this machine against a sandbox node's own daemon (for assertions)."""
+    n = load(name).node(node)
+    return subprocess.run(["docker", "-H", n.docker_host, *args], capture_output=True, text=True,
+                          check=check, stdin=subprocess.DEVNULL)
+
+
+def in_netns(pid: int | None, netns: str) -> bool:
+    """True when process ``pid`` lives in network namespace ``netns``.
+
+    A daemon outliving a deleted-and-recreated netns still answers on its unix
+    socket, but its containers would land in the orphaned namespace."""
+    if pid is None:
+        return False
+    try:
+        return os.stat(f"/proc/{pid}/ns/net").st_ino == os.stat(f"/run/netns/{netns}").st_ino
+    except OSError:
+        return False
+
+
+# --------------------------------------------------------------------------- stopping
+
+
+def stop_pid(pidfile: Path, timeout: float = 10.0) -> bool:
+    """Stop the process a pidfile names and remove the file; True when one was running."""
+    pid = dockerd.read_pid(pidfile)
+    if pid is not None:
+        terminate([pid], grace=timeout)
+    pidfile.unlink(missing_ok=True)
+    return pid is not None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # a zombie is as good as gone
+    with contextlib.suppress(OSError):
+        if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
+            return False
+    return True
+
+
+def terminate(pids: list[int], grace: float = 10.0) -> None:
+    """SIGTERM, then SIGKILL what is left after ``grace`` seconds (0: SIGKILL at once)."""
+    pids = [p for p in pids if p != os.getpid()]
+    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
+        if wait <= 0:
+            continue
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline and any(_alive(p) for p in pids):
+            time.sleep(0.05)
+        pids = [p for p in pids if _alive(p)]
+        if not pids:
+            return
+
+
+def netns_pids(netns: str) -> list[int]:
+    out = run(["ip", "netns", "pids", netns], check=False)
+    return [int(p) for p in out.split()]
+
+
+def processes_using(path: Path) -> list[int]:
+    """Processes whose command line names ``path``: dockerd, containerd, shims, sshd of a node."""
+    needle = str(path).encode() + b"/"
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        with contextlib.suppress(OSError):
+            if needle in (proc / "cmdline").read_bytes():
+                found.append(int(proc.name))
+    return found
+
+
+# --------------------------------------------------------------------------- cgroups
+
+
+def cgroup_dirs(relative: str) -> list[Path]:
+    """``relative`` in every cgroup hierarchy (v1: one per controller; v2: the root)."""
+    rel = relative.strip("/")
+    bases = [CGROUP_ROOT, *(d for d in CGROUP_ROOT.iterdir() if d.is_dir())] if CGROUP_ROOT.is_dir() else []
+    return [b / rel for b in bases if (b / rel / "cgroup.procs").exists()]
+
+
+def remove_cgroups(relative: str) -> None:
+    """Kill every process left in the cgroup tree (containers whose daemon died) and remove it."""
+    for top in cgroup_dirs(relative):
+        groups = sorted((p.parent for p in top.rglob("cgroup.procs")), key=lambda p: len(p.parts),
+                        reverse=True)
+        pids = set()
+        for g in groups:
+            with contextlib.suppress(OSError, ValueError):
+                pids |= {int(x) for x in (g / "cgroup.procs").read_text().split()}
+        terminate(sorted(pids), grace=0)  # their daemon is gone: nobody stops them gently
+        for g in groups:  # deepest first: a cgroup is removed with rmdir once empty
+            with contextlib.suppress(OSError):
+                g.rmdir()
