@@ -148,8 +148,8 @@ def test_unknown_key_is_refused_with_the_valid_keys(tmp_path):
         command: [run]
         enviroment: {A: b}
     """)
-    assert ":3: unknown key `enviroment`" in err.message
-    assert "valid keys:" in err.message and "env" in err.message
+    assert ":3: enviroment: unknown key `enviroment`" in err.message
+    assert "valid: one of description, target" in err.message and "env" in err.message
 
 
 @pytest.mark.parametrize("body, where, fragment", [
@@ -179,14 +179,15 @@ def test_bad_values_name_line_key_and_what_is_valid(tmp_path, body, where, fragm
 
 def test_missing_command_and_missing_image(tmp_path):
     err = load_error(tmp_path, "image: x\n")
-    assert "missing key `command`" in err.message
+    assert ":1: command: is missing; valid: a non-empty list of strings" in err.message
     err = load_error(tmp_path, "command: [run]\n")
     assert "`target`" in err.message and "`image`" in err.message
 
 
 def test_invalid_yaml_and_non_mapping(tmp_path):
     err = load_error(tmp_path, "image: x\ncommand: [run\nenv: {}\n")
-    assert "not valid YAML" in err.message and ":3" in err.message
+    assert ":3: (YAML syntax): " in err.message and "flow sequence that began on line 2" in err.message
+    assert "valid: YAML as in the shipped jobs/ddp-smoke.yaml" in err.message
     err = load_error(tmp_path, "- just\n- a list\n")
     assert "YAML mapping" in err.message
 
@@ -229,9 +230,55 @@ def test_a_repeated_key_is_a_problem_not_silently_the_last(tmp_path):
           BATCH_SIZE: 8
           PHASE: 2
     """)
-    assert ":6: env.PHASE: written twice (also on line 4)" in err.message
+    assert ":6: env.PHASE: is written twice (first on line 4;" in err.message
+    assert "valid: each key once per mapping" in err.message
 
 
 def test_a_directory_is_not_a_job(tmp_path):
     with pytest.raises(UserError, match="is not a file"):
         load_job(str(tmp_path))
+
+
+def test_merge_keys_as_in_inventories_with_lines_at_the_merged_definition(tmp_path):
+    job = load_job(write_job(tmp_path, """
+        image: x
+        env: &common
+          PHASE: 1
+          MODE: fast
+        params:
+          <<: *common
+          MODE: slow
+        command: [run]
+    """))
+    assert job.env == {"PHASE": "1", "MODE": "fast"}
+    assert job.params == {"PHASE": "1", "MODE": "slow"}  # own keys win; merged values are text as written
+    assert job.where("params.PHASE").endswith(":3: params.PHASE")
+    assert job.where("params.MODE").endswith(":7: params.MODE")
+    err = load_error(tmp_path, """
+        image: x
+        env: &common {1BAD: x}
+        params: {<<: *common}
+        command: [run]
+    """)
+    assert ":2: env.1BAD: not a valid variable name" in err.message
+    assert ":2: params.1BAD: not a valid variable name" in err.message
+
+
+def test_every_problem_reads_file_line_field_problem_and_what_is_valid(tmp_path):
+    err = load_error(tmp_path, "image: x\ncommand: [run]\ncontract: mpirun\n")
+    path = tmp_path / "job.yaml"
+    assert err.message.splitlines() == [
+        f"{path}: 1 problem in the job file (nothing was started):",
+        f'{path}:3: contract: unknown contract "mpirun"; valid: one of torchrun or accl-bert',
+    ]
+    err = load_error(tmp_path, "target: cpuu\ncommand: [run]\ndocker_args: [--rm]\n")
+    assert all("; valid: " in line for line in err.message.splitlines()[1:]), err.message
+
+
+def test_an_alias_bomb_is_refused(tmp_path):
+    text = "image: x\ncommand: [run]\nparams:\n  A0: &a0 [x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"  A{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]\n" for i in range(1, 10))
+    path = tmp_path / "bomb.yaml"
+    path.write_text(text)
+    with pytest.raises(UserError, match=r"bomb.yaml:\d+: \(YAML\): holds more than"):
+        load_job(path)

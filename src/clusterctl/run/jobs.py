@@ -84,11 +84,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from clusterctl.build import targets
 from clusterctl.core import paths
 from clusterctl.core.errors import UserError, did_you_mean, one_of
+from clusterctl.core.yamlfile import FileProblems, Problems, dotted, parse, read_text, show
 
 #: The launch values every placeholder may name (see the module docstring).
 LAUNCH_VALUES: tuple[str, ...] = (
@@ -215,8 +216,9 @@ def job_path(name_or_path: str | Path) -> Path:
 def load_job(name_or_path: str | Path) -> Job:
     """Load and validate a job (shipped name or file path); UserError with file:line: key."""
     path = job_path(name_or_path)
-    data, lines, repeated = _load_yaml(path)
-    return _validate(path, data, lines, repeated)
+    problems = Problems(path, spell=dotted, error=JobFileError)
+    data = parse(read_text(path, "job file"), problems, verbatim=_is_text, like="the shipped jobs/ddp-smoke.yaml")
+    return _validate(path, data, problems)
 
 
 def list_jobs() -> list[Job]:
@@ -224,72 +226,17 @@ def list_jobs() -> list[Job]:
     return [load_job(p) for p in shipped_jobs().values()]
 
 
-# --------------------------------------------------------------------------- YAML + lines
-
-def _load_yaml(path: Path) -> tuple[Any, dict[str, int], list[tuple[str, int, int]]]:
-    """Parse ``path`` (safe loader): (data, {key path: 1-based line}, repeated keys).
-
-    Key paths look like ``env.PHASE`` or ``command.0``; a repeated key is
-    (key path, its line, the line where it was first written) - YAML would
-    silently keep only the last one.
-
-    Scalars under ``env``, ``params``, ``command``, ``docker_args`` and
-    ``mounts`` are kept exactly as written (``PHASE: 1`` gives ``"1"``,
-    ``FLAG: yes`` gives ``"yes"``, ``MASK: 0755`` gives ``"0755"``,
-    ``[sleep, 30]`` gives ``["sleep", "30"]``): the rule of inventory env and of
-    ``--set``.
-    """
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise UserError(f"cannot read job file {path}: {e}") from None
-    loader = yaml.SafeLoader(text)
-    try:
-        root = loader.get_single_node()
-        lines: dict[str, int] = {}
-        repeated: list[tuple[str, int, int]] = []
-        data = None if root is None else _build(loader, root, "", lines, repeated)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
-        at = f"{path}:{mark.line + 1}" if mark else str(path)
-        problem = getattr(e, "problem", None) or str(e)
-        raise UserError(f"{at}: not valid YAML: {problem} (check indentation, colons and quotes "
-                        "on this line and the one above).") from None
-    finally:
-        loader.dispose()
-    return data, lines, repeated
-
-
-_TEXT_SECTIONS = ("env", "params", "command", "docker_args", "mounts")
-_NULL = "tag:yaml.org,2002:null"
-
-
-def _build(loader: yaml.SafeLoader, node: yaml.Node, key: str, lines: dict[str, int],
-           repeated: list[tuple[str, int, int]]) -> Any:
-    """Python data from a composed YAML node, recording each key's line and repeated keys."""
-    if key:
-        lines.setdefault(key, node.start_mark.line + 1)
-    if isinstance(node, yaml.SequenceNode):
-        return [_build(loader, item, f"{key}.{i}", lines, repeated)
-                for i, item in enumerate(node.value)]
-    if isinstance(node, yaml.MappingNode):
-        out: dict = {}
-        for k, v in node.value:
-            name = loader.construct_object(k, deep=True)
-            sub = f"{key}.{name}" if key else str(name)
-            line = k.start_mark.line + 1
-            if sub in lines and isinstance(name, (str, int)) and name in out:
-                repeated.append((sub, line, lines[sub]))
-            lines[sub] = line
-            out[name] = _build(loader, v, sub, lines, repeated)
-        return out
-    if isinstance(node, yaml.ScalarNode) and node.tag != _NULL and key.count(".") == 1 \
-            and key.split(".")[0] in _TEXT_SECTIONS:
-        return node.value
-    return loader.construct_object(node, deep=True)
-
-
 # --------------------------------------------------------------------------- validation
+
+#: Scalars kept exactly as written: ``PHASE: 1`` gives ``"1"``, ``FLAG: yes`` gives
+#: ``"yes"``, ``MASK: 0755`` gives ``"0755"``, ``[sleep, 30]`` gives ``["sleep", "30"]``
+#: (the rule of inventory env and of ``--set``).
+_TEXT_SECTIONS = ("env", "params", "command", "docker_args", "mounts")
+
+
+def _is_text(path: tuple) -> bool:
+    return len(path) == 2 and path[0] in _TEXT_SECTIONS
+
 
 class _Spec(BaseModel):
     """The file's schema; pydantic gives the failing key path for messages."""
@@ -309,78 +256,56 @@ class _Spec(BaseModel):
     secrets: list[str] = []
 
 
-class JobFileError(UserError):
+class JobFileError(FileProblems):
     """Every problem of one job file, one ``FILE:LINE: key: problem; valid: ...`` line each."""
 
-    def __init__(self, path: Path, problems: list[tuple[int, str]]) -> None:
-        self.path = path
-        self.problems = [text for _, text in sorted(problems, key=lambda p: p[0])]
-        if len(self.problems) == 1:
-            message = self.problems[0]
-        else:
-            message = "\n".join([f"{path}: {len(self.problems)} problems in the job file "
-                                  "(nothing was started):", *self.problems])
-        super().__init__(message)
+    what = "job file"
+
+    @property
+    def path(self) -> Path:
+        return Path(self.file)
 
 
-class _Problems:
-    """Collects the problems of one job file so the user can fix them all in one pass."""
-
-    def __init__(self, path: Path, lines: dict[str, int]) -> None:
-        self.path, self.lines, self.found = path, lines, []
-
-    def add(self, key: str, problem: str, *, hint: bool = True) -> None:
-        help_text = KEY_HELP.get(key.split(".")[0]) if hint else None
-        valid = f"; valid: {help_text}" if help_text else ""
-        self.found.append((_line_of(self.lines, key), f"{_locate(self.path, self.lines, key)}: "
-                                                       f"{problem}{valid}."))
-
-    def add_plain(self, line: int, text: str) -> None:
-        self.found.append((line, text))
-
-    def raise_if_any(self) -> None:
-        if self.found:
-            raise JobFileError(self.path, self.found)
+def _add(problems: Problems, path: tuple, problem: str, valid: str | None = None) -> None:
+    """A problem at a key path; what is valid defaults to the help of its top-level key."""
+    problems.add(path, problem, KEY_HELP.get(str(path[0]), "") if valid is None else valid)
 
 
-def _validate(path: Path, data: Any, lines: dict[str, int],
-              repeated: list[tuple[str, int, int]] = ()) -> Job:
+def _validate(path: Path, data: Any, problems: Problems) -> Job:
     if not isinstance(data, dict):
-        raise UserError(f"{path}: a job file is a YAML mapping with at least `command` and "
-                        f"`target` or `image` (keys: {', '.join(KEY_HELP)}).")
-    problems = _Problems(path, lines)
-    for key, line, first in repeated:
-        problems.add_plain(line, f"{path}:{line}: {key}: written twice (also on line {first}); "
-                                 "valid: each key once per mapping.")
+        got = "is empty" if data is None else f"is {show(data)}, not a YAML mapping"
+        problems.add((), f"the file {got}", "a YAML mapping with at least `command` and `target` or `image` "
+                                            f"(keys: {', '.join(KEY_HELP)})")
+        problems.raise_if_any()
     try:
         spec = _Spec.model_validate(data)
     except ValidationError as e:
-        _schema_problems(e, path, problems)
+        _schema_problems(e, problems)
         problems.raise_if_any()
-    _check_semantics(spec, path, problems)
-    job = Job(name=path.stem, path=path, lines=lines, **spec.model_dump())
+    _check_semantics(spec, problems)
+    job = Job(name=path.stem, path=path, lines={dotted(k): v for k, v in problems.lines.items() if k},
+              **spec.model_dump())
     _check_placeholders(job, problems)
     problems.raise_if_any()
     return job
 
 
-def _schema_problems(error: ValidationError, path: Path, problems: _Problems) -> None:
+def _schema_problems(error: ValidationError, problems: Problems) -> None:
     """One problem per failing key (a union's several member errors count once)."""
     seen = set()
     for e in error.errors():
-        loc = ".".join(str(p) for p in e["loc"] if not _is_union_tag(p))
+        loc = tuple(p for p in e["loc"] if not _is_union_tag(p) and p != "[key]")
         if loc in seen:
             continue
         seen.add(loc)
         if e["type"] == "extra_forbidden":
-            top = loc.split(".")[0]
-            problems.add_plain(_line_of(problems.lines, top),
-                               f"{path}:{_line_of(problems.lines, top)}: unknown key `{top}`"
-                               f"{did_you_mean(top, list(KEY_HELP))}; valid keys: {', '.join(KEY_HELP)}.")
+            top = str(loc[0])
+            _add(problems, loc[:1], f"unknown key `{top}`{did_you_mean(top, list(KEY_HELP))}",
+                 f"one of {', '.join(KEY_HELP)}")
         elif e["type"] == "missing":
-            problems.add_plain(0, f"{path}: missing key `{loc}`; valid: {KEY_HELP.get(loc, '')}.")
+            _add(problems, loc, "is missing")
         else:
-            problems.add(loc or "?", _friendly(e))
+            _add(problems, loc or ("?",), _friendly(e))
 
 
 def _line_of(lines: dict[str, int], key: str) -> int:
@@ -408,37 +333,41 @@ def _friendly(error: dict) -> str:
     return f"{error['msg'].rstrip('.').lower()} (got {shown})"
 
 
-def _check_semantics(spec: _Spec, path: Path, problems: _Problems) -> None:
+def _check_semantics(spec: _Spec, problems: Problems) -> None:
     """Rules a schema cannot say: names, contract, target, reserved flags, mounts."""
     if not spec.target and not spec.image:
-        problems.add_plain(0, f"{path}: a job needs `target` (a target name) or `image` "
-                              "(an image tag), or both.")
+        _add(problems, ("target",), "a job needs `target` (a target name) or `image` (an image tag), or both",
+             f"target: {KEY_HELP['target']}; image: {KEY_HELP['image']}")
     if spec.contract not in CONTRACTS:
-        problems.add("contract", f'unknown contract "{spec.contract}"'
-                                 f"{did_you_mean(spec.contract, list(CONTRACTS))}")
+        _add(problems, ("contract",), f'unknown contract "{spec.contract}"'
+                                      f"{did_you_mean(spec.contract, list(CONTRACTS))}")
     if isinstance(spec.nproc_per_node, int) and spec.nproc_per_node < 1:
-        problems.add("nproc_per_node", f"must be at least 1 (got {spec.nproc_per_node})")
+        _add(problems, ("nproc_per_node",), f"must be at least 1 (got {spec.nproc_per_node})")
     for section in ("env", "params"):
         for name in getattr(spec, section):
             if not _NAME.match(name):
-                problems.add(f"{section}.{name}", "not a valid variable name (letters, digits, _; "
-                                                  "not starting with a digit)")
+                _add(problems, (section, name), "not a valid variable name (letters, digits, _; "
+                                                "not starting with a digit)")
     for name in spec.params:
         if name in LAUNCH_VALUES:
-            problems.add(f"params.{name}", "a parameter may not reuse a launch value's name")
+            _add(problems, ("params", name), "a parameter may not reuse a launch value's name",
+                 f"a name other than {one_of(LAUNCH_VALUES)}")
     for i, name in enumerate(spec.secrets):
         if not _NAME.match(name):
-            problems.add(f"secrets.{i}", f'"{name}" is not a valid variable name')
+            _add(problems, ("secrets", i), f'"{name}" is not a valid variable name')
     for i, arg in enumerate(spec.docker_args):
         if reserved_flag(arg):
-            problems.add(f"docker_args.{i}", f"`{reserved_flag(arg)}` is set by clusterctl itself "
-                                             "and may not be given here", hint=False)
+            _add(problems, ("docker_args", i), f"`{reserved_flag(arg)}` is set by clusterctl itself "
+                                               "and may not be given here",
+                 f"docker run arguments other than {one_of(RESERVED_DOCKER_FLAGS)}")
     for i, mount in enumerate(spec.mounts):
         problem = mount_problem(mount, expanded=False)
         if problem:
-            problems.add(f"mounts.{i}", problem)
-    if spec.target and target_problem(spec.target):
-        problems.add("target", target_problem(spec.target), hint=False)
+            _add(problems, ("mounts", i), problem)
+    known = targets.target_names()
+    if spec.target and spec.target not in known:
+        _add(problems, ("target",), f'unknown target "{spec.target}"{did_you_mean(spec.target, known)}',
+             f"one of the known targets: {one_of(known)}")
 
 
 def reserved_flag(arg: str) -> str | None:
@@ -465,14 +394,6 @@ def mount_problem(mount: str, *, expanded: bool = True) -> str | None:
     return None
 
 
-def target_problem(name: str) -> str | None:
-    """Why ``name`` is not a usable target, or None (asks clusterctl.targets)."""
-    from clusterctl.build import targets
-
-    known = targets.target_names()
-    if name in known:
-        return None
-    return f'unknown target "{name}"{did_you_mean(name, known)}; known targets: {one_of(known)}'
 
 
 # --------------------------------------------------------------------------- placeholders
@@ -502,30 +423,30 @@ def expand(template: str, values: dict[str, str]) -> str:
     return "".join(out)
 
 
-def _templated_fields(job: Job) -> list[tuple[str, str]]:
+def _templated_fields(job: Job) -> list[tuple[tuple, str]]:
     """(key path, template) for every value that may hold placeholders."""
-    items = [(f"env.{k}", v) for k, v in job.env.items()]
-    items += [(f"command.{i}", v) for i, v in enumerate(job.command)]
-    items += [(f"docker_args.{i}", v) for i, v in enumerate(job.docker_args)]
-    items += [(f"mounts.{i}", v) for i, v in enumerate(job.mounts)]
+    items: list[tuple[tuple, str]] = [(("env", k), v) for k, v in job.env.items()]
+    for section in ("command", "docker_args", "mounts"):
+        items += [((section, i), v) for i, v in enumerate(getattr(job, section))]
     return items
 
 
-def _check_placeholders(job: Job, problems: _Problems) -> None:
+
+
+def _check_placeholders(job: Job, problems: Problems) -> None:
     valid = job.placeholder_names
     listing = ", ".join("{" + v + "}" for v in sorted(valid))
-    for key, template in _templated_fields(job):
+    for path, template in _templated_fields(job):
         try:
             names = placeholders(template)
         except ValueError as e:
-            problems.add(key, f"{e} in {template!r}; write {{{{ and }}}} for literal braces",
-                         hint=False)
+            _add(problems, path, f"{e} in {template!r}",
+                 "{name} placeholders without format specs; write {{ and }} for literal braces")
             continue
         for name in names:
             if name not in valid:
-                problems.add(key, f"unknown placeholder {{{name}}}{did_you_mean(name, valid)}; "
-                                  f"valid: {listing} (write {{{{ and }}}} for literal braces)",
-                             hint=False)
+                _add(problems, path, f"unknown placeholder {{{name}}}{did_you_mean(name, valid)}",
+                     f"{listing} (write {{{{ and }}}} for literal braces)")
 
 
 def is_secret_name(name: str, declared=()) -> bool:
