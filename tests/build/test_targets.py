@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import yaml
 
 from clusterctl.build import targets
 from clusterctl.core.errors import UserError
@@ -123,6 +124,32 @@ def test_a_bad_data_file_names_the_field(tmp_path):
     with pytest.raises(UserError) as e:
         targets.load_targets(bad)
     assert str(bad) in str(e.value) and "targets.x." in str(e.value)
+
+
+def test_every_problem_of_a_data_file_is_located(tmp_path):
+    bad = tmp_path / "targets.yaml"
+    good = {k: v for k, v in targets.load_targets()["cpu"].model_dump().items() if k != "name"}
+    bad.write_text(yaml.safe_dump({"targets": {"ok": good, "y": {**good, "wheelhouse": "always"},
+                                               "z": [1]}}, sort_keys=False)
+                   .replace("targets:", "# data\ntargets:", 1) + "  w: {}\n")
+    with pytest.raises(UserError) as e:
+        targets.load_targets(bad)
+    msg, lines = str(e.value), bad.read_text().splitlines()
+    assert e.value.exit_code == 2 and msg.splitlines()[0].endswith("problems in the target data (nothing was started):")
+    wheelhouse = next(i for i, line in enumerate(lines, 1) if "always" in line)
+    assert f"{bad}:{wheelhouse}: targets.y.wheelhouse: input should be 'required' or 'optional'" in msg
+    assert f"{bad}:{lines.index('  z:') + 1}: targets.z: a list is not a mapping" in msg
+    assert f"{bad}:{len(lines)}: targets.w.description: is missing; valid: the fields described" in msg
+
+
+def test_a_syntax_error_in_data_is_located(tmp_path):
+    bad = tmp_path / "targets.yaml"
+    bad.write_text("targets:\n  x: {description: [d}\n")
+    with pytest.raises(UserError, match=r"targets.yaml:2: \(YAML syntax\): .*valid: YAML as in the other"):
+        targets.load_targets(bad)
+    bad.write_text("- a list\n")
+    with pytest.raises(UserError, match=r"targets.yaml:1: targets: a list is not a mapping of targets"):
+        targets.load_targets(bad)
 
 
 def test_another_base_image_drops_the_default_bases_torch_fact():

@@ -14,12 +14,12 @@ from __future__ import annotations
 
 from functools import cache
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from clusterctl.core.errors import UserError, did_you_mean, one_of
+from clusterctl.core.yamlfile import FileProblems, Problems, parse, read_text, show
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
 TARGETS_FILE = DATA_DIR / "targets.yaml"
@@ -120,39 +120,68 @@ class Resolved(_Model):
     tag: str
 
 
-def _read_yaml(path: Path):
+class TargetDataError(FileProblems):
+    """Every problem of one target data file (``FILE:LINE: field: problem; valid: ...``), exit 2."""
+
+    what = "target data"
+
+
+def _read(path: Path) -> tuple[Any, Problems]:
+    """The values of a data file and its problem collector (lines of every key path)."""
+    problems = Problems(path, error=TargetDataError)
+    return parse(read_text(path, "target data"), problems, like="the other entries of this file"), problems
+
+
+def _validate(model: type[_Model], data: Any, where: tuple, problems: Problems) -> Any:
+    """``model`` from ``data`` at key path ``where``, or None with each pydantic error a problem."""
+    valid = f"the fields described at the top of {Path(problems.file).name}"
+    if not isinstance(data, dict):
+        problems.add(where, f"{show(data)} is not a mapping", f"a mapping with {valid}")
+        return None
     try:
-        return yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as e:
-        raise UserError(f"{path}: cannot read target data ({e}).") from None
-
-
-def _validation_message(path: Path, err: ValidationError) -> str:
-    first = err.errors()[0]
-    where = ".".join(str(p) for p in first["loc"])
-    return f"{path}: field {where}: {first['msg']} ({err.error_count()} problem(s) in total)."
+        return model.model_validate(data)
+    except ValidationError as err:
+        for e in err.errors():
+            loc = where + tuple(p for p in e["loc"] if p != "[key]")
+            if e["type"] == "missing":
+                problem = "is missing"
+            elif e["type"] == "extra_forbidden":
+                problem = f'unknown field "{loc[-1]}"'
+            else:
+                problem = f"{e['msg'][:1].lower()}{e['msg'][1:]} (got {show(e['input'])})"
+            problems.add(loc, problem, valid)
+        return None
 
 
 @cache
 def load_targets(path: Path = TARGETS_FILE) -> dict[str, Target]:
-    """All targets by name, validated (a bad data file is a UserError naming the field)."""
-    raw = _read_yaml(path) or {}
+    """All targets by name, validated (a bad data file is a TargetDataError naming line and field)."""
+    raw, problems = _read(path)
+    section = raw.get("targets") if isinstance(raw, dict) else raw
+    if not isinstance(section, dict):
+        problems.add(("targets",), f"{show(section)} is not a mapping of targets",
+                     "targets: with one mapping per target name")
+        problems.raise_if_any()
     targets = {}
-    for name, body in (raw.get("targets") or {}).items():
-        try:
-            targets[name] = Target(name=name, **(body or {}))
-        except ValidationError as e:
-            raise UserError(_validation_message(path, e).replace("field ", f"field targets.{name}.", 1)) from None
+    for name, body in section.items():
+        if isinstance(body, dict) and "name" in body:
+            problems.add(("targets", name, "name"), "a target is named by its key under targets:",
+                         "no name: field")
+            continue
+        target = _validate(Target, {**body, "name": name} if isinstance(body, dict) else body,
+                           ("targets", name), problems)
+        if target is not None:
+            targets[name] = target
+    problems.raise_if_any()
     return targets
 
 
 @cache
 def version_table(filename: str) -> VersionTable:
-    path = DATA_DIR / filename
-    try:
-        return VersionTable(**(_read_yaml(path) or {}))
-    except ValidationError as e:
-        raise UserError(_validation_message(path, e)) from None
+    raw, problems = _read(DATA_DIR / filename)
+    table = _validate(VersionTable, raw or {}, (), problems)
+    problems.raise_if_any()
+    return table
 
 
 def target_names() -> list[str]:
