@@ -1,18 +1,16 @@
-"""clusterctl.imagebuild against the real local engine, on the debootstrapped base image."""
+"""clusterctl.build.imagebuild against the real local engine, on the debootstrapped base image."""
 
 from __future__ import annotations
 
-import io
 import shutil
 import tempfile
 import uuid
-from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
-from rich.console import Console
 
 from clusterctl.build import imagebuild, wheelhouse
+from clusterctl.build.labels import file_sha256, image_labels
 from clusterctl.core.errors import ClusterctlError, UserError
 
 
@@ -33,33 +31,6 @@ def _containers_mentioning(client, marker: str) -> list[str]:
     return found
 
 
-# ---------------------------------------------------------------- labels
-
-
-def test_image_labels_carry_oci_and_clusterctl_facts():
-    when = datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
-    labels = imagebuild.image_labels("cpu", version="2.13.0", torch="2.13.0",
-                                     dockerfile_sha256="ab" * 32, created=when,
-                                     extra={"io.clusterctl.stack": "gloo"})
-    assert labels["org.opencontainers.image.title"] == "clusterctl cpu"
-    assert labels["org.opencontainers.image.version"] == "2.13.0"
-    assert labels["org.opencontainers.image.created"] == "2026-01-02T03:04:05Z"
-    assert labels["org.opencontainers.image.source"].startswith("file:///")
-    assert labels["io.clusterctl.target"] == "cpu"
-    assert labels["io.clusterctl.torch"] == "2.13.0"
-    assert labels["io.clusterctl.dockerfile-sha256"] == "ab" * 32
-    assert labels["io.clusterctl.stack"] == "gloo"
-    assert "io.clusterctl.torch" not in imagebuild.image_labels("base", version="bookworm")
-
-
-def test_file_sha256_matches_hashlib(tmp_path):
-    import hashlib
-
-    f = tmp_path / "Dockerfile"
-    f.write_bytes(b"FROM scratch\n" * 100000)
-    assert imagebuild.file_sha256(f) == hashlib.sha256(f.read_bytes()).hexdigest()
-
-
 # ---------------------------------------------------------------- build
 
 
@@ -78,8 +49,8 @@ def test_build_streams_lines_and_labels_the_image(docker_client, base_image, thr
     ctx = _context(tmp_path, f"FROM {base_image}\nARG GREETING\n"
                              'RUN echo "greeting=$GREETING" && python3 -c "print(6*7)"\n'
                              f"RUN echo {marker} > /built\n")
-    labels = imagebuild.image_labels("demo", version="1.0", torch="2.13.0",
-                                     dockerfile_sha256=imagebuild.file_sha256(ctx / "Dockerfile"))
+    labels = image_labels("demo", version="1.0", torch="2.13.0",
+                          dockerfile_sha256=file_sha256(ctx / "Dockerfile"))
     lines: list[str] = []
     image_id = imagebuild.build(docker_client, ctx, tag=throwaway_tag, buildargs={"GREETING": marker},
                                 labels=labels, on_output=lines.append)
@@ -190,35 +161,3 @@ def test_smoke_unknown_image_is_a_user_error(docker_client):
     with pytest.raises(UserError) as e:
         imagebuild.run_smoke(docker_client, f"clusterctl-test/absent-{uuid.uuid4().hex[:8]}:t", ["true"])
     assert "clusterctl build" in e.value.message
-
-
-# ---------------------------------------------------------------- display
-
-
-def test_display_plain_prints_every_line():
-    buf = io.StringIO()
-    con = Console(file=buf, force_terminal=False, width=200)
-    with imagebuild.BuildDisplay("building x", con=con, live=False) as show:
-        for line in ["Step 1/2 : FROM base", " ---> abc", "hello [bold]", "Step 2/2 : RUN true"]:
-            show(line)
-        show.note("I: Retrieving libc6")
-    text = buf.getvalue()
-    assert "hello [bold]" in text  # not swallowed as markup
-    assert text.index("Step 1/2") < text.index("hello") < text.index("Step 2/2")
-    assert "building x: done in" in text
-    assert "I: Retrieving libc6" in text  # plain output keeps notes too
-
-
-def test_display_live_keeps_steps_and_reports_failure():
-    buf = io.StringIO()
-    con = Console(file=buf, force_terminal=True, width=120)
-    with pytest.raises(RuntimeError):
-        with imagebuild.BuildDisplay("building y", con=con, live=True) as show:
-            show("Step 1/3 : FROM base")
-            show("noise that only shows on the live line")
-            show("Step 2/3 : RUN make")
-            show.note("I: Retrieving libc6 (a progress note)")
-            raise RuntimeError("boom")
-    text = buf.getvalue()
-    assert "Step 1/3 : FROM base" in text and "Step 2/3 : RUN make" in text
-    assert "building y: failed in" in text

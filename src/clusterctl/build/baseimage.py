@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
+import logging
 import os
 import re
 import shutil
@@ -29,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
+from clusterctl.build.labels import image_labels
 from clusterctl.cluster import dockerd
 from clusterctl.core.errors import ClusterctlError, EnvironmentProblem, UserError
 from clusterctl.core.paths import cache_dir
@@ -44,6 +46,7 @@ _IMAGE_CHANGES = (
     'CMD ["/bin/bash"]',
 )
 _TAIL = 20
+_logger = logging.getLogger(__name__)
 
 
 # ---------------------------------------------------------------- apt sources
@@ -232,6 +235,7 @@ def _label_changes(labels: dict[str, str]) -> list[str]:
 
 def import_rootfs(client, rootfs: Path, tag: str, labels: dict[str, str]) -> str:
     """Stream rootfs into the engine as image ``tag``; returns the image id."""
+    # the docker SDK is heavy: loaded only when an engine is used
     from docker.errors import APIError
     from docker.utils import parse_repository_tag
 
@@ -274,6 +278,7 @@ def _cleanup_rootfs(root: Path, log: Callable[[str], None]) -> None:
 
 
 def _existing(client, tag: str):
+    # the docker SDK is heavy: loaded only when an engine is used
     from docker.errors import ImageNotFound
 
     try:
@@ -284,8 +289,6 @@ def _existing(client, tag: str):
 
 def base_labels(suite: str, include: Sequence[str], mirror: str) -> dict[str, str]:
     """OCI labels plus io.clusterctl.* for the base image (target ``base``)."""
-    from clusterctl.build.imagebuild import image_labels
-
     return image_labels("base", version=suite, source=redact(mirror), extra={
         "io.clusterctl.debian.suite": suite,
         "io.clusterctl.debian.include": ",".join(include),
@@ -294,7 +297,7 @@ def base_labels(suite: str, include: Sequence[str], mirror: str) -> dict[str, st
 
 def ensure_base_image(client, tag: str = DEFAULT_TAG, *, suite: str = "bookworm",
                       include: Sequence[str] = ("python3",), mirror: str | None = None,
-                      rebuild: bool = False, log: Callable[[str], None] = print) -> str:
+                      rebuild: bool = False, log: Callable[[str], None] = _logger.info) -> str:
     """The id of image ``tag``, debootstrapping and importing it first when absent (or ``rebuild``).
 
     Idempotent: an existing tag is kept unless ``rebuild``.  Raises
@@ -353,6 +356,7 @@ def _build(client, tag: str, *, suite: str, include: Sequence[str], mirror: str,
 
 def _remove_quietly(client, image_id: str) -> None:
     """Drop the image a rebuild replaced, unless other images are built on it."""
+    # the docker SDK is heavy: loaded only when an engine is used
     from docker.errors import APIError
 
     try:

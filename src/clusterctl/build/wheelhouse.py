@@ -24,6 +24,7 @@ from __future__ import annotations
 import errno
 import hashlib
 import json
+import logging
 import os
 import re
 import shutil
@@ -32,8 +33,11 @@ import tempfile
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
+from clusterctl.build.baseimage import run_logged
 from clusterctl.core.errors import ClusterctlError, UserError
 from clusterctl.core.paths import cache_dir
+
+_logger = logging.getLogger(__name__)
 
 MANIFEST = "clusterctl-wheelhouse.json"
 _FORMAT = 1  # bump when the layout or the pip arguments change, so old caches are not reused
@@ -112,8 +116,6 @@ def _pip_argv(dest: Path, reqs: list[str], python_version: str, platform: str | 
 
 def _download(tmp: Path, reqs: list[str], python_version: str, platform: str | None,
               log: Callable[[str], None]) -> None:
-    from clusterctl.build.baseimage import run_logged
-
     code, tail = run_logged(_pip_argv(tmp, reqs, python_version, platform), log)
     if code == 0:
         return
@@ -147,7 +149,7 @@ def _publish(tmp: Path, final: Path) -> None:
 
 
 def prepare(requirements: Sequence[str], *, python_version: str = "3.11", platform: str | None = None,
-            dest: Path | str | None = None, log: Callable[[str], None] = print) -> Path:
+            dest: Path | str | None = None, log: Callable[[str], None] = _logger.info) -> Path:
     """A complete wheelhouse for ``requirements`` (+ pip), downloaded once and reused after.
 
     Goes to ``dest`` or ``cache_dir()/wheelhouse/<hash of the inputs>``.  pip

@@ -1,9 +1,9 @@
 """`clusterctl targets | render | build`: image targets, their Dockerfiles, their images.
 
-Thin over clusterctl.targets (facts), clusterctl.render (rendering and the
-build pipeline) and clusterctl.imagebuild (the engine build).  Every input is
-checked before anything is written or any engine is asked; bad input is a
-UserError (one message, exit 2).
+Thin over clusterctl.build: targets (facts), context (render a target and write
+its build context) and pipeline (plan and build an image); the build's output
+is shown by cli/display.py.  Every input is checked before anything is written
+or any engine is asked; bad input is a UserError (one message, exit 2).
 """
 
 from __future__ import annotations
@@ -13,6 +13,11 @@ from typing import Annotated
 
 import typer
 
+from clusterctl.build import context, pipeline
+from clusterctl.build.render import parse_build_args
+from clusterctl.build.targets import get_target, load_targets, resolve
+from clusterctl.cli.display import BuildDisplay
+from clusterctl.cluster import engine
 from clusterctl.core import console
 from clusterctl.core.console import err, out, print_table
 
@@ -28,8 +33,6 @@ DRY_RUN_HELP = "Print what would be built with which args; build nothing (no eng
 
 def targets() -> None:
     """List the build targets: base image, backend, torch versions and what a node needs."""
-    from clusterctl.build.targets import load_targets, resolve
-
     rows = []
     for t in load_targets().values():
         base = resolve(t.name).base_image
@@ -48,22 +51,15 @@ def render(
     output: Annotated[Path | None, typer.Option("-o", "--output", help=OUTPUT_HELP)] = None,
 ) -> None:
     """Write a target's Dockerfile and build context; print the Dockerfile when no -o is given."""
-    from clusterctl.build import render as r
-
-    rendered = r.render(target, torch=torch, wheelhouse=wheelhouse, base_image=base_image, out_dir=output)
+    rendered = context.render_context(target, torch=torch, wheelhouse=wheelhouse, base_image=base_image,
+                                      out_dir=output)
     if output is None:
         out.print(rendered.dockerfile, markup=False, highlight=False, end="")
     err.print(f"wrote {rendered.context_dir}/ (Dockerfile sha256 {rendered.dockerfile_sha256[:16]})",
               markup=False, highlight=False)
-    if rendered.wheelhouse is None and _needs_wheelhouse(target):
+    if rendered.wheelhouse is None and get_target(target).wheelhouse == "required":
         err.print(f"note: {target} installs offline from wheels/ in the context: pass --wheelhouse DIR, "
                   f"or let `clusterctl build --target {target}` prepare one.", markup=False, highlight=False)
-
-
-def _needs_wheelhouse(target: str) -> bool:
-    from clusterctl.build.targets import get_target
-
-    return get_target(target).wheelhouse == "required"
 
 
 def build(
@@ -77,12 +73,8 @@ def build(
     base_image: Annotated[str | None, typer.Option("--base-image", help=BASE_HELP)] = None,
 ) -> None:
     """Render a target and build its image on the local Docker engine, then smoke-test it."""
-    from clusterctl.build import imagebuild
-    from clusterctl.build import render as r
-    from clusterctl.cluster import engine
-
-    plan = r.plan_build(target, tag=tag, torch=torch, build_args=r.parse_build_args(build_arg or []),
-                        wheelhouse=wheelhouse, base_image=base_image)
+    plan = pipeline.plan_build(target, tag=tag, torch=torch, build_args=parse_build_args(build_arg or []),
+                               wheelhouse=wheelhouse, base_image=base_image)
     if dry_run:
         print_table(f"would build {plan.tag} (dry run: nothing built)", ["what", "value"], plan.describe())
         return
@@ -91,8 +83,8 @@ def build(
     def log(line: str) -> None:
         out.print(line, markup=False, highlight=False)
 
-    with imagebuild.BuildDisplay(f"building {plan.tag}", live=console.interactive()) as show:
-        built = r.build_target(client, plan, nocache=no_cache, on_output=show, log=log)
+    with BuildDisplay(f"building {plan.tag}", live=console.interactive()) as show:
+        built = pipeline.build_target(client, plan, nocache=no_cache, on_output=show, log=log)
     out.print(f"built {built.tag} ({built.image_id[:19]}); smoke test passed: "
               f"{built.smoke_output.strip().splitlines()[-1] if built.smoke_output.strip() else 'ok'}",
               markup=False, highlight=False)
