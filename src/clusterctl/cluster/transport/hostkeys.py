@@ -1,0 +1,156 @@
+"""Host keys: every SSH connection checks the node's key against ONE known_hosts file.
+
+The file is the inventory's ``ssh.known_hosts``, else :func:`default_known_hosts`.
+Fabric's default policy (``AutoAddPolicy``, which trusts any key) is replaced on
+every connection, gateways included (:func:`secure`).  An unknown host is refused
+(:class:`HostKeyUnknown`) unless accepting new keys was asked for, which records
+the key like OpenSSH's ``StrictHostKeyChecking accept-new``
+(:func:`record_host_key`).  A CHANGED key (:class:`HostKeyChanged`) is always an error.
+
+Contract: :func:`fingerprint`, :func:`default_known_hosts`, :func:`host_key_name`,
+:func:`record_host_key`, :class:`KnownHostsPolicy`, :func:`secure`,
+:func:`describe_host_key_error`.  Imports nothing else of the transport package.
+"""
+
+from __future__ import annotations
+
+import base64
+import fcntl
+import hashlib
+import os
+import threading
+from pathlib import Path
+
+import paramiko
+from fabric import Connection
+
+
+def fingerprint(key: paramiko.PKey) -> str:
+    """OpenSSH-style SHA256 fingerprint, what ``ssh-keygen -lf`` prints."""
+    digest = hashlib.sha256(key.asbytes()).digest()
+    return "SHA256:" + base64.b64encode(digest).decode().rstrip("=")
+
+
+def default_known_hosts() -> Path:
+    return Path.home() / ".ssh" / "known_hosts"
+
+
+def host_key_name(host: str, port: int) -> str:
+    """How known_hosts (and paramiko) name a host: bare on port 22, else [host]:port."""
+    return host if port == 22 else f"[{host}]:{port}"
+
+
+class HostKeyUnknown(paramiko.SSHException):
+    """The node's host key is not in known_hosts and accepting new keys was not asked for."""
+
+    def __init__(self, hostname: str, key: paramiko.PKey, known_hosts: Path) -> None:
+        super().__init__(f"unknown host key for {hostname}")
+        self.hostname = hostname
+        self.key = key
+        self.known_hosts = known_hosts
+
+
+class HostKeyChanged(paramiko.SSHException):
+    """The node offered a different key than the one recorded for it."""
+
+    def __init__(self, hostname: str, got: paramiko.PKey, expected: paramiko.PKey,
+                 known_hosts: Path) -> None:
+        super().__init__(f"host key changed for {hostname}")
+        self.hostname = hostname
+        self.got = got
+        self.expected = expected
+        self.known_hosts = known_hosts
+
+
+_known_hosts_lock = threading.Lock()
+
+
+def _load_host_keys(path: Path) -> paramiko.HostKeys:
+    keys = paramiko.HostKeys()
+    if path.exists():
+        keys.load(str(path))
+    return keys
+
+
+def record_host_key(path: Path, hostname: str, key: paramiko.PKey) -> None:
+    """Append ``hostname``'s key to ``path`` (like OpenSSH accept-new), safely under concurrency.
+
+    The file is re-read under a lock first: when another connection recorded a
+    key for the same host meanwhile, the same key is not written twice and a
+    different one is a changed key (HostKeyChanged).
+    """
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    with _known_hosts_lock, open(path, "a+", encoding="utf-8") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            existing = _load_host_keys(path).lookup(hostname)
+            if existing is not None:
+                same = existing.get(key.get_name())
+                if same == key:
+                    return
+                raise HostKeyChanged(hostname, key, same or list(existing.values())[0], path)
+            fh.seek(0, os.SEEK_END)
+            if fh.tell() > 0:
+                fh.seek(fh.tell() - 1)
+                last = fh.read(1)
+                if last != "\n":
+                    fh.write("\n")
+            fh.write(f"{hostname} {key.get_name()} {key.get_base64()}\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+class KnownHostsPolicy(paramiko.MissingHostKeyPolicy):
+    """Refuse unknown host keys, or record them when accept-new was asked for.
+
+    Only called by paramiko when known_hosts has NO key for the host; a key
+    that differs from a recorded one never reaches this policy (paramiko raises
+    BadHostKeyException), so accept-new can never paper over a changed key.
+    """
+
+    def __init__(self, known_hosts: Path, accept_new: bool) -> None:
+        self.known_hosts = known_hosts
+        self.accept_new = accept_new
+
+    def missing_host_key(self, client, hostname, key):
+        if not self.accept_new:
+            raise HostKeyUnknown(hostname, key, self.known_hosts)
+        record_host_key(self.known_hosts, hostname, key)
+        client.get_host_keys().add(hostname, key.get_name(), key)
+
+
+def secure(conn: Connection, known_hosts: Path, accept_new: bool) -> None:
+    """Give conn (and any ProxyJump gateway) a client that checks OUR known_hosts only.
+
+    Fabric creates its SSHClient with AutoAddPolicy (trust any key); it is
+    replaced here by a client that has no system host keys loaded at all.
+    """
+    client = paramiko.SSHClient()
+    if known_hosts.exists():
+        client.get_host_keys().load(str(known_hosts))
+    client.set_missing_host_key_policy(KnownHostsPolicy(known_hosts, accept_new))
+    conn.client = client
+    if isinstance(conn.gateway, Connection):
+        secure(conn.gateway, known_hosts, accept_new)
+
+
+def describe_host_key_error(exc: BaseException, known_hosts: Path | None = None) -> str | None:
+    """The one-line reason for an unknown or changed host key; None for any other error."""
+    if isinstance(exc, HostKeyUnknown):
+        return (f"host key unknown: {exc.hostname} offered {exc.key.get_name()} key "
+                f"{fingerprint(exc.key)}, which is not in {exc.known_hosts}. Check the "
+                "fingerprint on the node (ssh-keygen -lf /etc/ssh/ssh_host_*_key.pub), then "
+                "accept it with --accept-new-host-keys (or `ssh: {accept_new_host_keys: true}` "
+                "in the inventory), which records it in that file")
+    if isinstance(exc, HostKeyChanged | paramiko.BadHostKeyException):
+        got = getattr(exc, "got", None) or exc.key
+        expected = getattr(exc, "expected", None) or exc.expected_key
+        kh = getattr(exc, "known_hosts", None) or known_hosts
+        host = exc.hostname
+        return (f"host key CHANGED for {host}: it offered {fingerprint(got)} but {kh} records "
+                f"{fingerprint(expected)}. This can be a man-in-the-middle attack; if the node "
+                f"was reinstalled, remove the old key with `ssh-keygen -R '{host}' -f {kh}` and "
+                "reconnect (accepting new host keys never replaces a changed one)")
+    return None
