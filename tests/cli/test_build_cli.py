@@ -8,10 +8,11 @@ engine and look inside it.
 from __future__ import annotations
 
 import hashlib
+import traceback
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
+from typer.testing import CliRunner, Result
 
 from clusterctl.build import targets, wheelhouse
 from clusterctl.build.imagebuild import run_smoke
@@ -29,11 +30,26 @@ def in_tmp(tmp_path, monkeypatch) -> Path:
     return tmp_path
 
 
-def _bad(args: list[str], *fragments: str, cwd: Path) -> str:
-    result = runner.invoke(app, args)
+def _refused(result: Result) -> str:
+    """The output of a command that must have stopped with one message and exit 2, no traceback.
+
+    CliRunner catches what the command raises: a refusal is a SystemExit(2)
+    (ClusterctlError turned into a message and an exit status); anything else
+    escaped the CLI's error handling and would have been a traceback.
+    """
     text = result.output
-    assert result.exit_code == 2, text
-    assert "Traceback" not in text and result.exception is None or isinstance(result.exception, SystemExit)
+    if not isinstance(result.exception, SystemExit):
+        shown = "".join(traceback.format_exception(*result.exc_info)) if result.exc_info else "no exception"
+        pytest.fail(f"expected one message and exit 2, got {result.exception!r}:\n{shown}\n"
+                    f"output:\n{text}", pytrace=False)
+    assert result.exception.code == 2 and result.exit_code == 2, text
+    assert "Traceback" not in text, text
+    assert text.count("error:") == 1, text
+    return text
+
+
+def _bad(args: list[str], *fragments: str, cwd: Path) -> str:
+    text = _refused(runner.invoke(app, args))
     for f in fragments:
         assert f in text, f"{f!r} not in:\n{text}"
     assert not (cwd / "dockerfiles").exists(), "a refused command wrote into dockerfiles/"
@@ -122,11 +138,10 @@ def test_dry_run_needs_no_engine_and_builds_nothing(in_tmp, monkeypatch):
 @pytest.mark.docker
 def test_a_base_image_the_engine_lacks_and_cannot_pull(in_tmp, docker_client):
     """Real engine, real failed pull (no registry is reachable here): exit 2 before any work."""
-    result = runner.invoke(app, ["build", "--target", "cambricon"])
-    assert result.exit_code == 2, result.output
+    text = _refused(runner.invoke(app, ["build", "--target", "cambricon"]))
     assert "base image pytorch:v1.17.0-torch1.13.1-ubuntu20.04-py310 is not in the local Docker engine" \
-        in result.output
-    assert "docker load -i FILE" in result.output and "--base-image REF" in result.output
+        in text
+    assert "docker load -i FILE" in text and "--base-image REF" in text
     assert not (in_tmp / "dockerfiles").exists()
 
 
