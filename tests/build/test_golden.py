@@ -1,8 +1,9 @@
-"""Golden Dockerfiles: the exact rendered text of every target and variant.
+"""Golden files: the exact rendered Dockerfile of every target and variant, and entrypoint.sh of every target.
 
 A template or data change shows up here as a diff to review.  After reviewing,
 rewrite the files with ``UPDATE_GOLDEN=1 python -m pytest tests/build/test_golden.py``
-(or ``make golden``).  The same variants are linted by tests/build/test_hadolint.py.
+(or ``make golden``): both kinds are rewritten.  The same Dockerfile variants are
+linted by tests/build/test_hadolint.py.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from clusterctl.build.render import dockerfile_text
+from clusterctl.build.render import dockerfile_text, entrypoint_text
+from clusterctl.build.targets import load_targets
 
 GOLDEN_DIR = Path(__file__).parent / "golden"
 
@@ -32,14 +34,23 @@ VARIANTS = [
     ("cambricon-wheelhouse.Dockerfile", "cambricon", None, True),
 ]
 
+# (golden file name, target, torch): the entrypoint does not depend on --wheelhouse;
+# ipex sets up oneCCL through torch_ccl up to 1.11 and oneccl_bindings_for_pytorch after.
+ENTRYPOINT_VARIANTS = [
+    ("cpu.entrypoint.sh", "cpu", None),
+    ("ipex-1.10.0.entrypoint.sh", "ipex", "1.10.0"),
+    ("ipex-2.3.1.entrypoint.sh", "ipex", "2.3.1"),
+    ("accl.entrypoint.sh", "accl", None),
+    ("nccl.entrypoint.sh", "nccl", None),
+    ("cambricon.entrypoint.sh", "cambricon", None),
+]
+
 
 def render_variant(target: str, torch: str | None, offline: bool) -> str:
     return dockerfile_text(target, torch=torch, offline=offline)
 
 
-@pytest.mark.parametrize(("name", "target", "torch", "offline"), VARIANTS, ids=[v[0] for v in VARIANTS])
-def test_rendered_dockerfile_matches_golden(name, target, torch, offline):
-    text = render_variant(target, torch, offline)
+def _matches_golden(name: str, text: str, what: str) -> None:
     golden = GOLDEN_DIR / name
     if os.environ.get("UPDATE_GOLDEN"):
         GOLDEN_DIR.mkdir(exist_ok=True)
@@ -49,17 +60,27 @@ def test_rendered_dockerfile_matches_golden(name, target, torch, offline):
     if text != expected:
         diff = "".join(difflib.unified_diff(expected.splitlines(True), text.splitlines(True),
                                             f"golden/{name}", "rendered"))
-        pytest.fail(f"rendered {target} differs from golden/{name} "
+        pytest.fail(f"rendered {what} differs from golden/{name} "
                     f"(UPDATE_GOLDEN=1 rewrites it after review):\n{diff}")
+
+
+@pytest.mark.parametrize(("name", "target", "torch", "offline"), VARIANTS, ids=[v[0] for v in VARIANTS])
+def test_rendered_dockerfile_matches_golden(name, target, torch, offline):
+    _matches_golden(name, render_variant(target, torch, offline), target)
+
+
+@pytest.mark.parametrize(("name", "target", "torch"), ENTRYPOINT_VARIANTS, ids=[v[0] for v in ENTRYPOINT_VARIANTS])
+def test_rendered_entrypoint_matches_golden(name, target, torch):
+    _matches_golden(name, entrypoint_text(target, torch=torch), f"{target} entrypoint.sh")
 
 
 def test_every_golden_file_is_a_variant():
     """A golden file nobody renders any more is stale and must go."""
-    assert sorted(p.name for p in GOLDEN_DIR.glob("*.Dockerfile")) == sorted(v[0] for v in VARIANTS)
+    assert sorted(p.name for p in GOLDEN_DIR.iterdir()) == \
+        sorted(v[0] for v in VARIANTS + ENTRYPOINT_VARIANTS)
 
 
 def test_every_renderable_target_has_a_golden_variant():
-    from clusterctl.build.targets import load_targets
-
     renderable = {t.name for t in load_targets().values() if t.renderable}
     assert renderable == {v[1] for v in VARIANTS}
+    assert renderable == {v[1] for v in ENTRYPOINT_VARIANTS}
