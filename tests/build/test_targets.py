@@ -1,4 +1,5 @@
-"""Target facts and the IPEX/oneCCL version table (src/clusterctl/build/data/*.yaml via clusterctl.targets)."""
+"""Target facts and the IPEX/oneCCL version table (src/clusterctl/build/data/*.yaml via
+clusterctl.build.targets), and how a bad data file is reported."""
 
 from __future__ import annotations
 

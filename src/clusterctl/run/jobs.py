@@ -1,10 +1,15 @@
 """Job specs: what runs in the container on every node, as a small YAML file.
 
-Shipped jobs live in ``jobs/`` (:func:`clusterctl.paths.jobs_dir`) and are named
+Shipped jobs live in ``jobs/`` (:func:`clusterctl.core.paths.jobs_dir`) and are named
 by their file stem (``bert``, ``ddp-smoke``); any other job is given by the path
 of its YAML file.  :func:`load_job` accepts either.  A job says WHAT runs; the
-inventory says WHERE; :mod:`clusterctl.plan` combines both into one
+inventory says WHERE; :mod:`clusterctl.run.plan` combines both into one
 ``docker run`` command line per node.
+
+The file is read by the shared YAML reader (:mod:`clusterctl.core.yamlfile`: lines,
+repeated keys, merge keys, size and alias limits), and every problem is reported at
+once as ``FILE:LINE: key: problem; valid: ...`` (``JobFileError``, exit status 2),
+with key paths spelled ``command.1``, ``env.PHASE`` as :meth:`Job.where` takes them.
 
 Keys of a job file (unknown keys are an error)
 -----------------------------------------------
