@@ -1,4 +1,4 @@
-"""`clusterctl sandbox up|down|status`: a local cluster of emulated nodes (see clusterctl.sandbox)."""
+"""`clusterctl sandbox up|down|status`: a local cluster of emulated nodes (see clusterctl.cluster.sandbox)."""
 
 from __future__ import annotations
 
