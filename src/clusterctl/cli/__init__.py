@@ -34,7 +34,7 @@ app = typer.Typer(
     cls=_Group,
     help="Build accelerator-stack PyTorch images and run them on your own nodes over SSH.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,   # --install-completion / --show-completion [SHELL] (typer's own)
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
 )
