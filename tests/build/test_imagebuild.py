@@ -67,6 +67,17 @@ def test_build_streams_lines_and_labels_the_image(docker_client, base_image, thr
 
 
 @pytest.mark.docker
+def test_the_library_prints_nothing_by_default(docker_client, base_image, throwaway_tag, tmp_path, capfd):
+    """Without on_output the build's lines go to the module's logger, not to the terminal
+    (the CLI passes its display, cli/display.py)."""
+    marker = uuid.uuid4().hex
+    ctx = _context(tmp_path, f"FROM {base_image}\nRUN echo quiet-{marker}\n")
+    imagebuild.build(docker_client, ctx, tag=throwaway_tag)
+    out, err = capfd.readouterr()
+    assert marker not in out + err and "Step 1/" not in out + err
+
+
+@pytest.mark.docker
 def test_failing_run_raises_with_the_output_tail_and_leaves_no_container(docker_client, base_image, tmp_path):
     marker = uuid.uuid4().hex
     # the failing RUN comes right after FROM, so no intermediate image is left either
