@@ -16,7 +16,7 @@ identical weights, so:
 Environment: ``DDP_SMOKE_STEPS`` (default 5), ``DDP_SMOKE_TIMEOUT`` (seconds a
 collective waits for a peer, default 120), ``DDP_SMOKE_PERTURB_RANK`` (test
 hook: that global rank adds 1e-3 to its weights after training, to prove the
-check can fail).  Needs only torch (no numpy).
+check can fail).  Needs only torch.
 """
 
 from __future__ import annotations
@@ -25,14 +25,10 @@ import datetime
 import hashlib
 import os
 import sys
-import warnings
 
-# The cpu image has no numpy; torch warns about it on import, once per process.
-warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
-
-import torch  # noqa: E402
-import torch.distributed as dist  # noqa: E402
-from torch.nn.parallel import DistributedDataParallel  # noqa: E402
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
 
 FEATURES = 16
 
@@ -61,10 +57,7 @@ def weights_digest(model: torch.nn.Module) -> str:
 
 
 def gather(rank: int, node: int, digest: str, loss0: float, world: int) -> list[dict]:
-    """Every rank's (node, digest, first loss), via a plain tensor all_gather.
-
-    (all_gather_object would need numpy, which the cpu image does not have.)
-    """
+    """Every rank's (node, digest, first loss), via a plain tensor all_gather (no pickling)."""
     mine = torch.tensor([float(node), loss0, *bytes.fromhex(digest)], dtype=torch.float64)
     parts = [torch.empty_like(mine) for _ in range(world)]
     dist.all_gather(parts, mine)

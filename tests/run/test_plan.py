@@ -21,7 +21,7 @@ from clusterctl.cluster.sshconfig import resolve_host
 from clusterctl.cluster.transport import Cluster, command_line
 from clusterctl.core.errors import UserError
 from clusterctl.run.jobs import load_job
-from clusterctl.run.launch import new_record
+from clusterctl.run.launch import local_facts, new_record
 from clusterctl.run.plan import (
     MASK,
     check_inputs,
@@ -326,6 +326,34 @@ def test_the_plan_reads_nothing_but_its_arguments(tmp_path, two_nodes, monkeypat
     assert a.env["HF_TOKEN"] == "given" and b.env["MASTER_ADDR"] == two_nodes.master.host
 
 
+def test_every_container_resolves_the_clusters_nodes_without_dns(two_nodes):
+    """The c10d store looks up each peer's name, as ::ffff:<ip> (dual-stack sockets); with no
+    DNS server reachable (air-gapped, or the sandbox's namespaced nodes) every lookup failed
+    with a warning."""
+    addresses = {"lingjun-a": "10.35.110.11", "lingjun-b": "10.35.110.12"}
+    for p in make_plan(load_job("ddp-smoke"), two_nodes, run_id="r", addresses=addresses):
+        hosts = [a for a in p.argv[:p.argv.index(p.image)] if a.startswith("--add-host")]
+        assert hosts == ["--add-host=lingjun-a:10.35.110.11", "--add-host=lingjun-a:::ffff:10.35.110.11",
+                         "--add-host=lingjun-b:10.35.110.12", "--add-host=lingjun-b:::ffff:10.35.110.12"]
+    assert not any(a.startswith("--add-host") for a in make_plan(load_job("ddp-smoke"), two_nodes,
+                                                                 run_id="r")[0].argv)
+
+
+def test_local_facts_resolve_ssh_aliases_and_keep_only_ip_addresses(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / ".ssh").mkdir()
+    (tmp_path / ".ssh" / "config").write_text("Host head\n  HostName 10.9.8.7\n")
+    inv = load_inventory(write(tmp_path, "inv.yaml", """
+        nodes:
+          - {name: n1, host: head}
+          - {name: n2, host: gpu-b.example}
+          - {name: n3, host: 10.9.8.9}
+    """))
+    facts = local_facts(inv)
+    assert facts["master_addr"] == "10.9.8.7"
+    assert facts["addresses"] == {"n1": "10.9.8.7", "n3": "10.9.8.9"}
+
+
 def test_node_devices_are_known_before_the_plan_and_carried_by_it(tmp_path):
     job = load_job(write(tmp_path, "job.yaml", """
         target: cambricon
@@ -525,8 +553,10 @@ def test_cli_dry_run_prints_the_plan_and_touches_no_node(tmp_path):
     commands = [shlex.split(line) for line in result.stdout.splitlines() if line.startswith("docker ")]
     expected = [masked(p).argv for p in make_plan(
         load_job("bert"), load_inventory(inv), run_id="dry1",
-        overrides={"PHASE": "2", "NOTE": "$(rm -rf /) 'x'", "WANDB_API_KEY": "k-123"})]
+        overrides={"PHASE": "2", "NOTE": "$(rm -rf /) 'x'", "WANDB_API_KEY": "k-123"},
+        **local_facts(load_inventory(inv)))]
     assert commands == expected
+    assert "--add-host=a:10.35.110.11" in commands[1] and "--add-host=b:10.35.110.12" in commands[0]
     assert "-e PHASE=2" in argv_flags(commands[1]) and "-e NOTE=$(rm -rf /) 'x'" in argv_flags(commands[0])
     assert "k-123" not in result.output and f"WANDB_API_KEY={MASK}" in result.output
     data = json.loads(cli("launch", "bert", "--nodes", str(inv), "--dry-run", "--json",

@@ -8,12 +8,14 @@ Contract:
   UserError (exit 2) when the file is missing or unreadable;
 * :func:`resolve_host` ``(host, ssh_config=None)`` -> the address other nodes
   use for ``host``: its ``HostName`` there, else ``host`` itself (an unreadable
-  config leaves the host as written: the transport reports that config).
+  config leaves the host as written: the transport reports that config);
+  :func:`resolve_hosts` the same for many hosts, reading the config once.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from pathlib import Path
 
 from fabric import Config
@@ -44,8 +46,14 @@ def resolve_host(host: str, ssh_config: str | os.PathLike | None = None) -> str:
     Reads ~/.ssh/config, or ``ssh_config`` (like ``ssh -F``), with
     :func:`load_config`: the same loading the transport connects with.
     """
+    return resolve_hosts([host], ssh_config)[host]
+
+
+def resolve_hosts(hosts: Iterable[str], ssh_config: str | os.PathLike | None = None) -> dict[str, str]:
+    """{host: its ssh-config ``HostName``, else itself} for each of ``hosts`` (config read once)."""
+    hosts = list(hosts)
     try:
-        found = load_config(ssh_config).base_ssh_config.lookup(host).get("hostname")
-    except Exception:  # noqa: BLE001 - an unreadable ssh config leaves the host as written
-        return host
-    return found or host
+        lookup = load_config(ssh_config).base_ssh_config.lookup
+        return {h: lookup(h).get("hostname") or h for h in hosts}
+    except Exception:  # noqa: BLE001 - an unreadable ssh config leaves the hosts as written
+        return {h: h for h in hosts}

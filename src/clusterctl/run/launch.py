@@ -24,6 +24,7 @@ logs into ``runs/<run-id>/`` before removing them).
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import signal
 import sys
@@ -86,12 +87,22 @@ class RunResult:
 # --------------------------------------------------------------------------- facts and checks
 
 def local_facts(inventory) -> dict[str, object]:
-    """What the plan needs to know that clusterctl can tell without contacting a node:
-    ``master_addr`` (the master's ssh-config ``HostName``, what the others connect to) and
-    ``host_env`` (clusterctl's own environment, for listed secrets no layer sets).
-    Keyword arguments of :func:`clusterctl.run.plan.make_plan`."""
-    return {"master_addr": sshconfig.resolve_host(inventory.master.host),
+    """What the plan needs to know that clusterctl can tell without contacting a node, as
+    keyword arguments of :func:`clusterctl.run.plan.make_plan`: ``master_addr`` (the
+    master's ssh-config ``HostName``, what the others connect to), ``addresses`` (each
+    node's, where that is an IPv4 address: the containers' ``--add-host`` entries) and
+    ``host_env`` (clusterctl's own environment, for listed secrets no layer sets)."""
+    resolved = sshconfig.resolve_hosts(n.host for n in inventory.nodes)
+    return {"master_addr": resolved[inventory.master.host],
+            "addresses": {n.name: resolved[n.host] for n in inventory.nodes if _ipv4(resolved[n.host])},
             "host_env": dict(os.environ)}
+
+
+def _ipv4(text: str) -> bool:
+    try:
+        return isinstance(ipaddress.ip_address(text), ipaddress.IPv4Address)
+    except ValueError:
+        return False
 
 
 def dry_run(job, inventory, *, run_id: str | None = None, image: str | None = None,
@@ -232,7 +243,8 @@ def launch(job, inventory, *, image: str | None = None, overrides: Mapping[str, 
     stop_event = stop_event or threading.Event()
     facts = local_facts(inventory)
     # bad input (job, --set, image, secrets) is reported before any node is contacted
-    ref = plan.check_inputs(job, inventory, run_id=run_id, image=image, overrides=overrides, **facts)
+    ref = plan.check_inputs(job, inventory, run_id=run_id, image=image, overrides=overrides,
+                            master_addr=facts["master_addr"], host_env=facts["host_env"])
     image_id = local_image_id(ref) if push else None
     with Cluster(inventory, accept_new_host_keys=accept_new_host_keys) as cluster:
         interfaces = preflight(cluster, {n.name: plan.node_devices(job, n) for n in inventory.nodes})

@@ -46,7 +46,8 @@ docker run argv, in order
 -------------------------
 ``docker run -d --net=host --name <run_id>-<node> --label io.clusterctl.run=..
 --label io.clusterctl.job=.. --label io.clusterctl.node=.. --label
-io.clusterctl.rank=..`` + target flags + job ``docker_args`` + ``-v`` per job
+io.clusterctl.rank=..`` + ``--add-host`` per node whose address is known
+(:func:`host_entries`) + target flags + job ``docker_args`` + ``-v`` per job
 mount + ``--device=`` per target/inventory device + ``extra_docker_args`` +
 ``-e NAME=VALUE`` per non-secret variable + (``--env-file /dev/stdin`` when
 there are secrets) + IMAGE + command.  No ``--rm``: the container stays after
@@ -210,7 +211,8 @@ def make_plan(job: Job, inventory, *, run_id: str, image: str | None = None,
               overrides: Mapping[str, str] | None = None,
               extra_docker_args: Sequence[str] = (),
               host_env: Mapping[str, str] | None = None,
-              master_addr: str | None = None) -> list[NodePlan]:
+              master_addr: str | None = None,
+              addresses: Mapping[str, str] | None = None) -> list[NodePlan]:
     """One NodePlan per inventory node, in rank order.  Pure: nothing is contacted or read.
 
     Every fact comes in as an argument: ``image`` replaces the job's/target's
@@ -219,14 +221,33 @@ def make_plan(job: Job, inventory, *, run_id: str, image: str | None = None,
     (clusterctl's own environment; default: empty) supplies listed secrets no
     layer sets; ``master_addr`` is the master as the other nodes reach it
     (default: its inventory host as written; launch passes the ssh-config
-    ``HostName``, :func:`clusterctl.cluster.sshconfig.resolve_host`).
+    ``HostName``, :func:`clusterctl.cluster.sshconfig.resolve_host`);
+    ``addresses`` maps node name to the IPv4 address the others reach it at:
+    every container gets ``/etc/hosts`` entries for each (:func:`host_entries`),
+    so the cluster's addresses resolve to node names without DNS.
     UserError (exit 2) on anything unusable.
     """
+    hosts = host_entries(addresses or {})
     launch, nodes = _resolve(job, inventory, run_id=run_id, image=image, overrides=overrides,
                              extra_docker_args=extra_docker_args, host_env=host_env,
                              master_addr=master_addr)
-    return [_node_plan(launch, n, n.node.interface or (interfaces or {}).get(n.node.name))
+    return [_node_plan(launch, n, n.node.interface or (interfaces or {}).get(n.node.name), hosts)
             for n in nodes]
+
+
+def host_entries(addresses: Mapping[str, str]) -> list[str]:
+    """``--add-host`` options naming each node's IPv4 address, plain and IPv4-mapped IPv6.
+
+    torch's c10d store logs every connection with the peer's name
+    (``getnameinfo``); its sockets are dual-stack, so a peer shows up as
+    ``::ffff:<address>``, which ``/etc/hosts`` matches only when listed in that
+    form.  Without these entries each lookup goes to DNS, and where no DNS
+    server is reachable (an air-gapped cluster, the sandbox's namespaced nodes)
+    it fails and c10d warns "The hostname of the client socket cannot be
+    retrieved" on every connection.
+    """
+    return [f"--add-host={name}:{prefix}{address}" for name, address in addresses.items()
+            for prefix in ("", "::ffff:")]
 
 
 def _resolve(job: Job, inventory, *, run_id: str, image: str | None,
@@ -296,8 +317,9 @@ def _environment(job: Job, target, node, values: dict[str, str],
     return launch, {**target_env, **job_env, **node.env, **env_sets}
 
 
-def _node_plan(launch: _Launch, n: _Node, iface: str | None) -> NodePlan:
-    """Assemble one node's plan from its checked inputs and the interface it uses."""
+def _node_plan(launch: _Launch, n: _Node, iface: str | None, hosts: list[str]) -> NodePlan:
+    """Assemble one node's plan from its checked inputs, the interface it uses and the
+    cluster's ``--add-host`` options."""
     job, node = launch.job, n.node
     nic = {"GLOO_SOCKET_IFNAME": iface, "NCCL_SOCKET_IFNAME": iface} if iface else {}
     env = {**n.launch_env, **nic, **n.upper_env}
@@ -307,7 +329,7 @@ def _node_plan(launch: _Launch, n: _Node, iface: str | None) -> NodePlan:
     argv = ["docker", "run", "-d", "--net=host", "--name", name]
     for key, value in labels.items():
         argv += ["--label", f"{key}={value}"]
-    argv += n.options
+    argv += [*hosts, *n.options]
     for key, value in env.items():
         if key not in n.secrets:
             argv += ["-e", f"{key}={value}"]
@@ -446,6 +468,6 @@ def render_dry_run(plans: Sequence[NodePlan], json: bool = False) -> str:
 
 
 __all__ = [
-    "MASK", "NodePlan", "check_inputs", "container_name", "make_plan", "mask_env", "mask_text",
-    "masked", "node_devices", "parse_sets", "plan_record", "render_dry_run", "secret_values",
+    "MASK", "NodePlan", "check_inputs", "container_name", "host_entries", "make_plan", "mask_env",
+    "mask_text", "masked", "node_devices", "parse_sets", "plan_record", "render_dry_run", "secret_values",
 ]
