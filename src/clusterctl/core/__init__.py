@@ -1,1 +1,1 @@
-"""What every layer shares: errors (exit codes), paths (data, cache, state), console output."""
+"""What every layer shares: errors (exit codes), paths (data, cache, state), console, deadlines."""

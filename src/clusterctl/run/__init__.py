@@ -1,1 +1,16 @@
-"""The job side: job specs, the launch plan, launch, supervision, logs and run records."""
+"""The job side: job specs, the launch plan, launch, supervision, logs and run records.
+
+Data flows jobs -> plan -> launch -> supervise -> logs / records:
+
+* ``jobs``: a job YAML (or a shipped job) -> :class:`Job`, checked;
+* ``plan``: pure; job + inventory + node facts -> one ``NodePlan`` per node
+  (``check_inputs`` before any node is contacted, ``make_plan`` once per launch);
+* ``launch``: the whole ``clusterctl launch`` without the CLI (facts, preflight,
+  push, start all or nothing, follow), returns a ``RunResult``;
+* ``supervise``: follows a run's containers, fail-fast, teardown, ``stop_run``;
+* ``logs``: one merged, prefixed stream of every node's output, live or from runs/;
+* ``records``: ``runs/<run-id>/run.json`` and what it implies about the nodes.
+
+run/ imports core/, cluster/ (transport, preflight, distribute, containers,
+sshconfig) and build/targets; nothing below cli/ imports run/.
+"""
