@@ -9,13 +9,17 @@ Prints two figures on a sandbox of real emulated nodes (own sshd + dockerd each)
   the last other container stopped, on 4 nodes.
 
 Run as root (the sandbox creates network namespaces and daemons), with the
-local engine up and an image that has python3 (default: the base image):
+local engine up and an image that has python3 (default: the base target's tag,
+which `make demo` builds on the way to the cpu image):
 
-    sudo DOCKER_HOST=unix:///run/clusterctl/engine/docker.sock \
-        python benchmarks/launch.py [--image clusterctl/base:bookworm] [--repeat 3]
+    sudo make bench-launch        # or: sudo .venv/bin/python benchmarks/launch.py
+        [--image REF] [--repeat 3]
 
 It creates its own sandbox (name "blaunch", 10.213.63.0/24; change with
---name/--subnet) and removes it at the end, also on failure or Ctrl-C.
+--name/--subnet) and removes it at the end, also on failure or Ctrl-C.  Bad
+input (an image the engine lacks, --repeat below 1, a malformed --name or
+--subnet, not root, no engine) is one message saying what is valid and exit
+status 2, before the sandbox is made.
 """
 
 from __future__ import annotations
@@ -32,9 +36,11 @@ from pathlib import Path
 
 import yaml
 
-from clusterctl.cluster import sandbox
+from clusterctl.build import targets
+from clusterctl.cluster import distribute, engine, sandbox
 from clusterctl.cluster.inventory import load_inventory
 from clusterctl.cluster.transport import Cluster
+from clusterctl.core.errors import ClusterctlError
 from clusterctl.run import launch, records, supervise
 from clusterctl.run.jobs import load_job
 
@@ -87,24 +93,55 @@ def time_to_teardown(inv_path: Path, image: str) -> tuple[float, float]:
     return max(stopped) - out.first_failure.time, out.teardown_seconds or 0.0
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--image", default="clusterctl/base:bookworm")
-    ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--name", default="blaunch")
-    ap.add_argument("--subnet", default="10.213.63.0/24")
-    args = ap.parse_args()
+NODES = 4   # the sandbox's size: the teardown figure is taken on 4 nodes
 
+
+def repeats(text: str) -> int:
+    """``--repeat``: a whole number, 1 or more."""
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f'"{text}": give a whole number of runs per figure, 1 or more')
+    return int(text)
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--image", default=targets.resolve("base").tag,
+                    help="local image with python3 (default: the base target's tag)")
+    ap.add_argument("--repeat", type=repeats, default=3, help="runs per figure")
+    ap.add_argument("--name", default="blaunch", help="sandbox name")
+    ap.add_argument("--subnet", default="10.213.63.0/24", help="sandbox subnet")
+    return ap
+
+
+def check(args: argparse.Namespace) -> None:
+    """Every problem with the input or this machine, before the sandbox exists (exit 2)."""
+    sandbox.check_name(args.name)
+    sandbox.parse_subnet(args.subnet, NODES)
+    sandbox.require_environment("benchmarks/launch.py")
+    distribute.source_image(engine.client(), args.image)   # no engine, or no such image
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)   # malformed values: argparse's usage message, exit 2
+    try:
+        check(args)
+        return run(args)
+    except ClusterctlError as e:       # what the CLI does: the message, never a traceback
+        print(f"error: {e.message}", file=sys.stderr)
+        return e.exit_code
+
+
+def run(args: argparse.Namespace) -> int:
     tmp = Path(tempfile.mkdtemp(prefix="bench-launch-"))
     os.environ["CLUSTERCTL_RUNS"] = str(tmp / "runs")
     try:
-        print(f"sandbox {args.name}: 4 nodes ...", flush=True)
-        sb = sandbox.up(4, name=args.name, subnet=args.subnet, inventory_path=tmp / "all.yaml")
+        print(f"sandbox {args.name}: {NODES} nodes ...", flush=True)
+        sb = sandbox.up(NODES, name=args.name, subnet=args.subnet, inventory_path=tmp / "all.yaml")
         full = Path(sb.inventory_path)
         t = time.monotonic()
         with Cluster(load_inventory(full)) as cluster:
             launch.push_image(cluster, args.image)
-        print(f"image {args.image} pushed to 4 nodes in {time.monotonic() - t:.1f}s (not counted)")
+        print(f"image {args.image} pushed to {NODES} nodes in {time.monotonic() - t:.1f}s (not counted)")
         print("\nlaunch -> all containers running (detached launch, image present):")
         print(f"{'nodes':>5} {'median s':>9} {'min s':>7} {'preflight+plan s':>17}")
         for n in (1, 2, 4):

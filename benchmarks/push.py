@@ -8,11 +8,15 @@ For each node count it creates a fresh sandbox and measures three cases:
            only that layer (plus tar metadata) goes to each node.
 
 How to run (root: the sandbox makes network namespaces and daemons; the local
-engine must hold the image, e.g. built by `clusterctl build cpu`)::
+engine must hold the image: the default is the tag `clusterctl build --target cpu`
+gives, i.e. what `make demo` builds)::
 
-    export DOCKER_HOST=unix:///run/clusterctl/engine/docker.sock
-    python benchmarks/push.py --image clusterctl/cpu:seed [--nodes 1,2,4]
-                              [--bandwidth 200mbit] [--layer-mb 5]
+    sudo make bench-push          # or: sudo .venv/bin/python benchmarks/push.py
+        [--image REF] [--nodes 1,2,4] [--bandwidth 200mbit] [--layer-mb 5]
+
+Bad input (an image the engine lacks, a malformed --nodes/--bandwidth/--layer-mb,
+--name or --subnet, not root, no engine) is one message saying what is valid and
+exit status 2, before any sandbox is made.
 
 ``--bandwidth`` shapes every node's link with tbf (FIELD-NOTES §1), e.g. to see
 the layer case's gain at a cluster's real bandwidth.  The sandbox ("pbench" on
@@ -32,8 +36,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from clusterctl.build import targets
 from clusterctl.cluster import distribute, engine, sandbox
 from clusterctl.cluster.inventory import load_inventory
+from clusterctl.core.errors import ClusterctlError
 
 
 def derived_image(client, base: str, tag: str, size: int) -> distribute.SourceImage:
@@ -96,16 +102,58 @@ def run(args: argparse.Namespace) -> int:
         tmp.rmdir()
 
 
-def main() -> int:
+def node_counts(text: str) -> list[int]:
+    """``--nodes``: node counts separated by commas, each from 1 to the sandbox's maximum."""
+    try:
+        counts = [int(x) for x in text.split(",")]
+    except ValueError:
+        counts = []
+    if not counts or not all(1 <= n <= sandbox.MAX_NODES for n in counts):
+        raise argparse.ArgumentTypeError(
+            f'"{text}": give node counts from 1 to {sandbox.MAX_NODES} separated by commas, e.g. 1,2,4')
+    return counts
+
+
+def megabytes(text: str) -> float:
+    """``--layer-mb``: a size in MB above 0."""
+    try:
+        mb = float(text)
+    except ValueError:
+        mb = 0.0
+    if not mb > 0 or mb == float("inf"):
+        raise argparse.ArgumentTypeError(f'"{text}": give a size in MB above 0, e.g. 5 or 0.5')
+    return mb
+
+
+def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--image", default="clusterctl/cpu:seed", help="local image to push")
-    p.add_argument("--nodes", default="1,2,4",
-                   type=lambda s: [int(x) for x in s.split(",")], help="node counts, e.g. 1,2,4")
+    p.add_argument("--image", default=targets.resolve("cpu").tag,
+                   help="local image to push (default: the cpu target's tag, what `make demo` builds)")
+    p.add_argument("--nodes", default=[1, 2, 4], type=node_counts, help="node counts, e.g. 1,2,4")
     p.add_argument("--bandwidth", default=None, help="tbf rate per node link, e.g. 200mbit")
-    p.add_argument("--layer-mb", type=float, default=5.0, help="size of the changed layer")
+    p.add_argument("--layer-mb", type=megabytes, default=5.0, help="size of the changed layer")
     p.add_argument("--name", default="pbench", help="sandbox name")
     p.add_argument("--subnet", default="10.213.77.0/24", help="sandbox subnet")
-    return run(p.parse_args())
+    return p
+
+
+def check(args: argparse.Namespace) -> None:
+    """Every problem with the input or this machine, before a sandbox exists (UserError: exit 2).
+    The image is checked by run(), on the engine, before its sandbox is made."""
+    sandbox.check_name(args.name)
+    sandbox.check_bandwidth(args.bandwidth)
+    sandbox.parse_subnet(args.subnet, max(args.nodes))
+    sandbox.require_environment("benchmarks/push.py")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)   # malformed values: argparse's usage message, exit 2
+    try:
+        check(args)
+        return run(args)
+    except ClusterctlError as e:       # what the CLI does: the message, never a traceback
+        print(f"error: {e.message}", file=sys.stderr)
+        return e.exit_code
 
 
 if __name__ == "__main__":
