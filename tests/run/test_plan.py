@@ -164,6 +164,7 @@ def test_image_override_and_devices_from_inventory(tmp_path):
 
 
 def test_per_slot_devices_come_from_the_target_data(tmp_path):
+    """The target's devices (per slot where the stack says) then the node's own."""
     job = load_job(write(tmp_path, "job.yaml", """
         target: cambricon
         command: [run]
@@ -180,6 +181,9 @@ def test_per_slot_devices_come_from_the_target_data(tmp_path):
     assert [x for x in b.argv if x.startswith("--device=")] == [f"--device={d}" for d in run.devices_for(2)]
     assert "--device=/dev/cambricon_dev3" in a.argv and "--device=/dev/cambricon_dev2" not in b.argv
     assert all(f in a.argv for f in run.flags if f != "--net=host")
+    # known before any plan exists (preflight checks them), and carried by the plan
+    assert node_devices(job, inv.nodes[0]) == a.devices == [*run.devices_for(4), "/dev/cambricon_ipcm0"]
+    assert node_devices(load_job("ddp-smoke"), inv.nodes[1]) == []
 
 
 def test_docker_args_from_params_are_checked_after_expansion(tmp_path, two_nodes):
@@ -352,25 +356,6 @@ def test_local_facts_resolve_ssh_aliases_and_keep_only_ip_addresses(tmp_path, mo
     facts = local_facts(inv)
     assert facts["master_addr"] == "10.9.8.7"
     assert facts["addresses"] == {"n1": "10.9.8.7", "n3": "10.9.8.9"}
-
-
-def test_node_devices_are_known_before_the_plan_and_carried_by_it(tmp_path):
-    job = load_job(write(tmp_path, "job.yaml", """
-        target: cambricon
-        command: [run]
-    """))
-    inv = load_inventory(write(tmp_path, "inv.yaml", """
-        nodes:
-          - {name: a, host: 10.0.0.1, slots: 2, devices: [/dev/cambricon_ctl, "/dev/x:/dev/y"]}
-          - {name: b, host: 10.0.0.2, slots: 1}
-    """))
-    a, b = make_plan(job, inv, run_id="r")
-    assert node_devices(job, inv.nodes[0]) == a.devices == [
-        "/dev/cambricon_ctl", "/dev/cambricon_dev0", "/dev/cambricon_dev1", "/dev/x:/dev/y"]
-    assert b.devices == ["/dev/cambricon_ctl", "/dev/cambricon_dev0"]
-    assert [x for x in a.argv if x.startswith("--device=")] == [f"--device={d}" for d in a.devices]
-    plain = load_job(write(tmp_path, "plain.yaml", "image: x\ncommand: [run]\n"))
-    assert node_devices(plain, inv.nodes[1]) == []
 
 
 def test_check_inputs_refuses_what_the_plan_refuses_and_names_the_image(tmp_path, two_nodes):

@@ -316,9 +316,9 @@ def follow(cluster: Cluster, plans: Sequence[plan.NodePlan], record: records.Run
            stream: TextIO | None, color: bool | None, settings: supervise.Settings | None,
            stop_event: threading.Event, interrupted: Callable[[], str]) -> supervise.Outcome:
     """Merge every node's output to ``stream`` and runs/<id>/, supervise until the end."""
-    secrets = [p.env[k] for p in plans for k in p.secrets if k in p.env]
     sink = logs.LogSink({p.node: p.rank for p in plans}, run_dir=record.dir,
-                        stream=sys.stdout if stream is None else stream, color=color, redact=secrets)
+                        stream=sys.stdout if stream is None else stream, color=color,
+                        redact=plan.secret_values(plans))
     sources = [logs.Source(p.node, p.rank, p.container) for p in plans]
     sup = supervise.Supervisor(cluster, sources, logs.Merger(sink), settings=settings,
                                stop_event=stop_event, stop_reason=interrupted)

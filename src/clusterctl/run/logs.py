@@ -9,6 +9,12 @@ keep after a run) and the prefixed lines, in arrival order, to
 Producers (one thread per node, streaming ``docker logs -f`` over SSH) only put
 lines on a queue; a single consumer writes them, so lines never interleave
 mid-line and files need no locks.
+
+Contract: :class:`LogSink` and :class:`Merger` (the stream), :func:`start_followers`
+(live, one thread per node), :func:`live_containers` / :func:`show_from_nodes` /
+:func:`follow_from_nodes` / :func:`show_from_files` (``clusterctl logs``),
+:func:`keep_stopped_output` / :func:`save_node_log` (runs/<id>/ after ``stop``).
+Reading a container's output on its node is :mod:`clusterctl.cluster.containers`.
 """
 
 from __future__ import annotations

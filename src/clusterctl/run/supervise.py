@@ -18,6 +18,12 @@ Exit status of a run: 0 when every container exited 0; the first failure's
 exit code; ``NODE_LOST_EXIT`` (255, as ssh reports a lost connection) when the
 first failure is a node that stopped answering; 130 on Ctrl-C (SIGINT) and 143
 on SIGTERM, after stopping every container.
+
+Contract: :class:`Supervisor` (``run()`` -> :class:`Outcome`), the pure
+:func:`failures_by_time` / :func:`first_failure` / :func:`run_exit_code` /
+:func:`summary_lines`, and :func:`stop_run` (``clusterctl stop``).  The docker
+commands on the nodes live in :mod:`clusterctl.cluster.containers`, the
+deadlines in :mod:`clusterctl.core.deadline`.
 """
 
 from __future__ import annotations
