@@ -17,6 +17,7 @@ TARGET ?= cpu
 NODES ?= 2
 INVENTORY ?= inventories/sandbox.yaml
 PYTEST_ARGS ?=
+BENCH_ARGS ?=
 
 .PHONY: help setup venv image render demo demo-down test check lint golden lock bench-push bench-launch clean
 
@@ -29,7 +30,7 @@ help:
 	@echo "make lint        ruff + hadolint on every rendered Dockerfile"
 	@echo "make golden      rewrite the golden Dockerfiles after a reviewed template change"
 	@echo "make lock        refresh $(LOCK) from pyproject.toml (needs uv; UV_ARGS=--upgrade for newest versions)"
-	@echo "make bench-push / bench-launch   benchmarks (root; create their own sandboxes)"
+	@echo "make bench-push / bench-launch [BENCH_ARGS=...]   benchmarks (root; create their own sandboxes)"
 
 setup:
 	$(SUDO) env VENV=$(VENV) bash scripts/setup-host
@@ -98,10 +99,10 @@ lock:
 	      --generate-hashes --custom-compile-command "make lock" $(UV_ARGS) -o $(LOCK)
 
 bench-push: $(CLUSTERCTL)
-	$(SUDO) $(VENV)/bin/python benchmarks/push.py
+	$(SUDO) $(VENV)/bin/python benchmarks/push.py $(BENCH_ARGS)
 
 bench-launch: $(CLUSTERCTL)
-	$(SUDO) $(VENV)/bin/python benchmarks/launch.py
+	$(SUDO) $(VENV)/bin/python benchmarks/launch.py $(BENCH_ARGS)
 
 clean:
 	rm -rf dockerfiles/*/ .pytest_cache

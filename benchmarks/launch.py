@@ -45,7 +45,7 @@ from clusterctl.run import launch, records, supervise
 from clusterctl.run.jobs import load_job
 
 REPO = Path(__file__).resolve().parent.parent
-JOB = REPO / "tests" / "jobs" / "fail-rank.yaml"
+JOB = REPO / "tests" / "fixtures" / "jobs" / "fail-rank.yaml"   # moved with the test fixtures
 
 
 def inventory_for(full: Path, n: int, out: Path) -> Path:
