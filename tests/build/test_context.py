@@ -15,12 +15,6 @@ from clusterctl.core.errors import UserError
 
 
 @pytest.fixture
-def in_tmp(tmp_path, monkeypatch) -> Path:
-    monkeypatch.chdir(tmp_path)
-    return tmp_path
-
-
-@pytest.fixture
 def wheelhouse(tmp_path) -> Path:
     """A real wheelhouse of the torch wheel in /opt/wheels and pip's own wheel (hard links)."""
     house = tmp_path / "house"

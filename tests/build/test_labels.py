@@ -32,8 +32,7 @@ def test_file_sha256_matches_hashlib(tmp_path):
     assert labels.sha256_text("FROM scratch\n" * 100000) == labels.file_sha256(f)
 
 
-def test_target_labels_carry_the_dockerfile_sha256(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
+def test_target_labels_carry_the_dockerfile_sha256(in_tmp):
     r = context.render_context("ipex", torch="1.12.1")
     got = labels.target_labels(resolve("ipex", "1.12.1"), r.dockerfile)
 

@@ -16,12 +16,6 @@ from clusterctl.build import pipeline, render
 from clusterctl.core.errors import ClusterctlError, UserError
 
 
-@pytest.fixture
-def in_tmp(tmp_path, monkeypatch) -> Path:
-    monkeypatch.chdir(tmp_path)
-    return tmp_path
-
-
 def test_plan_renders_in_memory_and_writes_nothing(in_tmp):
     plan = pipeline.plan_build("accl")
     assert plan.tag == plan.resolved.tag and plan.target == "accl"
@@ -59,7 +53,7 @@ def test_dry_run_description_names_tag_args_and_wheelhouse(in_tmp):
     rows = dict(pipeline.plan_build("cpu", tag="me/cpu:x").describe())
     assert rows["tag"] == "me/cpu:x"
     assert "clusterctl build --target base" in rows["base image"]
-    assert rows["wheelhouse"].endswith("torch==2.13.0")
+    assert rows["wheelhouse"].startswith("prepared on the host") and "torch==2.13.0" in rows["wheelhouse"].split()
     assert not (in_tmp / "dockerfiles").exists()
 
 

@@ -23,11 +23,10 @@ from clusterctl.core.paths import examples_dir
 runner = CliRunner()
 
 
-@pytest.fixture
-def in_tmp(tmp_path, monkeypatch) -> Path:
-    monkeypatch.chdir(tmp_path)
+@pytest.fixture(autouse=True)
+def _plain_output(monkeypatch) -> None:
+    """Plain lines, as in a pipe or CI log (in_tmp, tests/fixtures/workdir.py, gives each test its cwd)."""
     monkeypatch.setenv("CLUSTERCTL_PLAIN", "1")
-    return tmp_path
 
 
 def _refused(result: Result) -> str:
