@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import socket
 import subprocess
 import threading
 import uuid
@@ -13,7 +14,7 @@ import pytest
 from clusterctl.cluster.inventory import load_inventory
 from clusterctl.cluster.transport import Cluster, CommandResult, command_line
 from clusterctl.core.errors import NodeError, UserError
-from tests.fixtures.sshd import ENGINE_SOCKET
+from tests.fixtures.sshd import ENGINE_SOCKET, free_port
 
 
 def _cluster(sshd, nodes=1, **kwargs) -> Cluster:
@@ -304,8 +305,6 @@ def test_changed_host_key_is_always_refused(loopback_sshd, accept_new):
 # --------------------------------------------------------------------------- failures and fan-out
 
 def test_unreachable_and_unauthorised_nodes_fail_alone(loopback_sshd):
-    from tests.fixtures.sshd import free_port
-
     nodes = [
         loopback_sshd.node("good", 0),
         loopback_sshd.node("refused", 1, port=free_port("127.0.0.2")),
@@ -326,8 +325,6 @@ def test_unreachable_and_unauthorised_nodes_fail_alone(loopback_sshd):
 def test_a_node_that_never_completes_the_tcp_handshake_times_out(loopback_sshd):
     """A listener whose accept queue is full drops further SYNs: connect() hangs like it
     does to a powered-off host, without sending a packet off this machine."""
-    import socket
-
     with socket.socket() as full:
         full.bind(("127.0.0.5", 0))
         full.listen(0)

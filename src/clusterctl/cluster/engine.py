@@ -52,7 +52,7 @@ def stop_local_engine() -> bool:
 
 def client(timeout: int = 600):
     """A docker SDK client for the local engine, or a clear EnvironmentProblem."""
-    import docker
+    import docker  # heavy (requests, urllib3): only for commands that talk to the engine
     from docker.errors import DockerException
 
     url = engine_url()
