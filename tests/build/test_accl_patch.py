@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from clusterctl.build.render import dockerfile_text
 from clusterctl.core.paths import cache_dir, templates_dir
 
 SCRIPT = templates_dir() / "accl" / "patch_c10d.py"
@@ -194,8 +195,6 @@ def test_unsupported_old_torch_is_refused(real_c10d, tmp_path):
 
 def _patch_run_step() -> str:
     """The shell command of the accl Dockerfile's patch RUN step, as rendered."""
-    from clusterctl.build.render import dockerfile_text
-
     lines = dockerfile_text("accl").splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("RUN c10d="))
     step = []

@@ -9,6 +9,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from docker.errors import ImageNotFound
 
 from clusterctl.build import baseimage, imagebuild
 from clusterctl.core.errors import ClusterctlError, EnvironmentProblem, UserError
@@ -142,8 +143,6 @@ def test_not_root_is_an_environment_problem():
 
 @pytest.mark.docker
 def test_missing_debootstrap_stops_before_anything_is_made(docker_client, throwaway_tag, monkeypatch, tmp_path):
-    from docker.errors import ImageNotFound
-
     log: list[str] = []
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(EnvironmentProblem):
@@ -156,8 +155,6 @@ def test_missing_debootstrap_stops_before_anything_is_made(docker_client, throwa
 @pytest.mark.docker
 @pytest.mark.slow
 def test_debootstrap_build_runs_python_is_labelled_kept_and_rebuilt(docker_client, throwaway_tag):
-    from docker.errors import ImageNotFound
-
     log: list[str] = []
     image_id = baseimage.ensure_base_image(docker_client, throwaway_tag, log=log.append)
 
@@ -199,8 +196,6 @@ def test_session_base_image_fixture_is_the_default_tag(base_image, docker_client
 
 @pytest.mark.docker
 def test_failed_debootstrap_raises_its_tail_and_removes_the_rootfs(docker_client, throwaway_tag, tmp_path):
-    from docker.errors import ImageNotFound
-
     if os.geteuid() != 0 or not shutil.which("debootstrap"):
         pytest.skip("needs root and debootstrap")
     empty_mirror = tmp_path / "mirror"  # a file:// mirror with no dists/: debootstrap fails at once

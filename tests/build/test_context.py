@@ -6,6 +6,7 @@ import os
 import shutil
 from pathlib import Path
 
+import pip
 import pytest
 
 from clusterctl.build import context, render
@@ -22,8 +23,6 @@ def wheelhouse(tmp_path) -> Path:
     torch = sorted(Path("/opt/wheels").glob("torch-2.13.0*.whl"))
     assert torch, "the torch 2.13.0 wheel is expected in /opt/wheels"
     os.link(torch[-1], house / torch[-1].name)
-    import pip
-
     pip_wheel = house / f"pip-{pip.__version__}-py3-none-any.whl"
     shutil.make_archive(str(pip_wheel.with_suffix("")), "zip", Path(pip.__file__).parent.parent, "pip")
     pip_wheel.with_suffix(".zip").rename(pip_wheel)
@@ -42,6 +41,8 @@ def test_render_writes_the_context(in_tmp):
         (paths.templates_dir() / "accl" / "patch_c10d.py").read_bytes()
     assert (ctx / "examples").is_dir()
     assert (ctx / context.RENDER_MARKER).read_text() == "accl\n"
+    assert not r.wheels_missing   # accl installs from an index unless given --wheelhouse
+    assert context.render_context("cpu", out_dir=in_tmp / "cpu").wheels_missing
     assert not (ctx / "Dockerfile.j2").exists() and not (ctx / "accl" / "Dockerfile.j2").exists()
     assert [p.name for p in (in_tmp / "dockerfiles").iterdir()] == ["accl"]   # no temp dirs left
 
@@ -97,7 +98,7 @@ def test_wheelhouse_goes_into_the_context_and_switches_to_offline(in_tmp, wheelh
     assert sorted(p.name for p in (r.context_dir / "wheels").iterdir()) == \
         sorted(p.name for p in wheelhouse.iterdir())
     assert r.dockerfile == render.dockerfile_text("ipex", torch="2.3.1", offline=True)
-    assert r.wheelhouse == wheelhouse.resolve()
+    assert r.wheelhouse == wheelhouse.resolve() and not r.wheels_missing
 
 
 def test_missing_wheelhouse_is_a_user_error_and_writes_nothing(in_tmp):

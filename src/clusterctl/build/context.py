@@ -44,6 +44,7 @@ class Rendered:
     dockerfile: str
     context_dir: Path
     wheelhouse: Path | None = None
+    wheels_missing: bool = False   # the image installs offline, but no wheels/ was written
 
     @property
     def dockerfile_sha256(self) -> str:
@@ -160,4 +161,5 @@ def render_context(target: str, *, torch: str | None = None, wheelhouse: Path | 
     texts = render.context_texts(resolved, offline=checked is not None)
     context_dir = write_context(resolved, texts, Path(out_dir or default_dir(target)), checked)
     return Rendered(target=resolved.target.name, torch=resolved.torch, dockerfile=texts["Dockerfile"],
-                    context_dir=context_dir, wheelhouse=checked)
+                    context_dir=context_dir, wheelhouse=checked,
+                    wheels_missing=checked is None and resolved.target.wheelhouse == "required")

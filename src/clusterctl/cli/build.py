@@ -15,7 +15,7 @@ import typer
 
 from clusterctl.build import context, pipeline
 from clusterctl.build.render import parse_build_args
-from clusterctl.build.targets import get_target, load_targets, resolve
+from clusterctl.build.targets import load_targets, resolve
 from clusterctl.cli.display import BuildDisplay
 from clusterctl.cluster import engine
 from clusterctl.core import console
@@ -57,7 +57,7 @@ def render(
         out.print(rendered.dockerfile, markup=False, highlight=False, end="")
     err.print(f"wrote {rendered.context_dir}/ (Dockerfile sha256 {rendered.dockerfile_sha256[:16]})",
               markup=False, highlight=False)
-    if rendered.wheelhouse is None and get_target(target).wheelhouse == "required":
+    if rendered.wheels_missing:
         err.print(f"note: {target} installs offline from wheels/ in the context: pass --wheelhouse DIR, "
                   f"or let `clusterctl build --target {target}` prepare one.", markup=False, highlight=False)
 
