@@ -60,10 +60,10 @@ demo: setup
 demo-down: $(CLUSTERCTL)
 	$(SUDO) $(CLUSTERCTL) sandbox down
 	@if [ -f .clusterctl/engine-started-by-setup ]; then \
-	  echo "$(SUDO) $(CLUSTERCTL) engine down"; \
+	  echo "$(strip $(SUDO) $(CLUSTERCTL)) engine down"; \
 	  $(SUDO) $(CLUSTERCTL) engine down && $(SUDO) rm -f .clusterctl/engine-started-by-setup; \
 	else \
-	  echo "the Docker engine was running before setup started; left running (stop clusterctl's own with: $(SUDO) $(CLUSTERCTL) engine down)"; \
+	  echo "the Docker engine was running before setup started; left running (stop clusterctl's own with: $(strip $(SUDO) $(CLUSTERCTL)) engine down)"; \
 	fi
 
 # The suite runs with the venv's python (the installed clusterctl, not src/) and
