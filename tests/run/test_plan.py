@@ -25,6 +25,7 @@ from clusterctl.run.launch import local_facts, new_record
 from clusterctl.run.plan import (
     MASK,
     check_inputs,
+    job_devices,
     make_plan,
     mask_env,
     mask_text,
@@ -184,6 +185,18 @@ def test_per_slot_devices_come_from_the_target_data(tmp_path):
     # known before any plan exists (preflight checks them), and carried by the plan
     assert node_devices(job, inv.nodes[0]) == a.devices == [*run.devices_for(4), "/dev/cambricon_ipcm0"]
     assert node_devices(load_job("ddp-smoke"), inv.nodes[1]) == []
+
+
+def test_devices_in_a_jobs_own_docker_args_are_checked_by_preflight_too(tmp_path):
+    """Preflight checks the devices before any plan exists: the job's own --device args count."""
+    job = load_job(write(tmp_path, "job.yaml", """
+        image: x
+        params: {DEV: /dev/fuse}
+        docker_args: ["--device=/dev/kvm", "--device", "/dev/net/tun:/dev/net/tun:rwm", "--device={DEV}"]
+        command: [run]
+    """))
+    assert job_devices(job) == ["/dev/kvm", "/dev/net/tun:/dev/net/tun:rwm"]
+    assert job_devices(load_job("ddp-smoke")) == []
 
 
 def test_docker_args_from_params_are_checked_after_expansion(tmp_path, two_nodes):

@@ -117,7 +117,8 @@ def preflight(cluster: Cluster, devices: Mapping[str, Sequence[str]]) -> dict[st
     """Check every node before anything starts; returns the interface found per node.
 
     SSH, docker, arch, disk, the devices each node's container will get
-    (``devices``: node -> ``--device=`` specs, :func:`clusterctl.run.plan.node_devices`),
+    (``devices``: node -> ``--device`` specs, :func:`clusterctl.run.plan.node_devices` and
+    :func:`~clusterctl.run.plan.job_devices`),
     the interface, and the master port free on the master.  PreflightFailed naming
     every problem on every node (exit 2).
     """
@@ -247,7 +248,9 @@ def launch(job, inventory, *, image: str | None = None, overrides: Mapping[str, 
                             master_addr=facts["master_addr"], host_env=facts["host_env"])
     image_id = local_image_id(ref) if push else None
     with Cluster(inventory, accept_new_host_keys=accept_new_host_keys) as cluster:
-        interfaces = preflight(cluster, {n.name: plan.node_devices(job, n) for n in inventory.nodes})
+        extra = plan.job_devices(job)
+        interfaces = preflight(cluster, {n.name: [*plan.node_devices(job, n), *extra]
+                                         for n in inventory.nodes})
         plans = plan.make_plan(job, inventory, run_id=run_id, image=image, interfaces=interfaces,
                                overrides=overrides, **facts)
         if push:

@@ -163,6 +163,19 @@ def node_devices(job: Job, node) -> list[str]:
     return list(dict.fromkeys(found))
 
 
+def job_devices(job: Job) -> list[str]:
+    """The ``--device`` specs a job's own ``docker_args`` ask for (``--device=SPEC`` or
+    ``--device SPEC``), for preflight to check too; a spec with a placeholder is known only
+    per node, after planning, and is left to docker."""
+    args, found = list(job.docker_args), []
+    for i, arg in enumerate(args):
+        if arg.startswith("--device="):
+            found.append(arg.split("=", 1)[1])
+        elif arg == "--device" and i + 1 < len(args):
+            found.append(args[i + 1])
+    return [d for d in dict.fromkeys(found) if d and "{" not in d]
+
+
 @dataclass(frozen=True)
 class _Launch:
     """What is the same for every node of one plan."""
@@ -469,5 +482,5 @@ def render_dry_run(plans: Sequence[NodePlan], json: bool = False) -> str:
 
 __all__ = [
     "MASK", "NodePlan", "check_inputs", "container_name", "host_entries", "make_plan", "mask_env",
-    "mask_text", "masked", "node_devices", "parse_sets", "plan_record", "render_dry_run", "secret_values",
+    "job_devices", "mask_text", "masked", "node_devices", "parse_sets", "plan_record", "render_dry_run", "secret_values",
 ]
