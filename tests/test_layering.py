@@ -3,6 +3,10 @@ only the layers below it.
 
     core  <-  build, cluster  <-  run  <-  cli
 
+build (the image side) and cluster (the nodes side) are independent of each other:
+an image is built without knowing the nodes, and nodes are reached without knowing
+how their images were made; run/ is where the two meet.
+
 Every ``import`` counts, also one inside a function (a cycle hidden in a function
 is still a cycle: it only fails later) - except under ``if TYPE_CHECKING:``.
 The source read is the one the tests import (the installed package).
@@ -22,8 +26,8 @@ ROOT = Path(clusterctl.__file__).parent
 # layer -> the layers it may not import
 FORBIDDEN = {
     "core": {"build", "cluster", "run", "cli"},
-    "build": {"run", "cli"},
-    "cluster": {"run", "cli"},
+    "build": {"cluster", "run", "cli"},
+    "cluster": {"build", "run", "cli"},
     "run": {"cli"},
 }
 

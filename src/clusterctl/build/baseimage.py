@@ -31,9 +31,9 @@ from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 from clusterctl.build.labels import image_labels
-from clusterctl.cluster import dockerd
 from clusterctl.core.errors import ClusterctlError, EnvironmentProblem, UserError
 from clusterctl.core.paths import cache_dir
+from clusterctl.core.tools import require_binaries
 
 DEFAULT_TAG = "clusterctl/base:bookworm"
 MIRROR_ENV = "CLUSTERCTL_DEBIAN_MIRROR"
@@ -161,7 +161,7 @@ def check_can_build() -> None:
             "building the base image needs root: debootstrap creates device nodes and runs "
             "a chroot. Run it with sudo (or build on a machine where you are root)."
         )
-    dockerd.require_binaries("debootstrap", packages="debootstrap")
+    require_binaries("debootstrap", packages="debootstrap")
 
 
 def _resolve_mirror(mirror: str | None, suite: str) -> str:

@@ -9,7 +9,6 @@ inside a network namespace with ``nsenter --net=...``: ``ip netns exec`` remount
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -18,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from clusterctl.core.errors import EnvironmentProblem
+from clusterctl.core.tools import require_binaries
 
 
 @dataclass(frozen=True)
@@ -50,15 +50,6 @@ class DaemonPaths:
 def require_root(what: str) -> None:
     if os.geteuid() != 0:
         raise EnvironmentProblem(f"{what} needs root (it creates network namespaces and daemons); run it with sudo.")
-
-
-def require_binaries(*names: str, packages: str) -> None:
-    missing = [n for n in names if shutil.which(n) is None]
-    if missing:
-        raise EnvironmentProblem(
-            f"{', '.join(missing)} not found on this machine; install the Debian packages "
-            f"{packages} (apt-get install -y {packages})."
-        )
 
 
 def socket_answers(path: Path, timeout: float = 2.0) -> bool:

@@ -52,6 +52,7 @@ from clusterctl.cluster.sandbox.model import (
     state_base,
 )
 from clusterctl.core.errors import UserError
+from clusterctl.core.tools import require_binaries
 
 _RATE_RE = re.compile(r"^[0-9]+(\.[0-9]+)?(bit|kbit|mbit|gbit|tbit|bps|kbps|mbps|gbps|tbps)$", re.I)
 
@@ -116,7 +117,7 @@ def require_environment(what: str) -> None:
     missing = [t for t in _TOOLS if shutil.which(t) is None]
     if missing:
         packages = sorted({_TOOLS[t] for t in missing})
-        dockerd.require_binaries(*missing, packages=" ".join(packages))
+        require_binaries(*missing, packages=" ".join(packages))
 
 
 @contextlib.contextmanager
