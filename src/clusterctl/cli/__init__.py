@@ -8,13 +8,12 @@ traceback, with their exit status (2 for bad input).
 
 from __future__ import annotations
 
-import importlib
-
 import typer
 from rich.markup import escape
 from typer.core import TyperGroup
 
 from clusterctl import __version__
+from clusterctl.cli import build, check, engine, nodes, push, run, sandbox
 from clusterctl.core.console import err
 from clusterctl.core.errors import ClusterctlError
 
@@ -54,18 +53,8 @@ def _root(
     pass
 
 
-def _register() -> None:
-    for name in ("build", "engine", "nodes", "check", "sandbox", "push", "run"):
-        try:
-            mod = importlib.import_module(f"clusterctl.cli.{name}")
-        except ModuleNotFoundError as e:  # a group not written yet
-            if e.name == f"clusterctl.cli.{name}":
-                continue
-            raise
-        mod.register(app)
-
-
-_register()
+for _group in (build, engine, nodes, check, sandbox, push, run):
+    _group.register(app)
 
 
 def main() -> None:

@@ -17,6 +17,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from clusterctl.build.targets import get_target
 from clusterctl.cli.nodes import NodesOption
 from clusterctl.cluster import preflight
 from clusterctl.cluster.inventory import load_inventory
@@ -82,8 +83,6 @@ def check(
 
 def _target_devices(name: str):
     """node -> the devices the target's containers get on it (per slot where the stack says)."""
-    from clusterctl.build.targets import get_target
-
     run_spec = get_target(name).run
     return lambda node: run_spec.devices_for(node.slots)
 

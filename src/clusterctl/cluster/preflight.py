@@ -20,6 +20,7 @@ from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+from clusterctl.cluster import engine
 from clusterctl.cluster.transport import Cluster, NodeConnection
 from clusterctl.core.errors import NodeError, UserError
 
@@ -405,9 +406,9 @@ class ImageNeeds:
 
 def image_needs(ref: str) -> ImageNeeds:
     """Architecture and unpacked size of ``ref`` in the local engine; UserError when absent."""
-    from docker.errors import ImageNotFound
-
-    from clusterctl.cluster import engine
+    from docker.errors import (
+        ImageNotFound,  # the docker SDK is heavy: only when an image is checked
+    )
 
     try:
         attrs = engine.client().images.get(ref).attrs

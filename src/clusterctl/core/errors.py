@@ -7,6 +7,8 @@ failure on one node and always names it.
 
 from __future__ import annotations
 
+import difflib
+
 
 class ClusterctlError(Exception):
     """Base of every error the CLI prints as a message instead of a traceback."""
@@ -44,8 +46,6 @@ class NodeError(ClusterctlError):
 
 def did_you_mean(word: str, choices: list[str] | tuple[str, ...] | set[str]) -> str:
     """' (did you mean "x"?)' for the closest choice, or '' when none is close."""
-    import difflib
-
     close = difflib.get_close_matches(word, sorted(choices), n=1, cutoff=0.6)
     return f' (did you mean "{close[0]}"?)' if close else ""
 
