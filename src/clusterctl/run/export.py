@@ -300,7 +300,7 @@ def _env_list(job: Job, target, kind: str, launch: dict[str, str], upper: dict[s
 def _escape(text: str) -> str:
     """``text`` as Kubernetes must see it to give the container ``text``: ``$$`` for a ``$``
     that starts ``$(`` or ``$$`` (Kubernetes' escape)."""
-    return re.sub(r"\$(?=[$(])", "$$$$", text)
+    return re.sub(r"\$(?=[$(])", "$$", text)   # re.sub: "$" is not special in the replacement
 
 
 def _fill(template: str, values: Mapping[str, str], refs: Mapping[str, str]) -> str:
