@@ -9,9 +9,7 @@ difference).  Rewrite the golden files after a reviewed change with
 
 from __future__ import annotations
 
-import difflib
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -20,6 +18,7 @@ import yaml
 from clusterctl.core.errors import UserError
 from clusterctl.run.export import OPERATOR_ENV, build_manifest, docker_size, pod_settings
 from clusterctl.run.jobs import load_job
+from tests.golden import assert_matches_golden
 
 GOLDEN_DIR = Path(__file__).parent / "golden"
 
@@ -40,15 +39,7 @@ def _manifest(job, kind, options):
 
 @pytest.mark.parametrize(("golden", "job", "kind", "options"), VARIANTS, ids=[v[0] for v in VARIANTS])
 def test_manifest_matches_golden(golden, job, kind, options):
-    text = _manifest(job, kind, options).text()
-    path = GOLDEN_DIR / golden
-    if os.environ.get("UPDATE_GOLDEN"):
-        GOLDEN_DIR.mkdir(exist_ok=True)
-        path.write_text(text)
-    assert path.exists(), f"{path} missing: run UPDATE_GOLDEN=1 python -m pytest {__file__}"
-    expected = path.read_text()
-    assert text == expected, "".join(difflib.unified_diff(
-        expected.splitlines(True), text.splitlines(True), str(path), "rendered"))
+    assert_matches_golden(GOLDEN_DIR / golden, _manifest(job, kind, options).text(), f"{kind} of {job}")
 
 
 class _Response:
