@@ -1,7 +1,8 @@
 """The ``clusterctl`` command: a thin typer layer over the library.
 
 One module per group of sub-commands (build.py: targets/render/build; engine.py;
-nodes.py: nodes/check; sandbox.py; push.py; run.py: launch/logs/status/stop/runs).
+nodes.py: nodes/check; sandbox.py; push.py; run.py: launch/logs/status/stop/runs;
+export.py: Kubernetes manifests).
 Errors derived from ClusterctlError are printed as one message, never a
 traceback, with their exit status (2 for bad input).
 """
@@ -13,7 +14,7 @@ from rich.markup import escape
 from typer.core import TyperGroup
 
 from clusterctl import __version__
-from clusterctl.cli import build, check, engine, nodes, push, run, sandbox
+from clusterctl.cli import build, check, engine, export, nodes, push, run, sandbox
 from clusterctl.core.console import err
 from clusterctl.core.errors import ClusterctlError
 
@@ -53,7 +54,7 @@ def _root(
     pass
 
 
-for _group in (build, engine, nodes, check, sandbox, push, run):
+for _group in (build, engine, nodes, check, sandbox, push, run, export):
     _group.register(app)
 
 

@@ -10,6 +10,7 @@ Data flows jobs -> plan -> launch -> supervise -> logs / records:
 * ``supervise``: follows a run's containers, fail-fast, teardown, ``stop_run``;
 * ``logs``: one merged, prefixed stream of every node's output, live or from runs/;
 * ``records``: ``runs/<run-id>/run.json`` and what it implies about the nodes.
+* ``export``: pure; a job as a Kubeflow PyTorchJob / TrainJob manifest (no cluster).
 
 run/ imports core/, cluster/ (transport, preflight, distribute, containers,
 sshconfig) and build/targets; nothing below cli/ imports run/.

@@ -268,9 +268,7 @@ def _resolve(job: Job, inventory, *, run_id: str, image: str | None,
              host_env: Mapping[str, str] | None,
              master_addr: str | None) -> tuple[_Launch, list[_Node]]:
     """The inputs of every node, checked: each UserError the plan can raise is raised here."""
-    overrides = dict(overrides or {})
-    params = {**job.params, **{k: v for k, v in overrides.items() if k in job.params}}
-    env_sets = {k: v for k, v in overrides.items() if k not in job.params}
+    params, env_sets = split_sets(job, overrides or {})
     target = targets.get_target(job.target) if job.target else None
     image = image or job.image or (targets.resolve(job.target).tag if job.target else None)
     _check_image(job, image)
@@ -282,7 +280,8 @@ def _resolve(job: Job, inventory, *, run_id: str, image: str | None,
 
     nodes = list(inventory.nodes)
     uppers = [{**node.env, **env_sets} for node in nodes]    # layers 4 and 5, per node
-    nprocs = [_nproc(job, node, upper) for node, upper in zip(nodes, uppers, strict=True)]
+    nprocs = [nproc_for(job, node.slots, upper, f"node {node.name}")
+              for node, upper in zip(nodes, uppers, strict=True)]
     shared = {
         "nnodes": str(len(nodes)),
         "world_size": str(sum(nprocs)),
@@ -297,7 +296,7 @@ def _resolve(job: Job, inventory, *, run_id: str, image: str | None,
                   "node_name": node.name, **params}
         values["master_addr"] = upper.get("MASTER_ADDR", values["master_addr"])
         values["master_port"] = upper.get("MASTER_PORT", values["master_port"])
-        launch_env, upper_env = _environment(job, target, node, values, env_sets)
+        launch_env, upper_env = job_environment(job, target, values, node.env, env_sets)
         secrets = _secret_names(job, {**launch_env, **upper_env}, upper_env, host_env or {})
         stdin = None
         if secrets:
@@ -309,25 +308,35 @@ def _resolve(job: Job, inventory, *, run_id: str, image: str | None,
     return launch, resolved
 
 
-def _nproc(job: Job, node, upper: Mapping[str, str]) -> int:
-    """Processes on ``node``: NPROC_PER_NODE from inventory env / --set, else the job's value."""
+def split_sets(job: Job, overrides: Mapping[str, str]) -> tuple[dict[str, str], dict[str, str]]:
+    """``--set`` values split into (the job's params with them applied, env variables):
+    a NAME that is one of the job's ``params`` sets that parameter, any other an env variable."""
+    params = {**job.params, **{k: v for k, v in overrides.items() if k in job.params}}
+    return params, {k: v for k, v in overrides.items() if k not in job.params}
+
+
+def nproc_for(job: Job, slots: int, upper: Mapping[str, str], who: str) -> int:
+    """Processes per node: NPROC_PER_NODE from ``upper`` (inventory env / --set), else the
+    job's value, ``slots`` when the job says so.  ``who`` names the node in the message."""
     given = upper.get("NPROC_PER_NODE")
     if given is not None:
         if not given.isdigit() or int(given) < 1:
-            raise UserError(f"NPROC_PER_NODE={given!r} for node {node.name} (inventory env or --set) "
+            raise UserError(f"NPROC_PER_NODE={given!r} for {who} (inventory env or --set) "
                             "is not a positive whole number; valid: e.g. NPROC_PER_NODE=4.")
         return int(given)
-    return node.slots if job.nproc_per_node == "slots" else int(job.nproc_per_node)
+    return slots if job.nproc_per_node == "slots" else int(job.nproc_per_node)
 
 
-def _environment(job: Job, target, node, values: dict[str, str],
-                 env_sets: Mapping[str, str]) -> tuple[dict[str, str], dict[str, str]]:
-    """Layer 1 (the interface is added by :func:`_node_plan`) and layers 2-5 over it
-    (see the module docstring for the order)."""
+def job_environment(job: Job, target, values: Mapping[str, str], node_env: Mapping[str, str],
+                    env_sets: Mapping[str, str]) -> tuple[dict[str, str], dict[str, str]]:
+    """Layer 1 (launch values and the contract's extras; the interface is added by
+    :func:`_node_plan`) and layers 2-5 over it (target env, job env with placeholders
+    filled from ``values``, the node's inventory env, ``--set``), see the module docstring.
+    Shared with :mod:`clusterctl.run.export`, which fills placeholders with its own values."""
     launch = {k: expand(v, values) for k, v in {**BASE_ENV, **CONTRACTS[job.contract]}.items()}
     target_env = dict(target.env) if target else {}
     job_env = {k: expand(v, values) for k, v in job.env.items()}
-    return launch, {**target_env, **job_env, **node.env, **env_sets}
+    return launch, {**target_env, **job_env, **node_env, **env_sets}
 
 
 def _node_plan(launch: _Launch, n: _Node, iface: str | None, hosts: list[str]) -> NodePlan:
@@ -482,5 +491,6 @@ def render_dry_run(plans: Sequence[NodePlan], json: bool = False) -> str:
 
 __all__ = [
     "MASK", "NodePlan", "check_inputs", "container_name", "host_entries", "make_plan", "mask_env",
-    "job_devices", "mask_text", "masked", "node_devices", "parse_sets", "plan_record", "render_dry_run", "secret_values",
+    "job_devices", "job_environment", "mask_text", "masked", "node_devices", "nproc_for", "parse_sets",
+    "plan_record", "render_dry_run", "secret_values", "split_sets",
 ]

@@ -1,0 +1,80 @@
+"""`clusterctl export JOB --to pytorchjob|trainjob --nnodes N`: the job as a Kubernetes manifest.
+
+Parsing and writing only, over :func:`clusterctl.run.export.build_manifest` (pure).  The
+YAML goes to stdout, or with ``-o FILE`` to that file (written whole, atomically, only
+when the manifest could be built: bad input writes nothing and exits 2).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from clusterctl.core.console import err
+from clusterctl.core.errors import UserError
+from clusterctl.run import export as exporting
+from clusterctl.run.jobs import load_job
+from clusterctl.run.plan import parse_sets
+
+
+def export(
+    job: Annotated[str, typer.Argument(help="A shipped job (ddp-smoke, bert) or a job YAML file.",
+                                       show_default=False)],
+    to: Annotated[str, typer.Option("--to", help="pytorchjob (Kubeflow training operator, kubeflow.org/v1) "
+                                                 "or trainjob (Kubeflow Trainer v2, trainer.kubeflow.org/v1alpha1).",
+                                    show_default=False)],
+    nnodes: Annotated[int, typer.Option("--nnodes", help="Number of nodes (pods), as in torchrun.",
+                                        show_default=False)],
+    slots: Annotated[int, typer.Option(
+        "--slots", help="Accelerators (processes) per node, as an inventory's `slots`: the GPU "
+                        "count and nproc_per_node: slots.")] = 1,
+    set_: Annotated[list[str] | None, typer.Option(
+        "--set", metavar="NAME=VALUE",
+        help="Set a job parameter or container env variable (repeatable; value taken as typed).")] = None,
+    image: Annotated[str | None, typer.Option("--image", help="The image the cluster pulls (default: the job's).")] = None,
+    namespace: Annotated[str | None, typer.Option("--namespace", "-n", help="metadata.namespace (default: none; kubectl's).")] = None,
+    runtime: Annotated[str, typer.Option("--runtime", help="trainjob: the ClusterTrainingRuntime to use.")] = exporting.DEFAULT_RUNTIME,
+    rdma_resource: Annotated[str, typer.Option(
+        "--rdma-resource", help="Resource name of the site's RDMA device plugin, for /dev/infiniband.")] = exporting.DEFAULT_RDMA_RESOURCE,
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="Write the manifest to FILE (default: stdout).")] = None,
+) -> None:
+    """Write JOB as a Kubeflow PyTorchJob or TrainJob manifest (YAML): the same image, command,
+    env (rank variables left to the operator), devices, /dev/shm, host network, mounts and
+    secrets (as references to the Secret <job>-secrets) as an SSH launch.  No cluster is contacted."""
+    spec = load_job(job)
+    manifest = exporting.build_manifest(
+        spec, kind=to, nnodes=nnodes, slots=slots, image=image, overrides=parse_sets(set_ or []),
+        namespace=namespace, runtime=runtime, rdma_resource=rdma_resource)
+    text = manifest.text()
+    if output is None:
+        typer.echo(text, nl=False)
+        return
+    _write(output, text)
+    err.print(f"wrote {manifest.body['kind']} {manifest.body['metadata']['name']} to {output}"
+              + (f"; create the Secret {manifest.secret_name} before applying it" if manifest.secret_name else ""),
+              markup=False, highlight=False)
+
+
+def _write(path: Path, text: str) -> None:
+    """``text`` to ``path`` whole or not at all (a temporary file in the same directory, renamed)."""
+    parent = path.parent if str(path.parent) else Path(".")
+    if not parent.is_dir():
+        raise UserError(f"-o {path}: directory {parent} does not exist; valid: a file in an existing directory.")
+    if path.is_dir():
+        raise UserError(f"-o {path}: is a directory; valid: a file name, e.g. {path / 'job.yaml'}.")
+    fd, tmp = tempfile.mkstemp(dir=parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def register(app: typer.Typer) -> None:
+    app.command("export")(export)

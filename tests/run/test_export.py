@@ -1,0 +1,242 @@
+"""Kubernetes manifests of a job (clusterctl.run.export): golden files, and validation with the
+official model packages (kubernetes, kubeflow-training, kubeflow-trainer-api).
+
+No API server runs here: the models are the schema, and a manifest must survive a round trip
+through them unchanged (an unknown or misspelt field would be dropped and show as a
+difference).  Rewrite the golden files after a reviewed change with
+``UPDATE_GOLDEN=1 python -m pytest tests/run/test_export.py``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from clusterctl.core.errors import UserError
+from clusterctl.run.export import OPERATOR_ENV, build_manifest, docker_size, pod_settings
+from clusterctl.run.jobs import load_job
+from tests.golden import assert_matches_golden
+
+GOLDEN_DIR = Path(__file__).parent / "golden"
+
+# (golden file, job, kind, options)
+VARIANTS = [
+    ("ddp-smoke.pytorchjob.yaml", "ddp-smoke", "pytorchjob", {"nnodes": 3}),
+    ("ddp-smoke.trainjob.yaml", "ddp-smoke", "trainjob", {"nnodes": 3}),
+    ("bert.pytorchjob.yaml", "bert", "pytorchjob",
+     {"nnodes": 4, "slots": 8, "overrides": {"BERT_DIR": "/data/BERT", "PHASE": "2"}}),
+    ("bert.trainjob.yaml", "bert", "trainjob",
+     {"nnodes": 4, "slots": 8, "overrides": {"BERT_DIR": "/data/BERT", "PHASE": "2"}}),
+]
+
+
+def _manifest(job, kind, options):
+    return build_manifest(load_job(job), kind=kind, **options)
+
+
+@pytest.mark.parametrize(("golden", "job", "kind", "options"), VARIANTS, ids=[v[0] for v in VARIANTS])
+def test_manifest_matches_golden(golden, job, kind, options):
+    assert_matches_golden(GOLDEN_DIR / golden, _manifest(job, kind, options).text(), f"{kind} of {job}")
+
+
+class _Response:
+    """What the generated ApiClient.deserialize reads: a response with JSON in ``data``."""
+
+    def __init__(self, obj: dict):
+        self.data = json.dumps(obj)
+
+
+def _round_trip_kubernetes(client, obj: dict, klass: str) -> dict:
+    return client.sanitize_for_serialization(client.deserialize(_Response(obj), klass))
+
+
+@pytest.mark.parametrize(("golden", "job", "kind", "options"),
+                         [v for v in VARIANTS if v[2] == "pytorchjob"], ids=lambda v: str(v))
+def test_pytorchjob_validates_against_models_no_cluster(golden, job, kind, options):
+    from kubeflow.training import ApiClient as TrainingClient
+    from kubernetes.client import ApiClient
+
+    body = yaml.safe_load(_manifest(job, kind, options).text())
+    assert (body["apiVersion"], body["kind"]) == ("kubeflow.org/v1", "PyTorchJob")
+    assert _round_trip_kubernetes(TrainingClient(), body, "KubeflowOrgV1PyTorchJob") == body
+    for replica in body["spec"]["pytorchReplicaSpecs"].values():
+        template = replica["template"]
+        assert _round_trip_kubernetes(ApiClient(), template, "V1PodTemplateSpec") == template
+    assert sum(r["replicas"] for r in body["spec"]["pytorchReplicaSpecs"].values()) == options["nnodes"]
+
+
+@pytest.mark.parametrize(("golden", "job", "kind", "options"),
+                         [v for v in VARIANTS if v[2] == "trainjob"], ids=lambda v: str(v))
+def test_trainjob_validates_against_models_no_cluster(golden, job, kind, options):
+    from kubeflow_trainer_api.models import TrainerV1alpha1TrainJob
+    from kubernetes.client import ApiClient
+
+    body = yaml.safe_load(_manifest(job, kind, options).text())
+    assert (body["apiVersion"], body["kind"]) == ("trainer.kubeflow.org/v1alpha1", "TrainJob")
+    assert TrainerV1alpha1TrainJob.from_dict(body).to_dict() == body
+    trainer = body["spec"]["trainer"]
+    assert trainer["numNodes"] == options["nnodes"]
+    for env in trainer["env"]:
+        assert _round_trip_kubernetes(ApiClient(), env, "V1EnvVar") == env
+
+
+def test_model_round_trip_catches_a_misspelt_field_no_cluster():
+    """The check above is worth something: a field the models do not know is dropped."""
+    from kubeflow_trainer_api.models import TrainerV1alpha1TrainJob
+    from kubernetes.client import ApiClient
+
+    body = yaml.safe_load(_manifest("ddp-smoke", "trainjob", {"nnodes": 2}).text())
+    body["spec"]["trainer"]["numNode"] = 2
+    assert TrainerV1alpha1TrainJob.from_dict(body).to_dict() != body
+    template = yaml.safe_load(_manifest("ddp-smoke", "pytorchjob", {"nnodes": 2}).text())[
+        "spec"]["pytorchReplicaSpecs"]["Master"]["template"]
+    template["spec"]["hostNetwrok"] = True
+    assert _round_trip_kubernetes(ApiClient(), template, "V1PodTemplateSpec") != template
+
+
+# --------------------------------------------------------------------------- contents
+
+def _container(body: dict) -> dict:
+    if body["kind"] == "PyTorchJob":
+        return body["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]
+    return body["spec"]["trainer"]
+
+
+@pytest.mark.parametrize("kind", ["pytorchjob", "trainjob"])
+def test_rank_variables_are_left_to_the_operator(kind):
+    body = _manifest("ddp-smoke", kind, {"nnodes": 3}).body
+    names = {e["name"] for e in _container(body)["env"]}
+    assert not names & {"MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "NODE_RANK"}
+    assert not any(n.startswith("PET_") for n in names)
+    assert {"NNODES", "NPROC_PER_NODE", "DDP_SMOKE_STEPS", "OMP_NUM_THREADS"} <= names
+    args = _container(body)["args"]
+    assert "--node-rank=$(PET_NODE_RANK)" in args
+    addr = "$(MASTER_ADDR)" if kind == "pytorchjob" else "$(PET_MASTER_ADDR)"
+    assert f"--master-addr={addr}" in args
+    assert addr.strip("$()") in OPERATOR_ENV[kind]
+
+
+def test_pytorchjob_master_and_workers_and_host_network():
+    spec = _manifest("ddp-smoke", "pytorchjob", {"nnodes": 3}).body["spec"]
+    assert spec["nprocPerNode"] == "2"
+    assert spec["pytorchReplicaSpecs"]["Master"]["replicas"] == 1
+    assert spec["pytorchReplicaSpecs"]["Worker"]["replicas"] == 2
+    pod = spec["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]
+    assert pod["hostNetwork"] is True and pod["dnsPolicy"] == "ClusterFirstWithHostNet"
+    assert {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "1Gi"}} in pod["volumes"]
+    one = _manifest("ddp-smoke", "pytorchjob", {"nnodes": 1}).body["spec"]["pytorchReplicaSpecs"]
+    assert list(one) == ["Master"]
+
+
+def test_bert_gpus_rdma_memlock_mounts_and_contract():
+    m = _manifest("bert", "pytorchjob", {"nnodes": 2, "slots": 8, "overrides": {"BERT_DIR": "/data/BERT"}})
+    c = _container(m.body)
+    assert c["resources"]["limits"] == {"nvidia.com/gpu": "8", "rdma/hca": "1"}
+    assert c["securityContext"] == {"capabilities": {"add": ["IPC_LOCK"]}}
+    pod = m.body["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]
+    assert {"name": "mount-0", "hostPath": {"path": "/data/BERT"}} in pod["volumes"]
+    assert {"name": "mount-0", "mountPath": "/workspace/BERT"} in c["volumeMounts"]
+    # accl-bert: WORLD_SIZE counts nodes, so the operator's replicas x nprocPerNode must be nodes
+    assert m.body["spec"]["nprocPerNode"] == "1"
+    assert {"name": "NPROC_PER_NODE", "value": "8"} in c["env"]
+    assert any("memlock" in n for n in m.notes)
+
+
+def test_trainjob_says_what_it_cannot_express():
+    m = _manifest("bert", "trainjob", {"nnodes": 2, "slots": 4})
+    assert m.body["spec"]["trainer"]["resourcesPerNode"] == {"limits": {"nvidia.com/gpu": "4", "rdma/hca": "1"}}
+    text = m.text()
+    assert "a TrainJob cannot set hostNetwork" in text
+    assert "reads RANK, WORLD_SIZE, which the torch runtime does not set" in text
+    patch = m.body["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"][0]
+    assert patch["name"] == "node"
+
+
+def _job(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "job.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_secrets_are_references_never_values(tmp_path):
+    job = load_job(_job(tmp_path, "image: reg/app:1\nsecrets: [HF_TOKEN]\ncommand: [python, train.py]\n"))
+    m = build_manifest(job, kind="pytorchjob", nnodes=2)
+    env = _container(m.body)["env"]
+    assert {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "job-secrets", "key": "HF_TOKEN"}}} in env
+    assert m.secret_name == "job-secrets"
+    assert "kubectl create secret generic job-secrets" in m.text()
+
+
+@pytest.mark.parametrize("where", ["job", "set"])
+def test_a_secret_value_is_refused_and_not_shown(tmp_path, where):
+    env = "env: {API_KEY: s3cr3t-value}\n" if where == "job" else ""
+    job = load_job(_job(tmp_path, f"image: reg/app:1\n{env}command: [run]\n"))
+    overrides = {"API_KEY": "s3cr3t-value"} if where == "set" else {}
+    with pytest.raises(UserError) as e:
+        build_manifest(job, kind="trainjob", nnodes=2, overrides=overrides)
+    assert "API_KEY is a secret" in e.value.message and "s3cr3t" not in e.value.message
+    assert e.value.exit_code == 2
+
+
+def test_a_device_kubernetes_cannot_express_is_refused(tmp_path):
+    job = load_job(_job(tmp_path, "image: reg/app:1\ndocker_args: [--device=/dev/kfd]\ncommand: [run]\n"))
+    with pytest.raises(UserError, match="device /dev/kfd cannot be expressed in Kubernetes"):
+        build_manifest(job, kind="pytorchjob", nnodes=1)
+
+
+def test_cambricon_devices_become_the_mlu_resource_and_ipex_asks_for_none(tmp_path):
+    job = load_job(_job(tmp_path, "target: cambricon\ncommand: [run]\n"))
+    limits = _container(build_manifest(job, kind="pytorchjob", nnodes=1, slots=4).body)["resources"]["limits"]
+    assert limits == {"cambricon.com/mlu": "4"}
+    job = load_job(_job(tmp_path, "target: ipex\ncommand: [run]\n"))
+    assert "resources" not in _container(build_manifest(job, kind="pytorchjob", nnodes=1).body)
+
+
+@pytest.mark.parametrize(("kind", "nnodes", "message"), [
+    ("helmchart", 2, "unknown kind"), ("pytorchjob", 0, "at least 1 node")])
+def test_bad_kind_or_node_count(kind, nnodes, message):
+    with pytest.raises(UserError, match=message):
+        build_manifest(load_job("ddp-smoke"), kind=kind, nnodes=nnodes)
+
+
+def test_a_per_pod_placeholder_in_env_is_refused(tmp_path):
+    job = load_job(_job(tmp_path, "image: reg/app:1\nenv: {ME: '{node_rank}'}\ncommand: [run]\n"))
+    with pytest.raises(UserError, match="env.ME: {node_rank} differs per pod"):
+        build_manifest(job, kind="pytorchjob", nnodes=2)
+
+
+def test_an_operator_variable_from_set_is_refused():
+    with pytest.raises(UserError, match="MASTER_PORT is set by the trainjob operator"):
+        build_manifest(load_job("ddp-smoke"), kind="trainjob", nnodes=2, overrides={"MASTER_PORT": "1"})
+
+
+def test_dollar_text_reaches_the_container_as_written(tmp_path):
+    job = load_job(_job(tmp_path, "image: reg/app:1\nenv: {A: '$(HOME)'}\n"
+                                  "command: [sh, -c, 'echo $$ $(date)', '{node_name}']\n"))
+    body = build_manifest(job, kind="pytorchjob", nnodes=1, overrides={"B": "x$$y"}).body
+    c = _container(body)
+    assert c["args"] == ["sh", "-c", "echo $$$ $$(date)", "$(CLUSTERCTL_POD_NAME)"]
+    assert c["env"][0] == {"name": "CLUSTERCTL_POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}
+    assert {"name": "A", "value": "$$(HOME)"} in c["env"] and {"name": "B", "value": "x$$$y"} in c["env"]
+
+
+def test_set_nproc_per_node_and_slots():
+    m = _manifest("ddp-smoke", "trainjob", {"nnodes": 2, "overrides": {"NPROC_PER_NODE": "4"}})
+    assert m.body["spec"]["trainer"]["numProcPerNode"] == 4
+    assert "--nproc-per-node=4" in m.body["spec"]["trainer"]["args"]
+
+
+@pytest.mark.parametrize(("docker", "quantity"), [("8g", "8Gi"), ("512m", "512Mi"), ("1.5G", "1.5Gi"), ("1024", "1024")])
+def test_docker_sizes_become_quantities(docker, quantity):
+    assert docker_size(docker) == quantity
+
+
+def test_unknown_docker_flag_is_refused():
+    with pytest.raises(UserError, match="'--privileged' cannot be exported"):
+        pod_settings(["--privileged"], [], slots=1)
+    pod = pod_settings(["--ulimit", "stack=67108864", "--cap-add=sys_ptrace", "--gpus", "2"], [], slots=8)
+    assert pod.capabilities == ["SYS_PTRACE"] and pod.resources == {"nvidia.com/gpu": "2"}
+    assert any("stack=67108864" in n for n in pod.notes)
