@@ -7,7 +7,10 @@ conf rendering tests are pure and fast.
 
 from __future__ import annotations
 
+import ipaddress
+import os
 import re
+import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -19,6 +22,7 @@ from clusterctl.cli import app
 from clusterctl.cluster import sandbox
 from clusterctl.cluster.sandbox import slurm
 from clusterctl.core.errors import EnvironmentProblem
+from tests.fixtures.sandbox import TEST_NAME, TEST_SUBNET
 
 runner = CliRunner()
 
@@ -194,3 +198,73 @@ def test_status_reports_slurm_and_each_nodes_state(slurm3):
     result = runner.invoke(app, ["sandbox", "status", "--name", slurm3.name])
     assert result.exit_code == 0, result.output
     assert "Slurm running" in result.output and "idle" in result.output
+
+
+# --------------------------------------------------------------------------- life cycle
+
+# A sandbox of its own (taking it down must not disturb slurm3): the third /24 after the
+# test subnet (the first is test_sandbox's life-cycle sandbox, the second slurm3's).
+LIFE_NAME = TEST_NAME[:7] + ("k" if TEST_NAME[:7] + "k" != TEST_NAME else "j")
+_net = ipaddress.IPv4Network(TEST_SUBNET)
+LIFE_SUBNET = str(ipaddress.IPv4Network(
+    f"{_net.network_address + 3 * _net.num_addresses}/{_net.prefixlen}"))
+
+
+def _daemon_pids(name: str) -> list[int]:
+    return sorted(sandbox.processes_using(sandbox.state_base() / name / "slurm"))
+
+
+@pytest.mark.sandbox
+@pytest.mark.slow
+def test_up_slurm_adds_to_a_running_sandbox_and_down_removes_all_even_after_a_crash(tmp_path):
+    if os.geteuid() != 0:
+        pytest.skip("the sandbox needs root")
+    if shutil.which("slurmctld") is None or shutil.which("munged") is None:
+        pytest.skip("slurm-wlm and munge are not installed")
+    inventory = str(tmp_path / "life.yaml")
+    sandbox.down(LIFE_NAME)
+    try:
+        sb = sandbox.up(1, name=LIFE_NAME, subnet=LIFE_SUBNET, inventory_path=inventory)
+        assert sb.slurm_conf is None and _daemon_pids(LIFE_NAME) == []
+
+        # added to the running sandbox; the CLI prints what a user needs
+        result = runner.invoke(app, ["sandbox", "up", "--nodes", "1", "--name", LIFE_NAME,
+                                     "--subnet", LIFE_SUBNET, "--inventory", inventory, "--slurm"])
+        assert result.exit_code == 0, result.output
+        sb = sandbox.load(LIFE_NAME)
+        assert f"export SLURM_CONF={sb.slurm_conf}" in result.output
+        assert "partition sandbox" in result.output
+        env = {**os.environ, "SLURM_CONF": sb.slurm_conf}
+        hostname = subprocess.run(["srun", "-N1", "hostname"], capture_output=True, text=True,
+                                  env=env, timeout=60)
+        assert hostname.stdout.strip() == "node1", hostname.stderr
+        pids = _daemon_pids(LIFE_NAME)
+        assert len(pids) >= 3  # munged, slurmctld, slurmd
+
+        # idempotent, and a later `up` without --slurm keeps it
+        assert sandbox.up(1, name=LIFE_NAME, subnet=LIFE_SUBNET, inventory_path=inventory,
+                          with_slurm=True).slurm_conf == sb.slurm_conf
+        assert sandbox.up(1, name=LIFE_NAME, subnet=LIFE_SUBNET,
+                          inventory_path=inventory).slurm_conf == sb.slurm_conf
+        assert _daemon_pids(LIFE_NAME) == pids
+
+        # a crash: a job step running, pidfiles and the state file lost
+        marker = f"life-sleep-{time.monotonic_ns()}"
+        subprocess.run(["sbatch", "--wrap", f"srun bash -c 'exec -a {marker} sleep 300'"],
+                       check=True, capture_output=True, env=env, timeout=30)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not _pids(marker):
+            time.sleep(0.2)
+        assert _pids(marker)
+        slurm_dir = Path(sb.slurm_conf).parent
+        for pidfile in slurm_dir.rglob("*.pid"):
+            pidfile.unlink()
+        (sb.dir / "sandbox.json").unlink()
+    finally:
+        assert sandbox.down(LIFE_NAME)
+    assert _daemon_pids(LIFE_NAME) == [] and not _pids(marker)
+    assert not (sandbox.state_base() / LIFE_NAME).exists()
+    left = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    assert str(sandbox.state_base() / LIFE_NAME) not in left
+    assert not [ns for ns in subprocess.run(["ip", "netns", "list"], capture_output=True,
+                                            text=True).stdout.split() if LIFE_NAME in ns]
