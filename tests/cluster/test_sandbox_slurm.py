@@ -7,6 +7,7 @@ conf rendering tests are pure and fast.
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 import os
 import re
@@ -21,7 +22,7 @@ from typer.testing import CliRunner
 from clusterctl.cli import app
 from clusterctl.cluster import sandbox
 from clusterctl.cluster.sandbox import slurm
-from clusterctl.core.errors import EnvironmentProblem
+from clusterctl.core.errors import NodeError
 from tests.fixtures.sandbox import TEST_NAME, TEST_SUBNET
 
 runner = CliRunner()
@@ -104,14 +105,26 @@ def test_ports_differ_between_sandbox_subnets_and_stay_below_the_ephemeral_range
     assert len(seen) == 512
 
 
-def test_missing_slurm_packages_are_named(monkeypatch):
-    monkeypatch.setattr(slurm.shutil, "which", lambda t: None if t in ("munged", "srun") else "/x")
-    monkeypatch.setattr("clusterctl.core.tools.shutil.which",
-                        lambda t: None if t in ("munged", "srun") else "/x")
-    with pytest.raises(EnvironmentProblem) as e:
-        slurm.require_slurm()
-    assert "munged, srun" in e.value.message
-    assert "apt-get install -y munge slurm-wlm" in e.value.message
+def test_up_slurm_without_the_packages_names_them_and_starts_nothing(tmp_path, monkeypatch):
+    """A real PATH holding every tool the sandbox needs but none of Slurm's or munge's."""
+    if os.geteuid() != 0:
+        pytest.skip("sandbox up needs root before it looks for Slurm")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in ("dockerd", "sshd", "ssh-keygen", "ip", "tc", "iptables", "nsenter"):
+        found = shutil.which(tool)
+        if found is None:
+            pytest.skip(f"{tool} is not installed")
+        (bin_dir / tool).symlink_to(found)
+    monkeypatch.setenv("PATH", str(bin_dir))
+    name = "zzqnoslm"
+    r = runner.invoke(app, ["sandbox", "up", "--nodes", "1", "--name", name, "--slurm",
+                            "--subnet", "10.213.250.0/24", "--inventory", str(tmp_path / "i.yaml")])
+    msg = " ".join(r.output.split())
+    assert r.exit_code == 2, msg
+    assert "munged, mungekey, slurmctld, slurmd, sinfo, scontrol, srun not found" in msg
+    assert "apt-get install -y munge slurm-wlm" in msg and "Traceback" not in msg
+    assert not (sandbox.state_base() / name).exists() and not (tmp_path / "i.yaml").exists()
 
 
 # --------------------------------------------------------------------------- a real cluster
@@ -268,3 +281,16 @@ def test_up_slurm_adds_to_a_running_sandbox_and_down_removes_all_even_after_a_cr
     assert str(sandbox.state_base() / LIFE_NAME) not in left
     assert not [ns for ns in subprocess.run(["ip", "netns", "list"], capture_output=True,
                                             text=True).stdout.split() if LIFE_NAME in ns]
+
+
+@pytest.mark.sandbox
+@pytest.mark.slow
+def test_a_node_that_does_not_register_is_named_after_the_timeout(slurm3):
+    """A fourth node the controller was never told of stays unregistered: the wait says so."""
+    sb = sandbox.load(slurm3.name)
+    bigger = dataclasses.replace(sb, node_count=4)
+    with pytest.raises(NodeError) as e:
+        slurm._wait_idle(bigger, timeout=1.0)
+    assert e.value.node == "node4"
+    assert "did not come up within 1s" in e.value.message
+    assert "node4 is not registered" in e.value.message and "slurmd.log" in e.value.message
