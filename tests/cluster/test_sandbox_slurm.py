@@ -261,6 +261,12 @@ def test_up_slurm_adds_to_a_running_sandbox_and_down_removes_all_even_after_a_cr
                           inventory_path=inventory).slurm_conf == sb.slurm_conf
         assert _daemon_pids(LIFE_NAME) == pids
 
+        # grown: the new node joins (the Slurm cluster restarts with the new conf)
+        sandbox.up(2, name=LIFE_NAME, subnet=LIFE_SUBNET, inventory_path=inventory)
+        hostnames = subprocess.run(["srun", "-N2", "hostname"], capture_output=True, text=True,
+                                   env=env, timeout=60)
+        assert sorted(hostnames.stdout.split()) == ["node1", "node2"], hostnames.stderr
+
         # a crash: a job step running, pidfiles and the state file lost
         marker = f"life-sleep-{time.monotonic_ns()}"
         subprocess.run(["sbatch", "--wrap", f"srun bash -c 'exec -a {marker} sleep 300'"],
