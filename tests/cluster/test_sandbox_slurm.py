@@ -181,6 +181,8 @@ def test_sbatch_then_scancel_ends_the_job_and_its_steps_within_seconds(slurm3):
     assert not _pids(marker), "a step of the cancelled job is still running"
     assert not _job_listed(slurm3, job)
     assert time.monotonic() - started < 10
+    steps = slurm3.slurm("squeue", "-h", "-s", "-j", job, "-o", "%i %T").stdout.strip()
+    assert steps == "", f"steps left: {steps}"
 
 
 def _pids(marker: str) -> list[int]:
