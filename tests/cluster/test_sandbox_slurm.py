@@ -168,7 +168,7 @@ def test_a_step_uses_its_own_nodes_docker_engine(slurm3):
 @pytest.mark.slow
 def test_sbatch_then_scancel_ends_the_job_and_its_steps_within_seconds(slurm3):
     marker = f"slurm3-sleep-{time.monotonic_ns()}"
-    job = slurm3.slurm("sbatch", "--parsable", "-N2", "--wrap",
+    job = slurm3.slurm("sbatch", "--parsable", "-N2", "--output=/dev/null", "--wrap",
                        f"srun bash -c 'exec -a {marker} sleep 300'", check=True).stdout.strip()
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and len(_pids(marker)) < 2:
@@ -271,7 +271,8 @@ def test_up_slurm_adds_to_a_running_sandbox_and_down_removes_all_even_after_a_cr
 
         # a crash: a job step running, pidfiles and the state file lost
         marker = f"life-sleep-{time.monotonic_ns()}"
-        subprocess.run(["sbatch", "--wrap", f"srun bash -c 'exec -a {marker} sleep 300'"],
+        subprocess.run(["sbatch", "--output=/dev/null", "--wrap",
+                        f"srun bash -c 'exec -a {marker} sleep 300'"],
                        check=True, capture_output=True, env=env, timeout=30)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline and not _pids(marker):
