@@ -140,7 +140,10 @@ class NodeConnection:
             node.host,
             user=node.user or None,
             port=_explicit_port(node),
-            config=self._config or Config(),
+            # a config of its own for every Connection: Fabric writes into the config it
+            # is given, and one shared by parallel connects raced (seen once in ~8 pushes:
+            # "No attribute or config key found for 'authentication'")
+            config=self._config.clone() if self._config is not None else Config(),
             connect_timeout=max(1, math.ceil(self.connect_timeout)),
             connect_kwargs=connect_kwargs,
         )
