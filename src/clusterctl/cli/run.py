@@ -16,6 +16,7 @@ container could not be started (nothing left running).
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -23,16 +24,23 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from clusterctl.cli.nodes import nodes_option
+from clusterctl.cli.nodes import NODES_HELP, nodes_option
 from clusterctl.cli.push import PlainProgress
 from clusterctl.cluster import preflight
 from clusterctl.cluster.inventory import load_inventory
 from clusterctl.cluster.transport import Cluster
 from clusterctl.core.console import err, out, print_table
+from clusterctl.core.errors import UserError, one_of
+from clusterctl.core.tools import require_binaries
 from clusterctl.run import launch as launching
 from clusterctl.run import logs as logs_mod
 from clusterctl.run import plan, records, supervise
 from clusterctl.run.jobs import load_job
+from clusterctl.run.slurm import options as slurm_options
+from clusterctl.run.slurm import script as slurm_script
+
+#: How ``launch`` starts the containers.
+SCHEDULERS = ("ssh", "slurm")
 
 RunArg = Annotated[str | None, typer.Argument(
     help="Run id (default: the newest run; `clusterctl runs` lists them).", show_default=False)]
@@ -50,7 +58,8 @@ def _cluster(nodes: Path | None, record: records.RunRecord) -> Cluster:
 def launch(
     job: Annotated[str, typer.Argument(help="A shipped job (ddp-smoke, bert) or a job YAML file.",
                                        show_default=False)],
-    nodes: Annotated[Path, nodes_option()],
+    nodes: Annotated[Path | None, nodes_option(
+        NODES_HELP + " With --scheduler slurm: the nodes to run on, by their Slurm names.")] = None,
     set_: Annotated[list[str] | None, typer.Option(
         "--set", metavar="NAME=VALUE",
         help="Set a job parameter or container env variable (repeatable; value taken as typed).")] = None,
@@ -64,6 +73,16 @@ def launch(
     run_id: Annotated[str | None, typer.Option("--run-id", help="Name the run (default: JOB-DATE-TIME-XXXX).")] = None,
     accept_new_host_keys: Annotated[bool, typer.Option(
         "--accept-new-host-keys", help="Record unknown node host keys (a changed key is always refused).")] = False,
+    scheduler: Annotated[str, typer.Option(
+        "--scheduler", help="ssh: start the containers over SSH; slurm: submit an sbatch script.")] = "ssh",
+    partition: Annotated[str | None, typer.Option("--partition", help="Slurm partition (--scheduler slurm).")] = None,
+    nnodes: Annotated[int | None, typer.Option(
+        "--nnodes", help="Number of nodes Slurm allocates (--scheduler slurm; or --nodes FILE).")] = None,
+    time_: Annotated[str | None, typer.Option(
+        "--time", help="Slurm time limit, e.g. 30 or 1-12:00:00 (--scheduler slurm).")] = None,
+    container: Annotated[str, typer.Option(
+        "--container", help="docker (docker run on each node) or pyxis (srun --container-image); "
+                            "--scheduler slurm.")] = "docker",
 ) -> None:
     """Run JOB on every node: one `docker run --net=host` container per node with its rank
     environment, all output merged and prefixed, fail-fast; exits with the job's outcome.
@@ -72,6 +91,20 @@ def launch(
     time); 255 the first failure was a node that stopped answering; 130 Ctrl-C (143
     SIGTERM) after stopping every container; 2 bad input or failed preflight (nothing
     started); 1 push or start failed (nothing left running)."""
+    if scheduler not in SCHEDULERS:
+        raise UserError(f"--scheduler {scheduler!r} is not a scheduler; valid: {one_of(SCHEDULERS)}.")
+    if scheduler == "slurm":
+        _slurm_launch(job, nodes, set_ or [], image=image, dry_run=dry_run, run_id=run_id,
+                      partition=partition, nnodes=nnodes, time_=time_, container=container)
+        return
+    given = [f for f, v in (("--partition", partition), ("--nnodes", nnodes), ("--time", time_),
+                            ("--container", None if container == "docker" else container)) if v is not None]
+    if given:
+        raise UserError(f"{', '.join(given)}: only with --scheduler slurm; an SSH launch runs on "
+                        "every node of --nodes FILE.")
+    if nodes is None:
+        raise UserError("--nodes FILE is required (or $CLUSTERCTL_NODES): the inventory to run on; "
+                        "see inventories/example.yaml.")
     spec = load_job(job)
     inventory = load_inventory(nodes)
     overrides = plan.parse_sets(set_ or [])
@@ -85,6 +118,28 @@ def launch(
                      accept_new_host_keys=accept_new_host_keys, json_=json_)
     _report(result, detach=detach, json_=json_)
     raise typer.Exit(result.exit_code)
+
+
+def _slurm_launch(job, nodes, sets, *, image, dry_run, run_id, partition, nnodes, time_,
+                  container) -> None:
+    """``launch --scheduler slurm``: check everything, then print (``--dry-run``) or submit."""
+    spec = load_job(job)
+    inventory = load_inventory(nodes) if nodes is not None else None
+    options = slurm_options.check_options(nnodes=nnodes, partition=partition, time=time_,
+                                          container=container,
+                                          nodelist=inventory.names if inventory else ())
+    overrides = plan.parse_sets(sets)
+    run_id = records.check_run_id(run_id) if run_id else records.new_run_id(spec.name)
+    script = slurm_script.render_script(spec, options, run_id=run_id,
+                                        run_dir=records.run_path(run_id).resolve(),
+                                        inventory=inventory, image=image, overrides=overrides,
+                                        host_env=dict(os.environ))
+    if dry_run:
+        typer.echo(script.text, nl=False)
+        return
+    require_binaries("sbatch", "srun", "scontrol", "scancel", packages="slurm-client")
+    raise UserError("submitting to Slurm is not implemented yet on this branch (issue 9, step 3); "
+                    "use --dry-run to print the sbatch script. Nothing was submitted.")
 
 
 def _launch(spec, inventory, overrides, *, image, detach, run_id, accept_new_host_keys, json_):
