@@ -27,7 +27,7 @@ from rich.markup import escape
 from clusterctl.cli.nodes import NODES_HELP, nodes_option
 from clusterctl.cli.push import PlainProgress
 from clusterctl.cluster import preflight
-from clusterctl.cluster.inventory import load_inventory
+from clusterctl.cluster.inventory import SLURM_WORD, load_inventory
 from clusterctl.cluster.transport import Cluster
 from clusterctl.core.console import err, out, print_table
 from clusterctl.core.errors import UserError, one_of
@@ -102,6 +102,8 @@ def launch(
     if given:
         raise UserError(f"{', '.join(given)}: only with --scheduler slurm; an SSH launch runs on "
                         "every node of --nodes FILE.")
+    if nodes is None and os.environ.get("SLURM_JOB_NODELIST"):
+        nodes = Path(SLURM_WORD)   # inside a Slurm allocation: its nodes
     if nodes is None:
         raise UserError("--nodes FILE is required (or $CLUSTERCTL_NODES): the inventory to run on; "
                         "see inventories/example.yaml.")
