@@ -3,7 +3,8 @@
 Fixtures that stand up real parts live in tests/fixtures/, one module per part:
 engine.py (the local Docker engine, the debootstrapped base image), images.py
 (the `cpu` target image), sshd.py (a real sshd on loopback), sandbox.py (a
-3-node sandbox cluster of network namespaces). They are session-scoped and
+3-node sandbox cluster of network namespaces), slurm.py (another 3-node sandbox
+running a real Slurm cluster). They are session-scoped and
 clean up after themselves, also on failure. workdir.py gives a test its own
 working directory (in_tmp).
 """
@@ -13,5 +14,6 @@ pytest_plugins = [
     "tests.fixtures.images",
     "tests.fixtures.sshd",
     "tests.fixtures.sandbox",
+    "tests.fixtures.slurm",
     "tests.fixtures.workdir",
 ]

@@ -30,13 +30,20 @@ def up(
                               help="Processes per node, written to the inventory."),
     inventory: str = typer.Option(sandbox.DEFAULT_INVENTORY, "--inventory", metavar="PATH",
                                   help="Where to write the sandbox inventory."),
+    slurm: bool = typer.Option(False, "--slurm",
+                               help="Also run a Slurm cluster: munged and slurmctld here, a slurmd "
+                                    "in each node (Debian packages slurm-wlm and munge)."),
 ) -> None:
     """Create (or complete) a sandbox of N nodes and write its inventory (idempotent)."""
     sb = sandbox.up(nodes, name=name, subnet=subnet, bandwidth=bandwidth, slots=slots,
-                    inventory_path=inventory)
+                    inventory_path=inventory, with_slurm=slurm)
     _print_status(sandbox.status(sb.name))
     out.print(f"inventory: {sb.inventory_path}")
     out.print(f"try: clusterctl check --nodes {sb.inventory_path}")
+    if sb.slurm_conf:
+        out.print(f"Slurm: partition {sandbox.SLURM_PARTITION} (the default), nodes "
+                  f"{','.join(n.name for n in sb.nodes)}; for sinfo, srun, sbatch:")
+        out.print(f"export SLURM_CONF={sb.slurm_conf}")
 
 
 @group.command("down")
@@ -68,7 +75,12 @@ def _print_status(found: list[sandbox.SandboxStatus]) -> None:
         rows = [(n.name, n.netns if n.netns_exists else f"{n.netns} (missing)", n.address,
                  _yes(n.sshd_up), _yes(n.dockerd_up), "-" if n.images is None else n.images)
                 for n in st.nodes]
-        print_table(title, ["node", "netns", "address", "sshd", "dockerd", "images"], rows)
+        if st.slurm_conf:
+            rows = [(*row, n.slurm_state) for row, n in zip(rows, st.nodes, strict=True)]
+            title += (f"; Slurm {'running' if st.slurm_running else 'NOT running'} "
+                      f"(SLURM_CONF={st.slurm_conf})")
+        print_table(title, ["node", "netns", "address", "sshd", "dockerd", "images",
+                            *(["slurm"] if st.slurm_conf else [])], rows)
 
 
 def register(app: typer.Typer) -> None:

@@ -17,12 +17,15 @@ The package, lowest layer first (each module imports only those above it):
 - ``network``: bridge, netns, veth pairs, forward rule, tc shaping, link up/down;
 - ``sshd``: keys, each node's sshd, the sandbox's known_hosts;
 - ``inventory_file``: the inventory ``up`` writes and ``down`` removes;
+- ``slurm``: ``up --slurm``'s Slurm cluster: slurm.conf (pure), munged, slurmctld, a slurmd per node;
 - ``lifecycle``: validation, locking, ``up``, ``down``, ``status``.
 
 Contract (what the CLI, benchmarks and tests use): ``up``, ``down``, ``status``,
 ``load``, ``names``; failure-test helpers ``stop_sshd``, ``start_sshd``,
 ``set_link``, ``node_docker``, ``port_open``; the model ``Sandbox``/``SandboxNode``
-and the defaults ``DEFAULT_NAME``, ``DEFAULT_SUBNET``, ``DEFAULT_INVENTORY``.
+and the defaults ``DEFAULT_NAME``, ``DEFAULT_SUBNET``, ``DEFAULT_INVENTORY``; for Slurm
+(``up(..., with_slurm=True)``): ``Sandbox.slurm_conf`` (the path for ``SLURM_CONF``),
+``SLURM_PARTITION``, ``slurm_node_states``, ``render_slurm_conf``.
 """
 
 from clusterctl.cluster.sandbox.inventory_file import (
@@ -67,14 +70,18 @@ from clusterctl.cluster.sandbox.processes import (
     node_docker,
     processes_using,
 )
+from clusterctl.cluster.sandbox.slurm import PARTITION as SLURM_PARTITION
+from clusterctl.cluster.sandbox.slurm import node_states as slurm_node_states
+from clusterctl.cluster.sandbox.slurm import render_conf as render_slurm_conf
 from clusterctl.cluster.sandbox.sshd import port_open, sshd_running, start_sshd, stop_sshd
 
 __all__ = [
     "CGROUP_ROOT", "DEFAULT_INVENTORY", "DEFAULT_NAME", "DEFAULT_SUBNET", "INTERFACE",
     "INVENTORY_MARKER", "MAX_NODES", "NODE_DOCKERD_ARGS", "NODE_OFFSET", "SSH_USER",
-    "NodeStatus", "Sandbox", "SandboxNode", "SandboxStatus",
+    "NodeStatus", "SLURM_PARTITION", "Sandbox", "SandboxNode", "SandboxStatus",
     "check_bandwidth", "check_name", "check_nodes", "check_slots", "data_base", "down",
     "free_subnet", "in_netns", "inventory_text", "load", "names", "node_docker", "node_for",
-    "parse_subnet", "port_open", "processes_using", "require_environment", "set_link",
+    "parse_subnet", "port_open", "processes_using", "render_slurm_conf", "require_environment",
+    "set_link", "slurm_node_states",
     "sshd_running", "start_sshd", "state_base", "status", "stop_sshd", "up", "write_inventory",
 ]

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from clusterctl.cluster import dockerd
-from clusterctl.cluster.sandbox import network, processes, sshd
+from clusterctl.cluster.sandbox import network, processes, slurm, sshd
 from clusterctl.cluster.sandbox.inventory_file import (
     check_inventory_ours,
     check_inventory_writable,
@@ -135,12 +135,15 @@ def _locked(name: str) -> Iterator[None]:
 
 def up(n: int, *, name: str = DEFAULT_NAME, subnet: str = DEFAULT_SUBNET,
        bandwidth: str | None = None, slots: int = 2,
-       inventory_path: str | Path = DEFAULT_INVENTORY) -> Sandbox:
+       inventory_path: str | Path = DEFAULT_INVENTORY, with_slurm: bool = False) -> Sandbox:
     """Create (or complete) sandbox ``name`` with ``n`` nodes and write its inventory.
 
     Idempotent: parts already running are kept; a larger ``n`` adds nodes and a
     smaller one removes the extra ones.  ``bandwidth`` describes the wanted
-    state (None: unshaped).  A sandbox that did not exist before and fails to
+    state (None: unshaped).  ``with_slurm`` adds a Slurm cluster (munged, slurmctld,
+    a slurmd per node; see :mod:`.slurm`), also to a sandbox that runs without one;
+    a sandbox that has Slurm keeps it.  The returned sandbox's ``slurm_conf`` is the
+    path for ``SLURM_CONF``.  A sandbox that did not exist before and fails to
     come up is removed again, so nothing is left half-made.
     """
     check_name(name)
@@ -149,6 +152,8 @@ def up(n: int, *, name: str = DEFAULT_NAME, subnet: str = DEFAULT_SUBNET,
     check_bandwidth(bandwidth)
     parse_subnet(subnet, n)
     require_environment("clusterctl sandbox up")
+    if with_slurm:
+        slurm.require_slurm()
     inventory = Path(inventory_path).expanduser().absolute()
     check_inventory_writable(inventory)
     with _locked(name):
@@ -159,8 +164,11 @@ def up(n: int, *, name: str = DEFAULT_NAME, subnet: str = DEFAULT_SUBNET,
                 f"first (`clusterctl sandbox down --name {name}`) or choose another --name."
             )
         check_inventory_ours(inventory, name)
+        keep_slurm = old is not None and old.slurm
+        if keep_slurm and not with_slurm:
+            slurm.require_slurm()
         sb = Sandbox(name=name, subnet=subnet, node_count=n, slots=slots, bandwidth=bandwidth,
-                     inventory_path=str(inventory))
+                     inventory_path=str(inventory), slurm=with_slurm or keep_slurm)
         if old is None:
             _teardown(name)  # debris of a crash or a lost /run: start from a clean slate
         network.check_subnet_free(sb)
@@ -196,6 +204,8 @@ def _bring_up(sb: Sandbox, old: Sandbox | None) -> None:
         for f in futures:
             f.result()
     sshd.write_known_hosts(sb)
+    if sb.slurm:
+        slurm.start(sb)
     write_inventory(sb)
     if old is not None and old.inventory_path and old.inventory_path != sb.inventory_path:
         remove_inventory(Path(old.inventory_path), sb.name)
@@ -279,6 +289,7 @@ def _teardown(name: str) -> bool:
         nodes.update({n.index: n for n in sb.nodes})
     bridge = f"cc-{name}"
     found = bool(nodes) or sb is not None or network.link_exists(bridge)
+    found = slurm.stop(name) or found  # first: its jobs are cancelled while slurmctld answers
     _remove_nodes(list(nodes.values()))
     if network.remove_bridge(bridge):  # a forward rule was left
         found = True
@@ -308,6 +319,7 @@ class NodeStatus:
     sshd_up: bool
     dockerd_up: bool
     images: int | None  # None when the daemon does not answer
+    slurm_state: str | None = None  # Slurm's state of the node (idle, alloc, down*...); None: no Slurm
 
 
 @dataclass
@@ -317,6 +329,8 @@ class SandboxStatus:
     bridge_exists: bool
     inventory_path: str | None
     nodes: list[NodeStatus] = field(default_factory=list)
+    slurm_conf: str | None = None  # the sandbox has Slurm: its slurm.conf
+    slurm_running: bool = False    # munged and slurmctld run
 
 
 def names() -> list[str]:
@@ -356,12 +370,18 @@ def status(name: str | None = None) -> list[SandboxStatus]:
         nodes = sb.nodes if sb else _debris_nodes(sb_name)
         st = SandboxStatus(sb_name, sb.subnet if sb else None, network.link_exists(f"cc-{sb_name}"),
                            sb.inventory_path if sb else None)
+        states: dict[str, str] = {}
+        if sb is not None and sb.slurm:
+            st.slurm_conf, st.slurm_running = sb.slurm_conf, slurm.running(sb_name)
+            states = slurm.node_states(sb_name) if st.slurm_running else {}
         for n in nodes:
             up_ns = n.netns in netns
             st.nodes.append(NodeStatus(
                 n.name, n.netns, n.ip if sb else "?", up_ns,
                 up_ns and sshd.sshd_running(n) and (sshd.port_open(n.ip) if sb else False),
-                dockerd.socket_answers(n.daemon.socket), _image_count(n)))
+                dockerd.socket_answers(n.daemon.socket), _image_count(n),
+                (states.get(n.name, "not registered") if st.slurm_running else "down")
+                if st.slurm_conf else None))
         if sb or st.nodes or st.bridge_exists:
             result.append(st)
     return result

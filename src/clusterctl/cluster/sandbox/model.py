@@ -4,7 +4,8 @@ Every kernel object and file of a sandbox is derived from its name, so nothing b
 the state file is stored:
 
 - bridge ``cc-<name>``; host-side veth of node i ``cc<name>-<i>h``; netns ``cc-<name>-node<i>``;
-- state (sockets, pidfiles, keys, configs) under ``state_base()/<name>/``,
+- state (sockets, pidfiles, keys, configs) under ``state_base()/<name>/``, the
+  Slurm cluster's (``up --slurm``) under ``state_base()/<name>/slurm/``,
   image stores under ``data_base()/<name>/<node>/``;
 - the containers of node i in cgroup ``/clusterctl/<name>/node<i>``.
 
@@ -119,6 +120,7 @@ class Sandbox:
     slots: int = 2
     bandwidth: str | None = None
     inventory_path: str | None = None
+    slurm: bool = False  # a Slurm cluster (munged, slurmctld, one slurmd per node) runs on it
 
     @property
     def network(self) -> ipaddress.IPv4Network:
@@ -152,6 +154,16 @@ class Sandbox:
     @property
     def authorized_keys(self) -> Path:
         return self.dir / "authorized_keys"
+
+    @property
+    def slurm_dir(self) -> Path:
+        """Everything of the sandbox's Slurm: conf, munge key and socket, spool, logs."""
+        return self.dir / "slurm"
+
+    @property
+    def slurm_conf(self) -> str | None:
+        """The slurm.conf every Slurm client needs (``SLURM_CONF=...``); None without Slurm."""
+        return str(self.slurm_dir / "slurm.conf") if self.slurm else None
 
     @property
     def nodes(self) -> list[SandboxNode]:

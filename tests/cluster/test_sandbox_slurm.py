@@ -1,0 +1,196 @@
+"""`sandbox up --slurm`: a real Slurm cluster (Debian's slurm-wlm and munge) on sandbox nodes.
+
+The cluster tests run on the session's ``slurm3`` (tests/fixtures/slurm.py): real
+munged, slurmctld and one slurmd per node in the node's network namespace.  The
+conf rendering tests are pure and fast.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from clusterctl.cli import app
+from clusterctl.cluster import sandbox
+from clusterctl.cluster.sandbox import slurm
+from clusterctl.core.errors import EnvironmentProblem
+
+runner = CliRunner()
+
+# --------------------------------------------------------------------------- rendering (pure)
+
+GOLDEN_CONF = """\
+# slurm.conf of sandbox gold, written by `clusterctl sandbox up --slurm`.
+# Every daemon and client reads it through SLURM_CONF; `sandbox down` removes it.
+ClusterName=ccgold
+SlurmctldHost=headhost(10.213.7.1)
+SlurmctldPort=31790
+SlurmdPort=31791
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+CredType=cred/munge
+AuthInfo=socket=/run/clusterctl/sandbox/gold/slurm/munge/munge.sock
+StateSaveLocation=/run/clusterctl/sandbox/gold/slurm/ctld
+SlurmctldPidFile=/run/clusterctl/sandbox/gold/slurm/ctld/slurmctld.pid
+SlurmctldLogFile=/run/clusterctl/sandbox/gold/slurm/ctld/slurmctld.log
+SlurmdSpoolDir=/run/clusterctl/sandbox/gold/slurm/spool/%n
+SlurmdPidFile=/run/clusterctl/sandbox/gold/slurm/spool/%n/slurmd.pid
+SlurmdLogFile=/run/clusterctl/sandbox/gold/slurm/spool/%n/slurmd.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+TaskProlog=/run/clusterctl/sandbox/gold/slurm/task_prolog
+SelectType=select/cons_tres
+SelectTypeParameters=CR_CPU
+SchedulerType=sched/backfill
+MpiDefault=none
+ReturnToService=2
+KillWait=5
+MailProg=/bin/true
+AccountingStorageType=accounting_storage/none
+JobAcctGatherType=jobacct_gather/none
+JobCompType=jobcomp/none
+# one slurmd per sandbox node, in the node's network namespace
+NodeName=node1 NodeAddr=10.213.7.11 CPUs=1 State=UNKNOWN
+NodeName=node2 NodeAddr=10.213.7.12 CPUs=1 State=UNKNOWN
+PartitionName=sandbox Nodes=node1,node2 Default=YES MaxTime=INFINITE State=UP
+"""
+
+GOLDEN_PROLOG = """\
+#!/bin/sh
+# TaskProlog of sandbox gold: a task uses its node's own Docker engine.
+case "$SLURMD_NODENAME" in
+  node1) echo 'export DOCKER_HOST=unix:///run/clusterctl/sandbox/gold/node1/docker.sock' ;;
+  node2) echo 'export DOCKER_HOST=unix:///run/clusterctl/sandbox/gold/node2/docker.sock' ;;
+esac
+"""
+
+
+@pytest.fixture
+def gold(monkeypatch) -> sandbox.Sandbox:
+    monkeypatch.setenv("CLUSTERCTL_STATE", "/run/clusterctl")
+    return sandbox.Sandbox(name="gold", subnet="10.213.7.0/24", node_count=2, slurm=True)
+
+
+def test_slurm_conf_renders_to_the_fixed_text(gold):
+    assert sandbox.render_slurm_conf(gold, "headhost") == GOLDEN_CONF
+    assert gold.slurm_conf == "/run/clusterctl/sandbox/gold/slurm/slurm.conf"
+
+
+def test_task_prolog_points_each_node_at_its_own_docker_socket(gold):
+    assert slurm.render_task_prolog(gold) == GOLDEN_PROLOG
+    assert gold.nodes[0].docker_host in GOLDEN_PROLOG  # the socket the node's dockerd serves
+
+
+def test_slurm_conf_path_is_none_without_slurm():
+    assert sandbox.Sandbox(name="x", subnet="10.213.7.0/24", node_count=1).slurm_conf is None
+
+
+def test_ports_differ_between_sandbox_subnets_and_stay_below_the_ephemeral_range():
+    seen = set()
+    for third in range(256):
+        ctld, slurmd = slurm.ports(f"10.213.{third}.0/24")
+        assert 1024 < ctld < slurmd < 32768
+        seen |= {ctld, slurmd}
+    assert len(seen) == 512
+
+
+def test_missing_slurm_packages_are_named(monkeypatch):
+    monkeypatch.setattr(slurm.shutil, "which", lambda t: None if t in ("munged", "srun") else "/x")
+    monkeypatch.setattr("clusterctl.core.tools.shutil.which",
+                        lambda t: None if t in ("munged", "srun") else "/x")
+    with pytest.raises(EnvironmentProblem) as e:
+        slurm.require_slurm()
+    assert "munged, srun" in e.value.message
+    assert "apt-get install -y munge slurm-wlm" in e.value.message
+
+
+# --------------------------------------------------------------------------- a real cluster
+
+
+def _lines(result: subprocess.CompletedProcess) -> dict[str, str]:
+    """srun -l output: task number -> its line."""
+    assert result.returncode == 0, result.stderr
+    return dict(line.split(": ", 1) for line in result.stdout.splitlines() if ": " in line)
+
+
+@pytest.mark.sandbox
+@pytest.mark.slow
+def test_every_task_runs_on_its_own_node_with_its_hostname(slurm3):
+    out = _lines(slurm3.slurm("srun", "-N3", "-l", "hostname"))
+    assert out == {"0": "node1", "1": "node2", "2": "node3"}
+
+
+@pytest.mark.sandbox
+@pytest.mark.slow
+def test_every_task_has_its_nodes_own_address(slurm3):
+    out = _lines(slurm3.slurm("srun", "-N3", "-l", "ip", "-4", "-o", "addr", "show", "eth0"))
+    addrs = {task: re.search(r"inet ([0-9.]+)/", line).group(1) for task, line in out.items()}
+    assert addrs == {"0": slurm3.nodes["node1"], "1": slurm3.nodes["node2"],
+                     "2": slurm3.nodes["node3"]}
+
+
+@pytest.mark.sandbox
+@pytest.mark.slow
+def test_a_step_uses_its_own_nodes_docker_engine(slurm3):
+    # --export=PATH: the task gets DOCKER_HOST from the TaskProlog alone, not from here
+    out = _lines(slurm3.slurm("srun", "-N3", "-l", "--export=PATH", "docker", "info",
+                              "--format", "{{.ID}}", DOCKER_HOST="unix:///nonexistent.sock"))
+    want = {str(i): slurm3.node_docker(f"node{i + 1}", "info", "--format", "{{.ID}}").stdout.strip()
+            for i in range(3)}
+    assert out == want
+    assert len(set(want.values())) == 3
+
+
+@pytest.mark.sandbox
+@pytest.mark.slow
+def test_sbatch_then_scancel_ends_the_job_and_its_steps_within_seconds(slurm3):
+    marker = f"slurm3-sleep-{time.monotonic_ns()}"
+    job = slurm3.slurm("sbatch", "--parsable", "-N2", "--wrap",
+                       f"srun bash -c 'exec -a {marker} sleep 300'", check=True).stdout.strip()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and len(_pids(marker)) < 2:
+        time.sleep(0.2)
+    assert len(_pids(marker)) == 2, slurm3.slurm("squeue").stdout
+    started = time.monotonic()
+    slurm3.slurm("scancel", job, check=True)
+    while time.monotonic() - started < 10 and (_pids(marker) or _job_listed(slurm3, job)):
+        time.sleep(0.1)
+    assert not _pids(marker), "a step of the cancelled job is still running"
+    assert not _job_listed(slurm3, job)
+    assert time.monotonic() - started < 10
+
+
+def _pids(marker: str) -> list[int]:
+    """Processes whose command line starts with ``marker`` (exec -a renames sleep)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                if (proc / "cmdline").read_bytes().startswith(marker.encode()):
+                    found.append(int(proc.name))
+            except OSError:
+                pass
+    return found
+
+
+def _job_listed(slurm3, job: str) -> bool:
+    """True while the job is pending, running or completing (squeue -j shows ended ones too)."""
+    state = slurm3.slurm("squeue", "-h", "-j", job, "-o", "%T").stdout.strip()
+    return state in ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING")
+
+
+@pytest.mark.sandbox
+@pytest.mark.slow
+def test_status_reports_slurm_and_each_nodes_state(slurm3):
+    (st,) = sandbox.status(slurm3.name)
+    assert st.slurm_conf == slurm3.slurm_conf and st.slurm_running
+    assert {n.name: n.slurm_state for n in st.nodes} == dict.fromkeys(slurm3.nodes, "idle")
+    result = runner.invoke(app, ["sandbox", "status", "--name", slurm3.name])
+    assert result.exit_code == 0, result.output
+    assert "Slurm running" in result.output and "idle" in result.output
