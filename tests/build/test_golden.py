@@ -8,14 +8,13 @@ linted by tests/build/test_hadolint.py.
 
 from __future__ import annotations
 
-import difflib
-import os
 from pathlib import Path
 
 import pytest
 
 from clusterctl.build.render import dockerfile_text, entrypoint_text
 from clusterctl.build.targets import load_targets
+from tests.fixtures.golden import matches_golden
 
 GOLDEN_DIR = Path(__file__).parent / "golden"
 
@@ -51,17 +50,7 @@ def render_variant(target: str, torch: str | None, offline: bool) -> str:
 
 
 def _matches_golden(name: str, text: str, what: str) -> None:
-    golden = GOLDEN_DIR / name
-    if os.environ.get("UPDATE_GOLDEN"):
-        GOLDEN_DIR.mkdir(exist_ok=True)
-        golden.write_text(text)
-    assert golden.exists(), f"{golden} missing: run UPDATE_GOLDEN=1 python -m pytest {__file__}"
-    expected = golden.read_text()
-    if text != expected:
-        diff = "".join(difflib.unified_diff(expected.splitlines(True), text.splitlines(True),
-                                            f"golden/{name}", "rendered"))
-        pytest.fail(f"rendered {what} differs from golden/{name} "
-                    f"(UPDATE_GOLDEN=1 rewrites it after review):\n{diff}")
+    matches_golden(GOLDEN_DIR, name, text, what)
 
 
 @pytest.mark.parametrize(("name", "target", "torch", "offline"), VARIANTS, ids=[v[0] for v in VARIANTS])

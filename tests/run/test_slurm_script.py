@@ -9,8 +9,6 @@ After reviewing a change, rewrite the files with
 
 from __future__ import annotations
 
-import difflib
-import os
 import shlex
 import subprocess
 import textwrap
@@ -23,20 +21,14 @@ from clusterctl.core.errors import UserError
 from clusterctl.run.jobs import load_job
 from clusterctl.run.slurm.options import check_options
 from clusterctl.run.slurm.script import render_script, shell_word
+from tests.fixtures.golden import matches_golden
 
 GOLDEN_DIR = Path(__file__).parent / "golden"
 RUN_DIR = "/srv/clusterctl/runs/golden-run"
 
 
 def _golden(name: str, text: str) -> None:
-    golden = GOLDEN_DIR / name
-    if os.environ.get("UPDATE_GOLDEN"):
-        GOLDEN_DIR.mkdir(exist_ok=True)
-        golden.write_text(text)
-    assert golden.exists(), f"{golden} missing: run UPDATE_GOLDEN=1 python -m pytest {__file__}"
-    expected = golden.read_text()
-    assert text == expected, "".join(difflib.unified_diff(
-        expected.splitlines(True), text.splitlines(True), str(golden), "rendered"))
+    matches_golden(GOLDEN_DIR, name, text, "sbatch script")
 
 
 def _render(job: str, container: str, **kw):
