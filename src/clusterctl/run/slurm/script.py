@@ -26,7 +26,8 @@ Docker mode: each task runs ``docker run -d --net=host`` with the SSH launch's n
 scheme (``<run_id>-<node>``) and labels, follows its output, waits for it and writes the
 container's OWN exit code and finish time to ``<run_dir>/slurm/<node>.json``: srun's own
 status is the highest exit code of all tasks (the survivors it kills give 137/143), so
-the first failure is read from these records.  No ``--rm``: the task removes the
+the first failure is read from these records; a task stopped by a signal records
+``"stopped": true`` (its 137/143 is the teardown's, not a failure).  No ``--rm``: the task removes the
 container after recording it.  SIGTERM (scancel, ``--kill-on-bad-exit``) stops the
 container, records it and exits 143.
 
@@ -198,9 +199,9 @@ def _argv_lines(argv: Sequence[str], *, breaks: Sequence[int] = (), indent: str 
 
 
 _RECORD = (
-    'record() {  # $1: exit code, $2: finish time (UTC); atomically, for clusterctl\n'
-    '  printf \'{"node": "%s", "rank": %s, "exit_code": %s, "finished": "%s", "slurm_job": "%s"}\\n\' \\\n'
-    '    "$SLURMD_NODENAME" "$SLURM_NODEID" "$1" "$2" "$SLURM_JOB_ID" > "$rec.tmp"\n'
+    'record() {  # $1: exit code, $2: finish time (UTC), $3: stopped by a signal; atomically\n'
+    '  printf \'{"node": "%s", "rank": %s, "exit_code": %s, "finished": "%s", "stopped": %s, "slurm_job": "%s"}\\n\' \\\n'
+    '    "$SLURMD_NODENAME" "$SLURM_NODEID" "$1" "$2" "${3:-false}" "$SLURM_JOB_ID" > "$rec.tmp"\n'
     '  mv -f "$rec.tmp" "$rec"\n'
     '}\n')
 
@@ -217,17 +218,17 @@ def _docker_task(t: planning.NodePlan, run_id: str, run_dir: str) -> str:
         f'rec="$CLUSTERCTL_RUN_DIR/{RECORDS_DIR}/$SLURMD_NODENAME.json"\n'
         "logs=\n"
         + _RECORD +
-        "finish() {  # the container's own exit code and finish time, then remove it\n"
-        "  local state\n"
-        "  if state=\"$(docker inspect --format '{{.State.ExitCode}} {{.State.FinishedAt}}' \"$name\")\"; then\n"
-        '    code="${state%% *}"; record "$code" "${state#* }"; docker rm "$name" >/dev/null\n'
+        "finish() {  # $1: code if no container, $2: stopped; the container's own exit code\n"
+        "  local state  # and finish time are recorded, then it is removed\n"
+        "  if state=\"$(docker inspect --format '{{.State.ExitCode}} {{.State.FinishedAt}}' \"$name\" 2>/dev/null)\"; then\n"
+        '    code="${state%% *}"; record "$code" "${state#* }" "$2"; docker rm "$name" >/dev/null 2>&1\n'
         "  else\n"
-        f'    code="$1"; record "$code" "{NOW}"\n'
+        f'    code="$1"; record "$code" "{NOW}" "$2"\n'
         "  fi\n"
         "}\n"
         "stop() {  # scancel, or srun --kill-on-bad-exit after another node failed\n"
         '  docker stop --time 3 "$name" >/dev/null 2>&1\n'
-        '  finish 143\n'
+        '  finish 143 true\n'
         '  [ -n "$logs" ] && kill "$logs" 2>/dev/null\n'
         "  exit 143\n"
         "}\n"
@@ -239,7 +240,7 @@ def _docker_task(t: planning.NodePlan, run_id: str, run_dir: str) -> str:
         'docker logs --follow "$name" & logs=$!\n'
         'docker wait "$name" >/dev/null & wait $!\n'
         'wait "$logs"\n'
-        "finish 0\n"
+        "finish 0 false\n"
         'exit "$code"\n')
     return ("# One task per node: its container, its output (labelled by srun), its own exit code.\n"
             f"read -r -d '' CLUSTERCTL_TASK <<'{TASK_END}' || true\n{task}{TASK_END}\n\n"
@@ -280,7 +281,7 @@ def _pyxis_task(t: planning.NodePlan, run_id: str, run_dir: str) -> str:
         "set -u\n"
         f'rec="$CLUSTERCTL_RUN_DIR/{RECORDS_DIR}/$SLURMD_NODENAME.json"\n'
         + _RECORD +
-        f"trap 'record 143 \"{NOW}\"; exit 143' TERM INT\n"
+        f"trap 'record 143 \"{NOW}\" true; exit 143' TERM INT\n"
         + exports
         + _argv_lines(t.command, breaks=[0]) + "\n"
         "code=$?\n"
