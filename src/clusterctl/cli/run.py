@@ -38,6 +38,7 @@ from clusterctl.run import plan, records, supervise
 from clusterctl.run.jobs import load_job
 from clusterctl.run.slurm import options as slurm_options
 from clusterctl.run.slurm import script as slurm_script
+from clusterctl.run.slurm import submit as slurm_submit
 
 #: How ``launch`` starts the containers.
 SCHEDULERS = ("ssh", "slurm")
@@ -139,9 +140,23 @@ def _slurm_launch(job, nodes, sets, *, image, dry_run, run_id, partition, nnodes
     if dry_run:
         typer.echo(script.text, nl=False)
         return
-    require_binaries("sbatch", "srun", "scontrol", "scancel", packages="slurm-client")
-    raise UserError("submitting to Slurm is not implemented yet on this branch (issue 9, step 3); "
-                    "use --dry-run to print the sbatch script. Nothing was submitted.")
+    require_binaries("sbatch", "squeue", "scontrol", "scancel", packages="slurm-client")
+
+    def submitted(record: records.RunRecord) -> None:
+        err.print(f"run {record.run_id}: Slurm job {record.slurm_job} submitted "
+                  f"(logs in {record.dir})", markup=False)
+
+    try:
+        result = slurm_submit.submit(
+            spec, options, inventory=inventory, image=image, overrides=overrides, run_id=run_id,
+            handle_signals=True, stream=sys.stdout, progress=PlainProgress(),
+            argv=["clusterctl", *sys.argv[1:]], on_submitted=submitted,
+            on_note=lambda msg: err.print(f"note: {msg}", markup=False))
+    except KeyboardInterrupt:  # before the job was submitted (the push)
+        err.print("interrupted before anything was submitted", markup=False)
+        raise typer.Exit(supervise.INTERRUPTED_EXIT) from None
+    _report(result, detach=False, json_=False)
+    raise typer.Exit(result.exit_code)
 
 
 def _launch(spec, inventory, overrides, *, image, detach, run_id, accept_new_host_keys, json_):
