@@ -265,6 +265,10 @@ def stop(run: RunArg = None, nodes: RunNodesOption = None,
     """Stop and remove a run's containers on every node (idempotent); their output is kept
     in runs/<run-id>/. Exit 1 when a node could not be reached."""
     record = records.resolve(run)
+    if record.scheduler == "slurm":
+        require_binaries("squeue", "scancel", packages="slurm-client")
+        out.print(f"stop {record.run_id}: {slurm_submit.cancel(record)}", markup=False)
+        return
     with _cluster(nodes, record) as cluster:
         results = supervise.stop_run(cluster, record, grace=grace)
     rows, failed = [], []

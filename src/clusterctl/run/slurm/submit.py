@@ -41,7 +41,7 @@ import hostlist
 from clusterctl.cluster import containers
 from clusterctl.cluster.inventory import Inventory
 from clusterctl.cluster.transport import Cluster
-from clusterctl.core.errors import UserError
+from clusterctl.core.errors import ClusterctlError, UserError
 from clusterctl.run import launch as launching
 from clusterctl.run import logs, plan, records, supervise
 from clusterctl.run.jobs import Job
@@ -165,10 +165,14 @@ def outcome_of(tasks: Mapping[str, TaskRecord], nodes: Sequence[str], *, ended: 
     A task stopped by a signal (the teardown after another node failed, or scancel) is
     no failure; a node with no record is lost at ``ended``.
     """
-    failures = []
-    for t in tasks.values():
-        if t.exit_code and not t.stopped:
-            failures.append(supervise.Failure(t.node, t.rank, "exit", t.exit_code, t.finished.timestamp()))
+    failures = [supervise.Failure(t.node, t.rank, "exit", t.exit_code, t.finished.timestamp())
+                for t in tasks.values() if t.exit_code and not t.stopped]
+    if not failures and interrupted is None:
+        # nothing failed on its own, yet tasks were stopped: the job was cancelled from
+        # outside (`clusterctl stop`, scancel, its time limit), which is no success
+        failures = [supervise.Failure(t.node, t.rank, "exit", t.exit_code, t.finished.timestamp(),
+                                      "stopped by Slurm (scancel or the time limit)")
+                    for t in tasks.values() if t.exit_code and t.stopped]
     if interrupted is None:
         for rank, node in enumerate(nodes):
             if node not in tasks:
@@ -415,3 +419,31 @@ def _record_outcome(record: records.RunRecord, outcome: supervise.Outcome) -> No
             node=f.node, rank=f.rank, kind=f.kind, exit_code=f.exit_code, time=f.when,
             reason=f.reason, last_lines=outcome.last_lines.get(f.node, []))
 
+
+
+def cancel(record: records.RunRecord, *, env: Mapping[str, str] | None = None,
+           wait: float = CANCEL_WAIT) -> str:
+    """``clusterctl stop`` for a Slurm run: ``scancel`` its job and wait (bounded) until it
+    left the queue; the tasks stop their containers and record it.  Returns what happened
+    in words; UserError when the record has no job id, ClusterctlError when scancel fails."""
+    if not record.slurm_job:
+        raise UserError(f"run {record.run_id} has no Slurm job id in {record.dir / records.RECORD_NAME} "
+                        "(sbatch never accepted it): there is nothing to cancel.")
+    env = dict(os.environ if env is None else env)
+    if in_queue(record.slurm_job, env) is False:
+        return f"Slurm job {record.slurm_job} had already ended"
+    res = slurm_client(["scancel", record.slurm_job], env=env)
+    if res.returncode != 0:
+        raise ClusterctlError(f"scancel {record.slurm_job} failed: {res.stderr.strip() or res.returncode}; "
+                              f"run `clusterctl stop {record.run_id}` again.")
+    deadline = time.monotonic() + wait
+    while in_queue(record.slurm_job, env) is not False:
+        if time.monotonic() > deadline:
+            return f"Slurm job {record.slurm_job} cancelled, still ending after {wait:.0f}s"
+        time.sleep(0.5)
+    if record.state in ("starting", "running"):
+        fresh = records.load(record.run_id)      # the following launch may have written it
+        if fresh.state in ("starting", "running"):
+            fresh.state, fresh.finished = "stopped", records.utcnow()
+            fresh.save()
+    return f"Slurm job {record.slurm_job} cancelled and ended"
