@@ -82,3 +82,36 @@ def test_no_sbatch_on_path_exit_2_nothing_submitted(monkeypatch, tmp_path):
     _refused(result, "sbatch", "not found on this machine", "slurm-client")
     assert not (tmp_path / "runs").exists()
     assert os.environ["PATH"] == str(empty) and not any(Path(empty).iterdir())
+
+
+def test_detach_and_json_not_wired_for_slurm_exit_2(tmp_path):
+    for flag in ("--detach", "--json"):
+        result = runner.invoke(app, ["launch", "ddp-smoke", "--scheduler", "slurm", "--nnodes", "2", flag])
+        _refused(result, f"{flag}: not available with --scheduler slurm yet", "Nothing was submitted")
+    assert not (tmp_path / "runs").exists()
+
+
+def _slurm_record(tmp_path) -> None:
+    from clusterctl.run import records
+    rec = records.RunRecord(run_id="sl-done", job="ddp-smoke", inventory="", image="img",
+                            scheduler="slurm", slurm_job="999999", state="failed", exit_code=3,
+                            nodes=[records.NodeRecord(node="node1", host="node1", rank=0,
+                                                      container="sl-done-node1", state="exited",
+                                                      exit_code=3)])
+    rec.save()
+    (rec.dir / "node1.log").write_text("hello from node1\n")
+
+
+def test_status_and_logs_of_a_slurm_run_come_from_its_record(tmp_path):
+    """A Slurm run's record and files; the Slurm clients are the real ones (an empty
+    SLURM_CONF: no Slurm answers, the job is reported as not known)."""
+    _slurm_record(tmp_path)
+    result = runner.invoke(app, ["logs", "sl-done"])
+    assert result.exit_code == 0, result.output
+    assert "node1[0]| hello from node1" in result.output
+    if all(map(__import__("shutil").which, ("squeue", "scontrol"))):
+        empty = tmp_path / "empty.conf"   # a missing one makes Slurm retry for 60 s
+        empty.write_text("")
+        result = runner.invoke(app, ["status", "sl-done"], env={"SLURM_CONF": str(empty)})
+        assert result.exit_code == 0, result.output
+        assert "Slurm job 999999" in result.output and "failed, exit 3" in result.output

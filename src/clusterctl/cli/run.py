@@ -95,6 +95,11 @@ def launch(
     if scheduler not in SCHEDULERS:
         raise UserError(f"--scheduler {scheduler!r} is not a scheduler; valid: {one_of(SCHEDULERS)}.")
     if scheduler == "slurm":
+        not_wired = [f for f, v in (("--detach", detach), ("--json", json_ and not dry_run)) if v]
+        if not_wired:
+            raise UserError(f"{', '.join(not_wired)}: not available with --scheduler slurm yet; "
+                            "launch follows the Slurm job to its end (Ctrl-C cancels it). "
+                            "Nothing was submitted.")
         _slurm_launch(job, nodes, set_ or [], image=image, dry_run=dry_run, run_id=run_id,
                       partition=partition, nnodes=nnodes, time_=time_, container=container)
         return
@@ -212,7 +217,8 @@ def logs(
         record.node(node)  # UserError naming the run's nodes
     sink = logs_mod.LogSink({n.node: n.rank for n in record.nodes}, stream=sys.stdout)
     sources, unreachable = [], {}
-    if records.may_have_containers(record):
+    # a Slurm run's output reaches runs/<id>/ through the launch that follows it
+    if record.scheduler != "slurm" and records.may_have_containers(record):
         with _cluster(nodes, record) as cluster:
             sources, unreachable = logs_mod.live_containers(cluster, record, node=node)
             if sources:
@@ -238,8 +244,11 @@ def status(run: RunArg = None, nodes: RunNodesOption = None,
     """Each node's container of a run: state, exit code, start and end (from the nodes,
     else from the run record)."""
     record = records.resolve(run)
-    with _cluster(nodes, record) as cluster:
-        rows = records.run_status(record, cluster)
+    if record.scheduler == "slurm":
+        rows = _slurm_status_rows(record)
+    else:
+        with _cluster(nodes, record) as cluster:
+            rows = records.run_status(record, cluster)
     if json_:
         typer.echo(json.dumps({"run_id": record.run_id, "state": record.state, "exit_code": record.exit_code,
                                "nodes": [json.loads(r.model_dump_json()) for r in rows]}, indent=2))
@@ -255,6 +264,16 @@ def status(run: RunArg = None, nodes: RunNodesOption = None,
         f = record.first_failure
         out.print(f"first failure: {f.node}[{f.rank}] "
                   + ("stopped answering" if f.kind == "lost" else f"exited {f.exit_code}"), markup=False)
+
+
+def _slurm_status_rows(record: records.RunRecord) -> list[records.NodeStatus]:
+    """A Slurm run's nodes as recorded, each row naming the job's state in squeue now."""
+    require_binaries("squeue", "scontrol", packages="slurm-client")
+    state = slurm_submit.job_nodes(record.slurm_job, os.environ)[0] if record.slurm_job else ""
+    note = f"Slurm job {record.slurm_job}: {state or 'not known to Slurm any more'}"
+    return [records.NodeStatus(node=n.node, rank=n.rank, container=n.container, state=n.state,
+                               exit_code=n.exit_code, started=n.started, finished=n.finished,
+                               source="record", note=note) for n in record.nodes]
 
 
 # --------------------------------------------------------------------------- stop
