@@ -213,6 +213,8 @@ class OutputTail:
             if line or final:
                 self._line(line)
         self.flush_held()
+        if data:
+            self.sink.flush()     # runs/<id>/ is what `clusterctl logs` reads during the run
 
     def _line(self, line: str) -> None:
         parsed = parse_label(line)
