@@ -7,7 +7,11 @@ conf rendering tests are pure and fast.
 
 from __future__ import annotations
 
+import dataclasses
+import ipaddress
+import os
 import re
+import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -18,7 +22,8 @@ from typer.testing import CliRunner
 from clusterctl.cli import app
 from clusterctl.cluster import sandbox
 from clusterctl.cluster.sandbox import slurm
-from clusterctl.core.errors import EnvironmentProblem
+from clusterctl.core.errors import NodeError
+from tests.fixtures.sandbox import TEST_NAME, TEST_SUBNET
 
 runner = CliRunner()
 
@@ -100,14 +105,26 @@ def test_ports_differ_between_sandbox_subnets_and_stay_below_the_ephemeral_range
     assert len(seen) == 512
 
 
-def test_missing_slurm_packages_are_named(monkeypatch):
-    monkeypatch.setattr(slurm.shutil, "which", lambda t: None if t in ("munged", "srun") else "/x")
-    monkeypatch.setattr("clusterctl.core.tools.shutil.which",
-                        lambda t: None if t in ("munged", "srun") else "/x")
-    with pytest.raises(EnvironmentProblem) as e:
-        slurm.require_slurm()
-    assert "munged, srun" in e.value.message
-    assert "apt-get install -y munge slurm-wlm" in e.value.message
+def test_up_slurm_without_the_packages_names_them_and_starts_nothing(tmp_path, monkeypatch):
+    """A real PATH holding every tool the sandbox needs but none of Slurm's or munge's."""
+    if os.geteuid() != 0:
+        pytest.skip("sandbox up needs root before it looks for Slurm")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in ("dockerd", "sshd", "ssh-keygen", "ip", "tc", "iptables", "nsenter"):
+        found = shutil.which(tool)
+        if found is None:
+            pytest.skip(f"{tool} is not installed")
+        (bin_dir / tool).symlink_to(found)
+    monkeypatch.setenv("PATH", str(bin_dir))
+    name = "zzqnoslm"
+    r = runner.invoke(app, ["sandbox", "up", "--nodes", "1", "--name", name, "--slurm",
+                            "--subnet", "10.213.250.0/24", "--inventory", str(tmp_path / "i.yaml")])
+    msg = " ".join(r.output.split())
+    assert r.exit_code == 2, msg
+    assert "munged, mungekey, slurmctld, slurmd, sinfo, scontrol, srun not found" in msg
+    assert "apt-get install -y munge slurm-wlm" in msg and "Traceback" not in msg
+    assert not (sandbox.state_base() / name).exists() and not (tmp_path / "i.yaml").exists()
 
 
 # --------------------------------------------------------------------------- a real cluster
@@ -151,7 +168,7 @@ def test_a_step_uses_its_own_nodes_docker_engine(slurm3):
 @pytest.mark.slow
 def test_sbatch_then_scancel_ends_the_job_and_its_steps_within_seconds(slurm3):
     marker = f"slurm3-sleep-{time.monotonic_ns()}"
-    job = slurm3.slurm("sbatch", "--parsable", "-N2", "--wrap",
+    job = slurm3.slurm("sbatch", "--parsable", "-N2", "--output=/dev/null", "--wrap",
                        f"srun bash -c 'exec -a {marker} sleep 300'", check=True).stdout.strip()
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and len(_pids(marker)) < 2:
@@ -164,6 +181,8 @@ def test_sbatch_then_scancel_ends_the_job_and_its_steps_within_seconds(slurm3):
     assert not _pids(marker), "a step of the cancelled job is still running"
     assert not _job_listed(slurm3, job)
     assert time.monotonic() - started < 10
+    steps = slurm3.slurm("squeue", "-h", "-s", "-j", job, "-o", "%i %T").stdout.strip()
+    assert steps == "", f"steps left: {steps}"
 
 
 def _pids(marker: str) -> list[int]:
@@ -194,3 +213,93 @@ def test_status_reports_slurm_and_each_nodes_state(slurm3):
     result = runner.invoke(app, ["sandbox", "status", "--name", slurm3.name])
     assert result.exit_code == 0, result.output
     assert "Slurm running" in result.output and "idle" in result.output
+
+
+# --------------------------------------------------------------------------- life cycle
+
+# A sandbox of its own (taking it down must not disturb slurm3): the third /24 after the
+# test subnet (the first is test_sandbox's life-cycle sandbox, the second slurm3's).
+LIFE_NAME = TEST_NAME[:7] + ("k" if TEST_NAME[:7] + "k" != TEST_NAME else "j")
+_net = ipaddress.IPv4Network(TEST_SUBNET)
+LIFE_SUBNET = str(ipaddress.IPv4Network(
+    f"{_net.network_address + 3 * _net.num_addresses}/{_net.prefixlen}"))
+
+
+def _daemon_pids(name: str) -> list[int]:
+    return sorted(sandbox.processes_using(sandbox.state_base() / name / "slurm"))
+
+
+@pytest.mark.sandbox
+@pytest.mark.slow
+def test_up_slurm_adds_to_a_running_sandbox_and_down_removes_all_even_after_a_crash(tmp_path):
+    if os.geteuid() != 0:
+        pytest.skip("the sandbox needs root")
+    if shutil.which("slurmctld") is None or shutil.which("munged") is None:
+        pytest.skip("slurm-wlm and munge are not installed")
+    inventory = str(tmp_path / "life.yaml")
+    sandbox.down(LIFE_NAME)
+    try:
+        sb = sandbox.up(1, name=LIFE_NAME, subnet=LIFE_SUBNET, inventory_path=inventory)
+        assert sb.slurm_conf is None and _daemon_pids(LIFE_NAME) == []
+
+        # added to the running sandbox; the CLI prints what a user needs
+        result = runner.invoke(app, ["sandbox", "up", "--nodes", "1", "--name", LIFE_NAME,
+                                     "--subnet", LIFE_SUBNET, "--inventory", inventory, "--slurm"])
+        assert result.exit_code == 0, result.output
+        sb = sandbox.load(LIFE_NAME)
+        assert f"export SLURM_CONF={sb.slurm_conf}" in result.output
+        assert "partition sandbox" in result.output
+        env = {**os.environ, "SLURM_CONF": sb.slurm_conf}
+        hostname = subprocess.run(["srun", "-N1", "hostname"], capture_output=True, text=True,
+                                  env=env, timeout=60)
+        assert hostname.stdout.strip() == "node1", hostname.stderr
+        pids = _daemon_pids(LIFE_NAME)
+        assert len(pids) >= 3  # munged, slurmctld, slurmd
+
+        # idempotent, and a later `up` without --slurm keeps it
+        assert sandbox.up(1, name=LIFE_NAME, subnet=LIFE_SUBNET, inventory_path=inventory,
+                          with_slurm=True).slurm_conf == sb.slurm_conf
+        assert sandbox.up(1, name=LIFE_NAME, subnet=LIFE_SUBNET,
+                          inventory_path=inventory).slurm_conf == sb.slurm_conf
+        assert _daemon_pids(LIFE_NAME) == pids
+
+        # grown: the new node joins (the Slurm cluster restarts with the new conf)
+        sandbox.up(2, name=LIFE_NAME, subnet=LIFE_SUBNET, inventory_path=inventory)
+        hostnames = subprocess.run(["srun", "-N2", "hostname"], capture_output=True, text=True,
+                                   env=env, timeout=60)
+        assert sorted(hostnames.stdout.split()) == ["node1", "node2"], hostnames.stderr
+
+        # a crash: a job step running, pidfiles and the state file lost
+        marker = f"life-sleep-{time.monotonic_ns()}"
+        subprocess.run(["sbatch", "--output=/dev/null", "--wrap",
+                        f"srun bash -c 'exec -a {marker} sleep 300'"],
+                       check=True, capture_output=True, env=env, timeout=30)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not _pids(marker):
+            time.sleep(0.2)
+        assert _pids(marker)
+        slurm_dir = Path(sb.slurm_conf).parent
+        for pidfile in slurm_dir.rglob("*.pid"):
+            pidfile.unlink()
+        (sb.dir / "sandbox.json").unlink()
+    finally:
+        assert sandbox.down(LIFE_NAME)
+    assert _daemon_pids(LIFE_NAME) == [] and not _pids(marker)
+    assert not (sandbox.state_base() / LIFE_NAME).exists()
+    left = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    assert str(sandbox.state_base() / LIFE_NAME) not in left
+    assert not [ns for ns in subprocess.run(["ip", "netns", "list"], capture_output=True,
+                                            text=True).stdout.split() if LIFE_NAME in ns]
+
+
+@pytest.mark.sandbox
+@pytest.mark.slow
+def test_a_node_that_does_not_register_is_named_after_the_timeout(slurm3):
+    """A fourth node the controller was never told of stays unregistered: the wait says so."""
+    sb = sandbox.load(slurm3.name)
+    bigger = dataclasses.replace(sb, node_count=4)
+    with pytest.raises(NodeError) as e:
+        slurm._wait_idle(bigger, timeout=1.0)
+    assert e.value.node == "node4"
+    assert "did not come up within 1s" in e.value.message
+    assert "node4 is not registered" in e.value.message and "slurmd.log" in e.value.message

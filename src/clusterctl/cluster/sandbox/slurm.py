@@ -313,7 +313,7 @@ def start(sb: Sandbox, timeout: float = 60.0) -> None:
 def _cancel_all(p: _Paths) -> None:
     """Cancel every job of this Slurm cluster while its controller still answers, so that no
     step outlives its slurmd (``down`` also kills what is left in each node's netns)."""
-    if dockerd.read_pid(p.ctld_pid) is None or shutil.which("scancel") is None:
+    if dockerd.read_pid(p.ctld_pid) is None or not all(map(shutil.which, ("squeue", "scancel"))):
         return
     with contextlib.suppress(subprocess.TimeoutExpired):
         jobs = subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True,
