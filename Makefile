@@ -28,7 +28,7 @@ help:
 	@echo "make image TARGET=cpu|ipex|accl|nccl|cambricon|base   build one target's image"
 	@echo "make test        run the test suite with $(VENV) (machine already set up)"
 	@echo "make lint        ruff + hadolint on every rendered Dockerfile"
-	@echo "make golden      rewrite the golden Dockerfiles after a reviewed template change"
+	@echo "make golden      rewrite the golden Dockerfiles and sbatch scripts after a reviewed change"
 	@echo "make lock        refresh $(LOCK) from pyproject.toml (needs uv; UV_ARGS=--upgrade for newest versions)"
 	@echo "make bench-push / bench-launch [BENCH_ARGS=...]   benchmarks (root; create their own sandboxes)"
 
@@ -86,7 +86,7 @@ lint: $(CLUSTERCTL)
 	env PATH="$(abspath $(VENV))/bin:$$PATH" $(VENV)/bin/python -m pytest -q tests/build/test_hadolint.py
 
 golden: $(CLUSTERCTL)
-	UPDATE_GOLDEN=1 $(VENV)/bin/python -m pytest -q tests/build/test_golden.py
+	UPDATE_GOLDEN=1 $(VENV)/bin/python -m pytest -q tests/build/test_golden.py tests/run/test_slurm_script.py
 
 # The lock: every package of the runtime, the dev extra and the build backend
 # (hatchling, from [build-system].requires), pinned with hashes, for every

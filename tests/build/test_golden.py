@@ -14,7 +14,7 @@ import pytest
 
 from clusterctl.build.render import dockerfile_text, entrypoint_text
 from clusterctl.build.targets import load_targets
-from tests.golden import assert_matches_golden
+from tests.fixtures.golden import matches_golden
 
 GOLDEN_DIR = Path(__file__).parent / "golden"
 
@@ -50,7 +50,7 @@ def render_variant(target: str, torch: str | None, offline: bool) -> str:
 
 
 def _matches_golden(name: str, text: str, what: str) -> None:
-    assert_matches_golden(GOLDEN_DIR / name, text, what)
+    matches_golden(GOLDEN_DIR, name, text, what)
 
 
 @pytest.mark.parametrize(("name", "target", "torch", "offline"), VARIANTS, ids=[v[0] for v in VARIANTS])

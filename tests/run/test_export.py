@@ -18,7 +18,7 @@ import yaml
 from clusterctl.core.errors import UserError
 from clusterctl.run.export import OPERATOR_ENV, build_manifest, docker_size, pod_settings
 from clusterctl.run.jobs import load_job
-from tests.golden import assert_matches_golden
+from tests.fixtures.golden import matches_golden
 
 GOLDEN_DIR = Path(__file__).parent / "golden"
 
@@ -39,7 +39,7 @@ def _manifest(job, kind, options):
 
 @pytest.mark.parametrize(("golden", "job", "kind", "options"), VARIANTS, ids=[v[0] for v in VARIANTS])
 def test_manifest_matches_golden(golden, job, kind, options):
-    assert_matches_golden(GOLDEN_DIR / golden, _manifest(job, kind, options).text(), f"{kind} of {job}")
+    matches_golden(GOLDEN_DIR, golden, _manifest(job, kind, options).text(), f"{kind} of {job}")
 
 
 class _Response:

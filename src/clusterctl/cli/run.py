@@ -16,6 +16,7 @@ container could not be started (nothing left running).
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -23,16 +24,24 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from clusterctl.cli.nodes import nodes_option
+from clusterctl.cli.nodes import NODES_HELP, nodes_option
 from clusterctl.cli.push import PlainProgress
 from clusterctl.cluster import preflight
-from clusterctl.cluster.inventory import load_inventory
+from clusterctl.cluster.inventory import SLURM_WORD, load_inventory
 from clusterctl.cluster.transport import Cluster
 from clusterctl.core.console import err, out, print_table
+from clusterctl.core.errors import UserError, one_of
+from clusterctl.core.tools import require_binaries
 from clusterctl.run import launch as launching
 from clusterctl.run import logs as logs_mod
 from clusterctl.run import plan, records, supervise
 from clusterctl.run.jobs import load_job
+from clusterctl.run.slurm import options as slurm_options
+from clusterctl.run.slurm import script as slurm_script
+from clusterctl.run.slurm import submit as slurm_submit
+
+#: How ``launch`` starts the containers.
+SCHEDULERS = ("ssh", "slurm")
 
 RunArg = Annotated[str | None, typer.Argument(
     help="Run id (default: the newest run; `clusterctl runs` lists them).", show_default=False)]
@@ -50,7 +59,8 @@ def _cluster(nodes: Path | None, record: records.RunRecord) -> Cluster:
 def launch(
     job: Annotated[str, typer.Argument(help="A shipped job (ddp-smoke, bert) or a job YAML file.",
                                        show_default=False)],
-    nodes: Annotated[Path, nodes_option()],
+    nodes: Annotated[Path | None, nodes_option(
+        NODES_HELP + " With --scheduler slurm: the nodes to run on, by their Slurm names.")] = None,
     set_: Annotated[list[str] | None, typer.Option(
         "--set", metavar="NAME=VALUE",
         help="Set a job parameter or container env variable (repeatable; value taken as typed).")] = None,
@@ -64,6 +74,16 @@ def launch(
     run_id: Annotated[str | None, typer.Option("--run-id", help="Name the run (default: JOB-DATE-TIME-XXXX).")] = None,
     accept_new_host_keys: Annotated[bool, typer.Option(
         "--accept-new-host-keys", help="Record unknown node host keys (a changed key is always refused).")] = False,
+    scheduler: Annotated[str, typer.Option(
+        "--scheduler", help="ssh: start the containers over SSH; slurm: submit an sbatch script.")] = "ssh",
+    partition: Annotated[str | None, typer.Option("--partition", help="Slurm partition (--scheduler slurm).")] = None,
+    nnodes: Annotated[int | None, typer.Option(
+        "--nnodes", help="Number of nodes Slurm allocates (--scheduler slurm; or --nodes FILE).")] = None,
+    time_: Annotated[str | None, typer.Option(
+        "--time", help="Slurm time limit, e.g. 30 or 1-12:00:00 (--scheduler slurm).")] = None,
+    container: Annotated[str, typer.Option(
+        "--container", help="docker (docker run on each node) or pyxis (srun --container-image); "
+                            "--scheduler slurm.")] = "docker",
 ) -> None:
     """Run JOB on every node: one `docker run --net=host` container per node with its rank
     environment, all output merged and prefixed, fail-fast; exits with the job's outcome.
@@ -72,6 +92,27 @@ def launch(
     time); 255 the first failure was a node that stopped answering; 130 Ctrl-C (143
     SIGTERM) after stopping every container; 2 bad input or failed preflight (nothing
     started); 1 push or start failed (nothing left running)."""
+    if scheduler not in SCHEDULERS:
+        raise UserError(f"--scheduler {scheduler!r} is not a scheduler; valid: {one_of(SCHEDULERS)}.")
+    if scheduler == "slurm":
+        not_wired = [f for f, v in (("--detach", detach), ("--json", json_ and not dry_run)) if v]
+        if not_wired:
+            raise UserError(f"{', '.join(not_wired)}: not available with --scheduler slurm yet; "
+                            "launch follows the Slurm job to its end (Ctrl-C cancels it). "
+                            "Nothing was submitted.")
+        _slurm_launch(job, nodes, set_ or [], image=image, dry_run=dry_run, run_id=run_id,
+                      partition=partition, nnodes=nnodes, time_=time_, container=container)
+        return
+    given = [f for f, v in (("--partition", partition), ("--nnodes", nnodes), ("--time", time_),
+                            ("--container", None if container == "docker" else container)) if v is not None]
+    if given:
+        raise UserError(f"{', '.join(given)}: only with --scheduler slurm; an SSH launch runs on "
+                        "every node of --nodes FILE.")
+    if nodes is None and os.environ.get("SLURM_JOB_NODELIST"):
+        nodes = Path(SLURM_WORD)   # inside a Slurm allocation: its nodes
+    if nodes is None:
+        raise UserError("--nodes FILE is required (or $CLUSTERCTL_NODES): the inventory to run on; "
+                        "see inventories/example.yaml.")
     spec = load_job(job)
     inventory = load_inventory(nodes)
     overrides = plan.parse_sets(set_ or [])
@@ -84,6 +125,42 @@ def launch(
     result = _launch(spec, inventory, overrides, image=image, detach=detach, run_id=run_id,
                      accept_new_host_keys=accept_new_host_keys, json_=json_)
     _report(result, detach=detach, json_=json_)
+    raise typer.Exit(result.exit_code)
+
+
+def _slurm_launch(job, nodes, sets, *, image, dry_run, run_id, partition, nnodes, time_,
+                  container) -> None:
+    """``launch --scheduler slurm``: check everything, then print (``--dry-run``) or submit."""
+    spec = load_job(job)
+    inventory = load_inventory(nodes) if nodes is not None else None
+    options = slurm_options.check_options(nnodes=nnodes, partition=partition, time=time_,
+                                          container=container,
+                                          nodelist=inventory.names if inventory else ())
+    overrides = plan.parse_sets(sets)
+    run_id = records.check_run_id(run_id) if run_id else records.new_run_id(spec.name)
+    script = slurm_script.render_script(spec, options, run_id=run_id,
+                                        run_dir=records.run_path(run_id).resolve(),
+                                        inventory=inventory, image=image, overrides=overrides,
+                                        host_env=dict(os.environ))
+    if dry_run:
+        typer.echo(script.text, nl=False)
+        return
+    require_binaries("sbatch", "squeue", "scontrol", "scancel", packages="slurm-client")
+
+    def submitted(record: records.RunRecord) -> None:
+        err.print(f"run {record.run_id}: Slurm job {record.slurm_job} submitted "
+                  f"(logs in {record.dir})", markup=False)
+
+    try:
+        result = slurm_submit.submit(
+            spec, options, inventory=inventory, image=image, overrides=overrides, run_id=run_id,
+            handle_signals=True, stream=sys.stdout, progress=PlainProgress(),
+            argv=["clusterctl", *sys.argv[1:]], on_submitted=submitted,
+            on_note=lambda msg: err.print(f"note: {msg}", markup=False))
+    except KeyboardInterrupt:  # before the job was submitted (the push)
+        err.print("interrupted before anything was submitted", markup=False)
+        raise typer.Exit(supervise.INTERRUPTED_EXIT) from None
+    _report(result, detach=False, json_=False)
     raise typer.Exit(result.exit_code)
 
 
@@ -140,7 +217,8 @@ def logs(
         record.node(node)  # UserError naming the run's nodes
     sink = logs_mod.LogSink({n.node: n.rank for n in record.nodes}, stream=sys.stdout)
     sources, unreachable = [], {}
-    if records.may_have_containers(record):
+    # a Slurm run's output reaches runs/<id>/ through the launch that follows it
+    if record.scheduler != "slurm" and records.may_have_containers(record):
         with _cluster(nodes, record) as cluster:
             sources, unreachable = logs_mod.live_containers(cluster, record, node=node)
             if sources:
@@ -166,8 +244,11 @@ def status(run: RunArg = None, nodes: RunNodesOption = None,
     """Each node's container of a run: state, exit code, start and end (from the nodes,
     else from the run record)."""
     record = records.resolve(run)
-    with _cluster(nodes, record) as cluster:
-        rows = records.run_status(record, cluster)
+    if record.scheduler == "slurm":
+        rows = _slurm_status_rows(record)
+    else:
+        with _cluster(nodes, record) as cluster:
+            rows = records.run_status(record, cluster)
     if json_:
         typer.echo(json.dumps({"run_id": record.run_id, "state": record.state, "exit_code": record.exit_code,
                                "nodes": [json.loads(r.model_dump_json()) for r in rows]}, indent=2))
@@ -185,6 +266,16 @@ def status(run: RunArg = None, nodes: RunNodesOption = None,
                   + ("stopped answering" if f.kind == "lost" else f"exited {f.exit_code}"), markup=False)
 
 
+def _slurm_status_rows(record: records.RunRecord) -> list[records.NodeStatus]:
+    """A Slurm run's nodes as recorded, each row naming the job's state in squeue now."""
+    require_binaries("squeue", "scontrol", packages="slurm-client")
+    state = slurm_submit.job_nodes(record.slurm_job, os.environ)[0] if record.slurm_job else ""
+    note = f"Slurm job {record.slurm_job}: {state or 'not known to Slurm any more'}"
+    return [records.NodeStatus(node=n.node, rank=n.rank, container=n.container, state=n.state,
+                               exit_code=n.exit_code, started=n.started, finished=n.finished,
+                               source="record", note=note) for n in record.nodes]
+
+
 # --------------------------------------------------------------------------- stop
 
 def stop(run: RunArg = None, nodes: RunNodesOption = None,
@@ -193,6 +284,10 @@ def stop(run: RunArg = None, nodes: RunNodesOption = None,
     """Stop and remove a run's containers on every node (idempotent); their output is kept
     in runs/<run-id>/. Exit 1 when a node could not be reached."""
     record = records.resolve(run)
+    if record.scheduler == "slurm":
+        require_binaries("squeue", "scancel", packages="slurm-client")
+        out.print(f"stop {record.run_id}: {slurm_submit.cancel(record)}", markup=False)
+        return
     with _cluster(nodes, record) as cluster:
         results = supervise.stop_run(cluster, record, grace=grace)
     rows, failed = [], []

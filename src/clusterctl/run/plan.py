@@ -120,6 +120,9 @@ class NodePlan:
     secrets: frozenset[str] = frozenset()   # names in env whose values are secret
     stdin: bytes | None = field(default=None, repr=False)   # env file of secret values, or None
     devices: list[str] = field(default_factory=list)  # --device= specs (:func:`node_devices`)
+    options: list[str] = field(default_factory=list)  # docker run options between the labels and -e
+    command: list[str] = field(default_factory=list)  # the container command, placeholders filled
+    hosts: list[str] = field(default_factory=list)    # the --add-host options (:func:`host_entries`)
 
     @property
     def command_line(self) -> str:
@@ -225,7 +228,8 @@ def make_plan(job: Job, inventory, *, run_id: str, image: str | None = None,
               extra_docker_args: Sequence[str] = (),
               host_env: Mapping[str, str] | None = None,
               master_addr: str | None = None,
-              addresses: Mapping[str, str] | None = None) -> list[NodePlan]:
+              addresses: Mapping[str, str] | None = None,
+              runtime: Mapping[str, str] | None = None) -> list[NodePlan]:
     """One NodePlan per inventory node, in rank order.  Pure: nothing is contacted or read.
 
     Every fact comes in as an argument: ``image`` replaces the job's/target's
@@ -238,12 +242,16 @@ def make_plan(job: Job, inventory, *, run_id: str, image: str | None = None,
     ``addresses`` maps node name to the IPv4 address the others reach it at:
     every container gets ``/etc/hosts`` entries for each (:func:`host_entries`),
     so the cluster's addresses resolve to node names without DNS.
+    ``runtime`` replaces placeholder values that a scheduler decides only when the job
+    runs (``node_rank``, ``nnodes``, ``master_addr``, ...) with the caller's stand-ins
+    (:mod:`clusterctl.run.slurm` renders them as shell variables); a MASTER_ADDR or
+    MASTER_PORT from the inventory env or ``--set`` still wins.
     UserError (exit 2) on anything unusable.
     """
     hosts = host_entries(addresses or {})
     launch, nodes = _resolve(job, inventory, run_id=run_id, image=image, overrides=overrides,
                              extra_docker_args=extra_docker_args, host_env=host_env,
-                             master_addr=master_addr)
+                             master_addr=master_addr, runtime=runtime)
     return [_node_plan(launch, n, n.node.interface or (interfaces or {}).get(n.node.name), hosts)
             for n in nodes]
 
@@ -266,7 +274,8 @@ def host_entries(addresses: Mapping[str, str]) -> list[str]:
 def _resolve(job: Job, inventory, *, run_id: str, image: str | None,
              overrides: Mapping[str, str] | None, extra_docker_args: Sequence[str],
              host_env: Mapping[str, str] | None,
-             master_addr: str | None) -> tuple[_Launch, list[_Node]]:
+             master_addr: str | None,
+             runtime: Mapping[str, str] | None = None) -> tuple[_Launch, list[_Node]]:
     """The inputs of every node, checked: each UserError the plan can raise is raised here."""
     params, env_sets = split_sets(job, overrides or {})
     target = targets.get_target(job.target) if job.target else None
@@ -293,7 +302,7 @@ def _resolve(job: Job, inventory, *, run_id: str, image: str | None,
     resolved = []
     for rank, (node, nproc, upper) in enumerate(zip(nodes, nprocs, uppers, strict=True)):
         values = {**shared, "node_rank": str(rank), "nproc_per_node": str(nproc),
-                  "node_name": node.name, **params}
+                  "node_name": node.name, **(runtime or {}), **params}
         values["master_addr"] = upper.get("MASTER_ADDR", values["master_addr"])
         values["master_port"] = upper.get("MASTER_PORT", values["master_port"])
         launch_env, upper_env = job_environment(job, target, values, node.env, env_sets)
@@ -346,22 +355,47 @@ def _node_plan(launch: _Launch, n: _Node, iface: str | None, hosts: list[str]) -
     nic = {"GLOO_SOCKET_IFNAME": iface, "NCCL_SOCKET_IFNAME": iface} if iface else {}
     env = {**n.launch_env, **nic, **n.upper_env}
     name = container_name(launch.run_id, node.name)
-    labels = {RUN_LABEL: launch.run_id, JOB_LABEL: job.name,
-              NODE_LABEL: node.name, RANK_LABEL: str(n.rank)}
-    argv = ["docker", "run", "-d", "--net=host", "--name", name]
-    for key, value in labels.items():
-        argv += ["--label", f"{key}={value}"]
-    argv += [*hosts, *n.options]
-    for key, value in env.items():
-        if key not in n.secrets:
-            argv += ["-e", f"{key}={value}"]
-    if n.secrets:
-        argv += ["--env-file", ENV_FILE_STDIN]
-    argv += [launch.image, *(expand(a, n.values) for a in job.command)]
+    labels = run_labels(launch.run_id, job.name, node.name, str(n.rank))
+    command = [expand(a, n.values) for a in job.command]
+    argv = docker_run_argv(name=name, labels=labels, options=[*hosts, *n.options], env=env,
+                           secrets=n.secrets, image=launch.image, command=command)
     return NodePlan(node=node.name, host=node.host, rank=n.rank, env=env, argv=argv,
                     container=name, run_id=launch.run_id, job=job.name, image=launch.image,
                     nproc=n.nproc, labels=labels, secrets=n.secrets, stdin=n.stdin,
-                    devices=node_devices(job, node))
+                    devices=node_devices(job, node), options=list(n.options), command=command,
+                    hosts=list(hosts))
+
+
+def run_labels(run_id: str, job: str, node: str, rank: str) -> dict[str, str]:
+    """The labels every run container carries (what ``stop``/``status`` find it by)."""
+    return {RUN_LABEL: run_id, JOB_LABEL: job, NODE_LABEL: node, RANK_LABEL: rank}
+
+
+def docker_run_argv(*, name: str, labels: Mapping[str, str], options: Sequence[str],
+                    env: Mapping[str, str], secrets: Iterable[str], image: str,
+                    command: Sequence[str], secrets_by_name: bool = False,
+                    detach: bool = True) -> list[str]:
+    """The ``docker run`` argv of one run container (see the module docstring for the order).
+
+    Secret values never enter it: they come from ``--env-file /dev/stdin``, or with
+    ``secrets_by_name`` as ``-e NAME`` (docker takes the value from its own
+    environment, as a batch scheduler passes it).  ``detach=False`` leaves out ``-d``.
+    """
+    secrets = set(secrets)
+    argv = ["docker", "run", *(["-d"] if detach else []), "--net=host", "--name", name]
+    for key, value in labels.items():
+        argv += ["--label", f"{key}={value}"]
+    argv += list(options)
+    for key, value in env.items():
+        if key not in secrets:
+            argv += ["-e", f"{key}={value}"]
+    if secrets and secrets_by_name:
+        for key in env:
+            if key in secrets:
+                argv += ["-e", key]
+    elif secrets:
+        argv += ["--env-file", ENV_FILE_STDIN]
+    return [*argv, image, *command]
 
 
 def _check_image(job: Job, image: str | None) -> None:
@@ -461,7 +495,9 @@ def masked(plan: NodePlan) -> NodePlan:
     """The plan as it may be shown or recorded: secret values masked, no stdin."""
     secret_values = [plan.env[k] for k in plan.secrets if k in plan.env]
     return replace(plan, env=mask_env(plan.env, plan.secrets),
-                   argv=[mask_text(a, secret_values) for a in plan.argv], stdin=None)
+                   argv=[mask_text(a, secret_values) for a in plan.argv],
+                   options=[mask_text(a, secret_values) for a in plan.options],
+                   command=[mask_text(a, secret_values) for a in plan.command], stdin=None)
 
 
 def plan_record(plan: NodePlan) -> dict:
@@ -490,7 +526,8 @@ def render_dry_run(plans: Sequence[NodePlan], json: bool = False) -> str:
 
 
 __all__ = [
-    "MASK", "NodePlan", "check_inputs", "container_name", "host_entries", "make_plan", "mask_env",
-    "job_devices", "job_environment", "mask_text", "masked", "node_devices", "nproc_for", "parse_sets",
-    "plan_record", "render_dry_run", "secret_values", "split_sets",
+    "MASK", "NodePlan", "check_inputs", "container_name", "docker_run_argv", "host_entries",
+    "job_devices", "job_environment", "make_plan", "mask_env", "mask_text", "masked", "node_devices",
+    "nproc_for", "parse_sets", "plan_record", "render_dry_run", "run_labels", "secret_values",
+    "split_sets",
 ]

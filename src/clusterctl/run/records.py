@@ -109,6 +109,8 @@ class RunRecord(BaseModel):
     nodes: list[NodeRecord] = Field(default_factory=list)
     first_failure: FailureRecord | None = None
     argv: list[str] = Field(default_factory=list)  # the clusterctl command line, for the record
+    scheduler: str = "ssh"  # ssh | slurm (older run.json files have none: ssh)
+    slurm_job: str | None = None  # the Slurm job id of a slurm run
 
     @property
     def dir(self) -> Path:

@@ -5,7 +5,10 @@ One file, three accepted formats (auto-detected, see ``detect_format``):
 * a YAML inventory (documented by ``inventories/example.yaml``; read by ``yaml``),
 * an MPI hostfile (``host``, ``user@host``, ``host:N`` or ``host slots=N [max_slots=M]``
   per line, ``#`` comments; read by ``hostfiles``),
-* a DeepSpeed hostfile (``host slots=N`` per line; read by ``hostfiles``).
+* a DeepSpeed hostfile (``host slots=N`` per line; read by ``hostfiles``),
+
+or the word ``slurm``: the nodes of the Slurm allocation clusterctl runs in
+(``SLURM_JOB_NODELIST``, read by ``slurm`` with python-hostlist).
 
 Everything is validated before anything touches a node, and every problem is reported in
 our own words as ``FILE:LINE: field: problem; valid: ...`` (one line per problem, ALL
@@ -19,8 +22,10 @@ The package, along the way the data flows:
 ``checks``     pydantic errors in our words, rules across nodes, InventoryError
 ``hostfiles``  MPI and DeepSpeed hostfiles -> Inventory
 ``yaml``       YAML inventories -> Inventory (on ``core.yamlfile``)
+``slurm``      ``--nodes slurm``: SLURM_JOB_NODELIST -> Inventory (Slurm's order = rank)
 
 Contract (what other modules import from here): ``load_inventory``, ``detect_format``,
+``inventory_from_slurm``, ``is_slurm``, ``SLURM_WORD``,
 ``Inventory``, ``Node``, ``SSHSettings``, ``rank_order``, ``InventoryError``, ``Problem``,
 ``DEFAULT_MASTER_PORT`` and the field tuples.
 """
@@ -44,19 +49,25 @@ from clusterctl.cluster.inventory.model import (
     SSHSettings,
     rank_order,
 )
+from clusterctl.cluster.inventory.slurm import SLURM_WORD, inventory_from_slurm, is_slurm
 from clusterctl.cluster.inventory.yaml import read_yaml
 from clusterctl.core.errors import UserError, did_you_mean
 from clusterctl.core.yamlfile import Problem, read_text
 
 __all__ = [
     "DEFAULT_FIELDS", "DEFAULT_MASTER_PORT", "NODE_FIELDS", "SSH_FIELDS", "TOP_FIELDS",
-    "Inventory", "InventoryError", "Node", "Problem", "SSHSettings",
-    "detect_format", "load_inventory", "rank_order",
+    "SLURM_WORD", "Inventory", "InventoryError", "Node", "Problem", "SSHSettings",
+    "detect_format", "inventory_from_slurm", "is_slurm", "load_inventory", "rank_order",
 ]
 
 
 def load_inventory(path: str | os.PathLike) -> Inventory:
-    """Read and validate an inventory (YAML, MPI or DeepSpeed hostfile); InventoryError on bad input."""
+    """Read and validate an inventory (YAML, MPI or DeepSpeed hostfile); InventoryError on bad input.
+
+    The word ``slurm`` instead of a path: the nodes of the Slurm allocation this process
+    runs in (:func:`~clusterctl.cluster.inventory.slurm.inventory_from_slurm`)."""
+    if is_slurm(path):
+        return inventory_from_slurm(os.environ)
     path = Path(path)
     text = _read(path)
     if detect_format(path, text) == "hostfile":

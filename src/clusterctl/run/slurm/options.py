@@ -1,0 +1,66 @@
+"""``launch --scheduler slurm`` options, checked before anything is rendered or submitted.
+
+Pure: :func:`check_options` turns what the user typed into :class:`SlurmOptions` or
+raises UserError (exit 2) naming the option, what is wrong and what would be valid.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from clusterctl.core.errors import UserError, one_of
+
+#: Container modes: docker run --net=host on each node, or pyxis/enroot's srun flags.
+CONTAINER_MODES = ("docker", "pyxis")
+
+# sbatch --time: "minutes", "minutes:seconds", "hours:minutes:seconds", "days-hours",
+# "days-hours:minutes", "days-hours:minutes:seconds", or UNLIMITED/INFINITE.
+_TIME = re.compile(r"^(\d+(:\d{1,2}){0,2}|\d+-\d+(:\d{1,2}){0,2}|UNLIMITED|INFINITE)$")
+# A partition or node name as Slurm writes them: no spaces, commas or shell syntax.
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+@dataclass(frozen=True)
+class SlurmOptions:
+    """What sbatch is asked for: nodes (a count, and their names when an inventory gave
+    them), partition, time limit, container mode."""
+
+    nnodes: int
+    container: str = "docker"
+    partition: str | None = None
+    time: str | None = None
+    nodelist: tuple[str, ...] = ()
+
+
+def check_options(*, nnodes: int | None = None, partition: str | None = None,
+                  time: str | None = None, container: str = "docker",
+                  nodelist: tuple[str, ...] | list[str] = ()) -> SlurmOptions:
+    """The checked options; ``nodelist`` (an inventory's node names, which must be Slurm
+    node names) fixes the node count unless ``--nnodes`` agrees with it."""
+    if container not in CONTAINER_MODES:
+        raise UserError(f"--container {container!r} is not a container mode; valid: "
+                        f"{one_of(CONTAINER_MODES)} (docker: `docker run --net=host` on each "
+                        "node; pyxis: srun --container-image, for sites with pyxis/enroot).")
+    if nnodes is not None and nnodes < 1:
+        raise UserError(f"--nnodes {nnodes} is not a node count; valid: a whole number >= 1.")
+    nodelist = tuple(nodelist)
+    for name in nodelist:
+        if not _NAME.match(name):
+            raise UserError(f"inventory node name {name!r} is not a Slurm node name; valid: "
+                            "letters, digits, '_', '.', '-' (the names `sinfo -N` lists).")
+    if nodelist and nnodes is not None and nnodes != len(nodelist):
+        raise UserError(f"--nnodes {nnodes} disagrees with the inventory's {len(nodelist)} nodes; "
+                        "give one of --nnodes N or --nodes FILE.")
+    if nnodes is None and not nodelist:
+        raise UserError("--scheduler slurm needs the node count: --nnodes N (Slurm chooses the "
+                        "nodes) or --nodes FILE (those nodes, by name).")
+    if partition is not None and not _NAME.match(partition):
+        raise UserError(f"--partition {partition!r} is not a partition name; valid: letters, "
+                        "digits, '_', '.', '-' (`sinfo -s` lists the partitions).")
+    if time is not None and not _TIME.match(time):
+        raise UserError(f"--time {time!r} is not a Slurm time limit; valid: MINUTES, MM:SS, "
+                        "HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS or UNLIMITED (e.g. --time 30 or "
+                        "--time 1-12:00:00).")
+    return SlurmOptions(nnodes=nnodes or len(nodelist), container=container,
+                        partition=partition, time=time, nodelist=nodelist)

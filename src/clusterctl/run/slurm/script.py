@@ -1,0 +1,302 @@
+"""The sbatch script of a Slurm launch: pure, from the job spec, the options and the run.
+
+One task per node (``srun --kill-on-bad-exit=1 --label --ntasks-per-node=1``); each
+task starts the same container an SSH launch starts (:func:`clusterctl.run.plan.make_plan`
+gives the layered environment and the ``docker run`` options), but the values only Slurm
+knows are shell variables read when the task runs:
+
+====================  =====================================================
+placeholder / var     at run time
+====================  =====================================================
+``{node_rank}``       ``$SLURM_NODEID``
+``{nnodes}``          ``$SLURM_NNODES``
+``{node_name}``       ``$SLURMD_NODENAME``
+``{master_addr}``     the first host of ``scontrol show hostnames "$SLURM_JOB_NODELIST"``
+                      (its ``NodeAddr``, the address the other nodes reach)
+``{master_port}``     ``$((SLURM_JOB_ID % 4536 + 61000))``, the enroot PyTorch hook's rule
+``{world_size}``      ``$((SLURM_NNODES * nproc_per_node))``
+====================  =====================================================
+
+Every value is quoted with :func:`shlex.quote`; a runtime value is spliced in as
+``"${VAR}"``.  Secret VALUES are never in the text (slurmctld stores the script):
+sbatch gets them in its environment (:attr:`SlurmScript.environment`, exported to the
+tasks) and the script names them only (``-e NAME`` for docker).
+
+Docker mode: each task runs ``docker run -d --net=host`` with the SSH launch's name
+scheme (``<run_id>-<node>``) and labels, follows its output, waits for it and writes the
+container's OWN exit code and finish time to ``<run_dir>/slurm/<node>.json``: srun's own
+status is the highest exit code of all tasks (the survivors it kills give 137/143), so
+the first failure is read from these records; a task stopped by a signal records
+``"stopped": true`` (its 137/143 is the teardown's, not a failure).  No ``--rm``: the task removes the
+container after recording it.  SIGTERM (scancel, ``--kill-on-bad-exit``) stops the
+container, records it and exits 143.
+
+Pyxis mode (rendered and golden-tested only: enroot/pyxis are not packaged here):
+``srun --container-image=IMAGE --container-mounts=SRC:DST,... --no-container-mount-home
+[--container-workdir=DIR]``; the environment is exported in the task, the run directory
+is mounted so the task records its exit code the same way.  ``docker run`` options with
+no pyxis equivalent are listed in a comment, not applied.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from clusterctl.cluster.inventory import Inventory, Node
+from clusterctl.core.errors import UserError
+from clusterctl.run import plan as planning
+from clusterctl.run.jobs import Job
+from clusterctl.run.slurm.options import SlurmOptions
+
+#: Where each task records its container's exit code, under the run's directory.
+RECORDS_DIR = "slurm"
+TASK_END = "CLUSTERCTL_TASK_END"
+NOW = "$(date -u +%Y-%m-%dT%H:%M:%S.%NZ)"
+
+_MARK = re.compile("\x00([A-Za-z_][A-Za-z0-9_]*)\x00")
+
+
+def mark(var: str) -> str:
+    """A stand-in for shell variable ``var`` inside a planned value."""
+    return f"\x00{var}\x00"
+
+
+#: Placeholder values only Slurm knows, as the shell variables the script reads.
+RUNTIME = {
+    "node_rank": mark("SLURM_NODEID"),
+    "nnodes": mark("SLURM_NNODES"),
+    "node_name": mark("SLURMD_NODENAME"),
+    "master_addr": mark("CLUSTERCTL_MASTER_ADDR"),
+    "master_port": mark("CLUSTERCTL_MASTER_PORT"),
+    "world_size": mark("CLUSTERCTL_WORLD_SIZE"),
+}
+
+
+@dataclass(frozen=True)
+class SlurmScript:
+    """The rendered script and what sbatch needs beside it."""
+
+    text: str
+    run_id: str
+    job: str
+    image: str
+    container: str                 # docker | pyxis
+    nnodes: int
+    nproc: int
+    run_dir: str
+    secrets: frozenset[str] = frozenset()
+    environment: dict[str, str] = field(default_factory=dict, repr=False)  # secret values for sbatch's env
+
+    @property
+    def records_dir(self) -> Path:
+        return Path(self.run_dir) / RECORDS_DIR
+
+
+def shell_word(text: str) -> str:
+    """``text`` as one shell word: literal parts quoted, stand-ins as ``"${VAR}"``."""
+    parts = _MARK.split(text)
+    if len(parts) == 1:
+        return shlex.quote(text)
+    out = []
+    for i, part in enumerate(parts):
+        if i % 2:
+            out.append('"${' + part + '}"')
+        elif part:
+            out.append(shlex.quote(part))
+    return "".join(out)
+
+
+def template_inventory(options: SlurmOptions, inventory: Inventory | None) -> Inventory:
+    """The inventory the plan is made from: the given one, or one node standing for each
+    node Slurm allocates (``--nnodes``)."""
+    if inventory is not None:
+        return inventory
+    return Inventory(path=Path("<slurm allocation>"), nodes=[Node(name="slurm-node", host="localhost")])
+
+
+def render_script(job: Job, options: SlurmOptions, *, run_id: str, run_dir: str | Path,
+                  inventory: Inventory | None = None, image: str | None = None,
+                  overrides: Mapping[str, str] | None = None,
+                  host_env: Mapping[str, str] | None = None) -> SlurmScript:
+    """The sbatch script for ``job`` (UserError, exit 2, on unusable input).  Pure."""
+    run_dir = str(run_dir)
+    if not Path(run_dir).is_absolute():
+        raise UserError(f"run directory {run_dir!r} must be absolute: the tasks run elsewhere.")
+    inv = template_inventory(options, inventory)
+    plans = planning.make_plan(job, inv, run_id=run_id, image=image, overrides=overrides,
+                               host_env=host_env, runtime=RUNTIME)
+    template = _uniform(plans, inv)
+    secrets = frozenset(template.secrets)
+    environment = {k: template.env[k] for k in sorted(secrets)}
+    body = (_docker_task if options.container == "docker" else _pyxis_task)(template, run_id, run_dir)
+    text = _header(job, options, template, run_id, run_dir) + body
+    return SlurmScript(text=text, run_id=run_id, job=job.name, image=template.image,
+                       container=options.container, nnodes=options.nnodes, nproc=template.nproc,
+                       run_dir=run_dir, secrets=secrets, environment=environment)
+
+
+def _uniform(plans: Sequence[planning.NodePlan], inv: Inventory) -> planning.NodePlan:
+    """One script serves every node: their planned containers must agree."""
+    first = plans[0]
+    for p in plans[1:]:
+        for what in ("env", "options", "command", "nproc", "image"):
+            if getattr(p, what) != getattr(first, what):
+                raise UserError(
+                    f"{inv.path}: node {p.node} differs from {first.node} in its container's "
+                    f"{what} (slots, env, devices or interface); one sbatch script starts the same "
+                    "container on every node: make the nodes alike or launch over SSH.")
+    return first
+
+
+def _header(job: Job, options: SlurmOptions, template: planning.NodePlan, run_id: str,
+            run_dir: str) -> str:
+    sb = [f"--job-name={run_id}", f"--nodes={options.nnodes}", "--ntasks-per-node=1"]
+    if options.partition:
+        sb.append(f"--partition={options.partition}")
+    if options.time:
+        sb.append(f"--time={options.time}")
+    if options.nodelist:
+        sb.append(f"--nodelist={','.join(options.nodelist)}")
+    sb.append(f"--output={run_dir}/slurm-%j.out")
+    lines = [
+        "#!/bin/bash",
+        f"# clusterctl run {run_id}: job {job.name} on {options.nnodes} Slurm node(s), "
+        f"{options.container} mode. Generated; do not edit.",
+        "# Secret values are not in this script: sbatch receives them in its environment.",
+        *(f"#SBATCH {shlex.quote(s)}" for s in sb),
+        "set -euo pipefail",
+        "",
+        "# The environment contract from Slurm's variables (MASTER_PORT: the enroot PyTorch hook's rule).",
+        'CLUSTERCTL_MASTER_NODE="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1)"',
+        "CLUSTERCTL_MASTER_ADDR=\"$(scontrol -o show node \"$CLUSTERCTL_MASTER_NODE\" "
+        "| sed -n 's/.* NodeAddr=\\([^ ]*\\).*/\\1/p')\"",
+        'CLUSTERCTL_MASTER_ADDR="${CLUSTERCTL_MASTER_ADDR:-$CLUSTERCTL_MASTER_NODE}"',
+        'CLUSTERCTL_MASTER_PORT="$((SLURM_JOB_ID % 4536 + 61000))"',
+        f'CLUSTERCTL_WORLD_SIZE="$((SLURM_NNODES * {template.nproc}))"',
+        f"CLUSTERCTL_RUN_DIR={shlex.quote(run_dir)}",
+        "export CLUSTERCTL_MASTER_ADDR CLUSTERCTL_MASTER_PORT CLUSTERCTL_WORLD_SIZE CLUSTERCTL_RUN_DIR",
+        f'mkdir -p "$CLUSTERCTL_RUN_DIR/{RECORDS_DIR}"',
+        "",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _argv_lines(argv: Sequence[str], *, breaks: Sequence[int] = (), indent: str = "  ") -> str:
+    """An argv as shell words: one option (with its value) per continued line, and a new
+    line at each index in ``breaks`` (the image, the command)."""
+    lines, current = [], []
+    for i, raw in enumerate(argv):
+        if current and (i in breaks or (raw.startswith("-") and i < min(breaks, default=i + 1))):
+            lines.append(" ".join(current))
+            current = []
+        current.append(shell_word(raw))
+    lines.append(" ".join(current))
+    return (" \\\n" + indent).join(lines)
+
+
+_RECORD = (
+    'record() {  # $1: exit code, $2: finish time (UTC), $3: stopped by a signal; atomically\n'
+    '  printf \'{"node": "%s", "rank": %s, "exit_code": %s, "finished": "%s", "stopped": %s, "slurm_job": "%s"}\\n\' \\\n'
+    '    "$SLURMD_NODENAME" "$SLURM_NODEID" "$1" "$2" "${3:-false}" "$SLURM_JOB_ID" > "$rec.tmp"\n'
+    '  mv -f "$rec.tmp" "$rec"\n'
+    '}\n')
+
+
+def _docker_task(t: planning.NodePlan, run_id: str, run_dir: str) -> str:
+    name = f"{run_id}-" + mark("SLURMD_NODENAME")
+    labels = planning.run_labels(run_id, t.job, mark("SLURMD_NODENAME"), mark("SLURM_NODEID"))
+    argv = planning.docker_run_argv(name=name, labels=labels, options=t.options, env=t.env,
+                                    secrets=t.secrets, image=t.image, command=t.command,
+                                    secrets_by_name=True)
+    task = (
+        "set -uo pipefail\n"
+        f"name={shell_word(name)}\n"
+        f'rec="$CLUSTERCTL_RUN_DIR/{RECORDS_DIR}/$SLURMD_NODENAME.json"\n'
+        "logs=\n"
+        + _RECORD +
+        "finish() {  # $1: code if no container, $2: stopped; the container's own exit code\n"
+        "  local state  # and finish time are recorded, then it is removed\n"
+        "  if state=\"$(docker inspect --format '{{.State.ExitCode}} {{.State.FinishedAt}}' \"$name\" 2>/dev/null)\"; then\n"
+        '    code="${state%% *}"; record "$code" "${state#* }" "$2"; docker rm "$name" >/dev/null 2>&1\n'
+        "  else\n"
+        f'    code="$1"; record "$code" "{NOW}" "$2"\n'
+        "  fi\n"
+        "}\n"
+        "stop() {  # scancel, or srun --kill-on-bad-exit after another node failed\n"
+        '  docker stop --time 3 "$name" >/dev/null 2>&1\n'
+        '  finish 143 true\n'
+        '  [ -n "$logs" ] && kill "$logs" 2>/dev/null\n'
+        "  exit 143\n"
+        "}\n"
+        "trap stop TERM INT\n"
+        + _argv_lines(argv, breaks=[len(argv) - len(t.command) - 1, len(argv) - len(t.command)])
+        + " >/dev/null || {\n"
+        f'  code=$?; record "$code" "{NOW}"; exit "$code"\n'
+        "}\n"
+        'docker logs --follow "$name" & logs=$!\n'
+        'docker wait "$name" >/dev/null & wait $!\n'
+        'wait "$logs"\n'
+        "finish 0 false\n"
+        'exit "$code"\n')
+    return ("# One task per node: its container, its output (labelled by srun), its own exit code.\n"
+            f"read -r -d '' CLUSTERCTL_TASK <<'{TASK_END}' || true\n{task}{TASK_END}\n\n"
+            'srun --kill-on-bad-exit=1 --label --ntasks-per-node=1 bash -c "$CLUSTERCTL_TASK"\n')
+
+
+_PYXIS_MAPPED = {"-v": "mount", "--volume": "mount", "-w": "workdir", "--workdir": "workdir"}
+
+
+def _pyxis_flags(t: planning.NodePlan, run_dir: str) -> tuple[list[str], list[str]]:
+    """(pyxis srun flags, docker options pyxis has no equivalent for)."""
+    mounts, workdir, unmapped, opts, i = [], None, [], list(t.options), 0
+    while i < len(opts):
+        flag, has_value, value = opts[i].partition("=")
+        if not has_value and flag in _PYXIS_MAPPED and i + 1 < len(opts):
+            value, i = opts[i + 1], i + 1
+        if flag in _PYXIS_MAPPED and (has_value or value):
+            if _PYXIS_MAPPED[flag] == "mount":
+                mounts.append(value)
+            else:
+                workdir = value
+        else:
+            unmapped.append(opts[i])
+        i += 1
+    flags = [f"--container-image={t.image}",
+             "--container-mounts=" + ",".join([f"{run_dir}:{run_dir}", *mounts]),
+             "--no-container-mount-home"]
+    if workdir:
+        flags.append(f"--container-workdir={workdir}")
+    return flags, unmapped
+
+
+def _pyxis_task(t: planning.NodePlan, run_id: str, run_dir: str) -> str:
+    flags, unmapped = _pyxis_flags(t, run_dir)
+    exports = "".join(f"export {k}={shell_word(v)}\n" for k, v in t.env.items()
+                      if k not in t.secrets)
+    task = (
+        "set -u\n"
+        f'rec="$CLUSTERCTL_RUN_DIR/{RECORDS_DIR}/$SLURMD_NODENAME.json"\n'
+        + _RECORD +
+        f"trap 'record 143 \"{NOW}\" true; exit 143' TERM INT\n"
+        + exports
+        + _argv_lines(t.command, breaks=[0]) + "\n"
+        "code=$?\n"
+        f'record "$code" "{NOW}"\n'
+        'exit "$code"\n')
+    masked = planning.masked(t)
+    note = ""
+    if unmapped:
+        note = ("# docker run options with no pyxis equivalent (not applied; pyxis containers "
+                "see the node's devices): " + " ".join(shlex.quote(o) for o in masked.options
+                                                       if o in unmapped) + "\n")
+    secrets = "".join(f"# secret {k}: from sbatch's environment (exported to the task)\n"
+                      for k in sorted(t.secrets))
+    srun = ["srun", "--kill-on-bad-exit=1", "--label", "--ntasks-per-node=1", *flags]
+    return ("# One task per node, inside the image (pyxis/enroot); the task records its exit code.\n"
+            + note + secrets +
+            f"read -r -d '' CLUSTERCTL_TASK <<'{TASK_END}' || true\n{task}{TASK_END}\n\n"
+            + _argv_lines(srun) + ' \\\n  sh -c "$CLUSTERCTL_TASK"\n')
