@@ -50,6 +50,17 @@ def _record(env, run_id):
     return json.loads((Path(env["CLUSTERCTL_RUNS"]) / run_id / "run.json").read_text())
 
 
+def test_unknown_partition_names_the_valid_ones_and_submits_nothing(slurm3, cpu_image, slurm_env):
+    res = _launch(slurm3, slurm_env, "ddp-smoke", "--image", cpu_image, "--run-id", "sl-part",
+                  "--partition", "sandbx", timeout=60)
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert "--partition 'sandbx' is not a partition" in res.stderr
+    assert 'did you mean "sandbox"' in res.stderr and "valid: sandbox" in res.stderr
+    assert "Traceback" not in res.stderr
+    assert not (Path(slurm_env["CLUSTERCTL_RUNS"]) / "sl-part").exists()   # nothing written
+    _nothing_left(slurm3, "sl-part")
+
+
 def test_ddp_smoke_through_slurm_on_3_nodes_identical_weights(slurm3, cpu_image, slurm_env):
     res = _launch(slurm3, slurm_env, "ddp-smoke", "--image", cpu_image, "--run-id", "sl-ddp")
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]

@@ -85,3 +85,23 @@ def test_old_run_json_without_scheduler_fields_loads(tmp_path, monkeypatch):
     (tmp_path / "old1" / records.RECORD_NAME).write_text(json.dumps(data))
     loaded = records.load("old1")
     assert (loaded.scheduler, loaded.slurm_job) == ("ssh", None)
+
+
+def test_parse_slurm_version_from_sbatch_version():
+    assert submit.parse_slurm_version("slurm 22.05.8\n") == (22, 5)
+    assert submit.parse_slurm_version("slurm-wlm 23.11.4") == (23, 11)
+    assert submit.parse_slurm_version("slurm 19.05.5") < submit.MIN_SLURM
+    assert submit.parse_slurm_version("sbatch: error: no config") is None
+
+
+def test_a_too_old_slurm_is_refused_before_anything_fake_sbatch_no_old_slurm_here(tmp_path):
+    """An old Slurm cannot be installed here: a stand-in `sbatch` answers --version with
+    19.05 (the only thing it does); check_cluster must refuse it with exit 2."""
+    fake = tmp_path / "sbatch"
+    fake.write_text("#!/bin/sh\necho 'slurm 19.05.5'\n")
+    fake.chmod(0o755)
+    options = submit.SlurmOptions(nnodes=2)
+    with pytest.raises(submit.UserError) as e:
+        submit.check_cluster(options, {"PATH": str(tmp_path)})
+    assert e.value.exit_code == 2
+    assert "19.05 is too old" in e.value.message and "20.11 or newer" in e.value.message

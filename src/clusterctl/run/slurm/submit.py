@@ -2,7 +2,8 @@
 
 ``submit(job, options, ...)`` is ``launch --scheduler slurm`` without the CLI:
 
-1. render the script (:mod:`clusterctl.run.slurm.script`); in docker mode with an
+1. render the script (:mod:`clusterctl.run.slurm.script`) and check the cluster
+   (:func:`check_cluster`: Slurm new enough, ``--partition`` known); in docker mode with an
    inventory, push the image to its nodes first (clusterctl's own push); with
    ``--nnodes`` only Slurm picks the nodes, so the image must already be on them
    (``on_note`` says so);
@@ -41,7 +42,7 @@ import hostlist
 from clusterctl.cluster import containers
 from clusterctl.cluster.inventory import Inventory
 from clusterctl.cluster.transport import Cluster
-from clusterctl.core.errors import ClusterctlError, UserError
+from clusterctl.core.errors import ClusterctlError, UserError, did_you_mean, one_of
 from clusterctl.run import launch as launching
 from clusterctl.run import logs, plan, records, supervise
 from clusterctl.run.jobs import Job
@@ -86,6 +87,48 @@ def slurm_client(argv: Sequence[str], *, env: Mapping[str, str] | None = None,
                               check=False)
     except subprocess.TimeoutExpired:
         return subprocess.CompletedProcess(list(argv), 124, "", f"{argv[0]} timed out after {timeout:.0f}s")
+
+
+# --------------------------------------------------------------------------- the cluster first
+
+#: The oldest Slurm clusterctl submits to. The sandbox (Debian bookworm) runs 22.05;
+#: 20.11 is the oldest release whose srun/sbatch options the script uses unchanged
+#: (--kill-on-bad-exit, --label, --parsable, scontrol show hostnames all predate it).
+MIN_SLURM = (20, 11)
+
+
+def parse_slurm_version(text: str) -> tuple[int, int] | None:
+    """``sbatch --version``'s ``slurm 22.05.8`` (or ``slurm-wlm 22.05.8``) -> (22, 5)."""
+    for word in text.split():
+        parts = word.split(".")
+        if len(parts) >= 2 and parts[0].isdigit() and parts[1].isdigit():
+            return int(parts[0]), int(parts[1])
+    return None
+
+
+def check_cluster(options: SlurmOptions, env: Mapping[str, str]) -> None:
+    """Before anything is pushed, written or submitted: the Slurm is new enough and knows
+    ``--partition``. UserError (exit 2) naming what is wrong and what would work."""
+    res = slurm_client(["sbatch", "--version"], env=env)
+    version = parse_slurm_version(res.stdout) if res.returncode == 0 else None
+    if version is None:
+        raise UserError(f"cannot tell the Slurm version: `sbatch --version` gave "
+                        f"{(res.stdout + res.stderr).strip()[:200]!r}; valid: a Slurm client "
+                        "(slurm-client) that answers with its version.")
+    if version < MIN_SLURM:
+        raise UserError(f"Slurm {version[0]}.{version[1]:02d} is too old for clusterctl; valid: "
+                        f"Slurm {MIN_SLURM[0]}.{MIN_SLURM[1]:02d} or newer. Nothing was submitted.")
+    if options.partition:
+        res = slurm_client(["sinfo", "-h", "-o", "%R"], env=env)
+        if res.returncode != 0:
+            raise UserError(f"sinfo could not list the partitions: "
+                            f"{(res.stderr or res.stdout).strip()[:300]}; nothing was submitted "
+                            "(is SLURM_CONF right, does slurmctld answer?).")
+        known = sorted({line.strip() for line in res.stdout.splitlines() if line.strip()})
+        if options.partition not in known:
+            raise UserError(f"--partition {options.partition!r} is not a partition of this Slurm "
+                            f"cluster{did_you_mean(options.partition, known)}; valid: "
+                            f"{one_of(known) or '(sinfo lists none)'}. Nothing was submitted.")
 
 
 # --------------------------------------------------------------------------- pure parts
@@ -282,6 +325,7 @@ def submit(job: Job, options: SlurmOptions, *, inventory: Inventory | None = Non
                                         inventory=inventory, image=image, overrides=overrides,
                                         host_env=base_env)
     stop_event = stop_event or threading.Event()
+    check_cluster(options, base_env)       # nothing pushed, written or submitted before this
     if options.container == "docker":
         if inventory is not None and push:
             launching.local_image_id(script.image)          # UserError when not here
