@@ -103,6 +103,11 @@ def test_inventory_gives_nodelist_and_interface(tmp_path):
                          inventory=inventory).text
     assert "#SBATCH --nodes=2\n" in text and "#SBATCH --nodelist=node1,node2\n" in text
     assert "-e GLOO_SOCKET_IFNAME=eth7" in text and "-e NCCL_SOCKET_IFNAME=eth7" in text
+    assert "--add-host" not in text                      # no addresses given: none
+    text = render_script(load_job("ddp-smoke"), options, run_id="r", run_dir="/r",
+                         inventory=inventory, addresses={"node1": "10.0.0.1", "node2": "10.0.0.2"}).text
+    for entry in ("node1:10.0.0.1", "node1:::ffff:10.0.0.1", "node2:10.0.0.2", "node2:::ffff:10.0.0.2"):
+        assert f"--add-host={entry}" in text                 # as in an SSH launch (c10d's names)
 
 
 def test_unlike_nodes_are_refused(tmp_path):

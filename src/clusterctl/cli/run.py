@@ -141,7 +141,9 @@ def _slurm_launch(job, nodes, sets, *, image, dry_run, run_id, partition, nnodes
     script = slurm_script.render_script(spec, options, run_id=run_id,
                                         run_dir=records.run_path(run_id).resolve(),
                                         inventory=inventory, image=image, overrides=overrides,
-                                        host_env=dict(os.environ))
+                                        host_env=dict(os.environ),
+                                        addresses=launching.local_facts(inventory)["addresses"]
+                                        if inventory else None)
     if dry_run:
         typer.echo(script.text, nl=False)
         return

@@ -121,14 +121,19 @@ def template_inventory(options: SlurmOptions, inventory: Inventory | None) -> In
 def render_script(job: Job, options: SlurmOptions, *, run_id: str, run_dir: str | Path,
                   inventory: Inventory | None = None, image: str | None = None,
                   overrides: Mapping[str, str] | None = None,
-                  host_env: Mapping[str, str] | None = None) -> SlurmScript:
-    """The sbatch script for ``job`` (UserError, exit 2, on unusable input).  Pure."""
+                  host_env: Mapping[str, str] | None = None,
+                  addresses: Mapping[str, str] | None = None) -> SlurmScript:
+    """The sbatch script for ``job`` (UserError, exit 2, on unusable input).  Pure.
+
+    ``addresses``: node name -> IPv4 address of the inventory's nodes (what
+    :func:`clusterctl.run.launch.local_facts` finds), for the containers' ``--add-host``
+    entries, as in an SSH launch; None with ``--nnodes`` (the nodes are Slurm's choice)."""
     run_dir = str(run_dir)
     if not Path(run_dir).is_absolute():
         raise UserError(f"run directory {run_dir!r} must be absolute: the tasks run elsewhere.")
     inv = template_inventory(options, inventory)
     plans = planning.make_plan(job, inv, run_id=run_id, image=image, overrides=overrides,
-                               host_env=host_env, runtime=RUNTIME)
+                               host_env=host_env, addresses=addresses, runtime=RUNTIME)
     template = _uniform(plans, inv)
     secrets = frozenset(template.secrets)
     environment = {k: template.env[k] for k in sorted(secrets)}
@@ -209,8 +214,8 @@ _RECORD = (
 def _docker_task(t: planning.NodePlan, run_id: str, run_dir: str) -> str:
     name = f"{run_id}-" + mark("SLURMD_NODENAME")
     labels = planning.run_labels(run_id, t.job, mark("SLURMD_NODENAME"), mark("SLURM_NODEID"))
-    argv = planning.docker_run_argv(name=name, labels=labels, options=t.options, env=t.env,
-                                    secrets=t.secrets, image=t.image, command=t.command,
+    argv = planning.docker_run_argv(name=name, labels=labels, options=[*t.hosts, *t.options],
+                                    env=t.env,                                    secrets=t.secrets, image=t.image, command=t.command,
                                     secrets_by_name=True)
     task = (
         "set -uo pipefail\n"

@@ -321,9 +321,10 @@ def submit(job: Job, options: SlurmOptions, *, inventory: Inventory | None = Non
     base_env = dict(os.environ if env is None else env)
     run_id = launching._fresh_run_id(run_id, job)
     run_dir = records.run_path(run_id).resolve()
+    addresses = launching.local_facts(inventory)["addresses"] if inventory is not None else None
     script = slurm_script.render_script(job, options, run_id=run_id, run_dir=run_dir,
                                         inventory=inventory, image=image, overrides=overrides,
-                                        host_env=base_env)
+                                        host_env=base_env, addresses=addresses)
     stop_event = stop_event or threading.Event()
     check_cluster(options, base_env)       # nothing pushed, written or submitted before this
     if options.container == "docker":
