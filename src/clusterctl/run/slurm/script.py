@@ -215,7 +215,8 @@ def _docker_task(t: planning.NodePlan, run_id: str, run_dir: str) -> str:
     name = f"{run_id}-" + mark("SLURMD_NODENAME")
     labels = planning.run_labels(run_id, t.job, mark("SLURMD_NODENAME"), mark("SLURM_NODEID"))
     argv = planning.docker_run_argv(name=name, labels=labels, options=[*t.hosts, *t.options],
-                                    env=t.env,                                    secrets=t.secrets, image=t.image, command=t.command,
+                                    env=t.env, secrets=t.secrets, image=t.image,
+                                    command=t.command,
                                     secrets_by_name=True)
     task = (
         "set -uo pipefail\n"
