@@ -37,7 +37,6 @@ from clusterctl.run import logs as logs_mod
 from clusterctl.run import plan, records, supervise
 from clusterctl.run.jobs import load_job
 from clusterctl.run.slurm import options as slurm_options
-from clusterctl.run.slurm import script as slurm_script
 from clusterctl.run.slurm import submit as slurm_submit
 
 #: How ``launch`` starts the containers.
@@ -138,13 +137,9 @@ def _slurm_launch(job, nodes, sets, *, image, dry_run, run_id, partition, nnodes
                                           nodelist=inventory.names if inventory else ())
     overrides = plan.parse_sets(sets)
     run_id = records.check_run_id(run_id) if run_id else records.new_run_id(spec.name)
-    script = slurm_script.render_script(spec, options, run_id=run_id,
-                                        run_dir=records.run_path(run_id).resolve(),
-                                        inventory=inventory, image=image, overrides=overrides,
-                                        host_env=dict(os.environ),
-                                        addresses=launching.local_facts(inventory)["addresses"]
-                                        if inventory else None)
     if dry_run:
+        script = slurm_submit.render(spec, options, run_id=run_id, inventory=inventory,
+                                     image=image, overrides=overrides)
         typer.echo(script.text, nl=False)
         return
     require_binaries("sbatch", "squeue", "scontrol", "scancel", packages="slurm-client")

@@ -305,6 +305,21 @@ class _Signals:
     caught: list[str] = field(default_factory=list)
 
 
+def render(job: Job, options: SlurmOptions, *, run_id: str, inventory: Inventory | None = None,
+           image: str | None = None, overrides: Mapping[str, str] | None = None,
+           env: Mapping[str, str] | None = None) -> slurm_script.SlurmScript:
+    """The sbatch script of run ``run_id``, from the facts this machine gives (what both
+    ``--dry-run`` and :func:`submit` use): clusterctl's environment (``env``, default
+    os.environ: secrets listed by the job) and, with an inventory, its nodes' addresses
+    (the containers' ``--add-host`` entries). UserError (exit 2) on unusable input."""
+    host_env = dict(os.environ if env is None else env)
+    addresses = launching.local_facts(inventory)["addresses"] if inventory is not None else None
+    return slurm_script.render_script(job, options, run_id=run_id,
+                                      run_dir=records.run_path(run_id).resolve(),
+                                      inventory=inventory, image=image, overrides=overrides,
+                                      host_env=host_env, addresses=addresses)
+
+
 def submit(job: Job, options: SlurmOptions, *, inventory: Inventory | None = None,
            image: str | None = None, overrides: Mapping[str, str] | None = None,
            run_id: str | None = None, stream: TextIO | None = None, color: bool | None = None,
@@ -321,10 +336,8 @@ def submit(job: Job, options: SlurmOptions, *, inventory: Inventory | None = Non
     base_env = dict(os.environ if env is None else env)
     run_id = launching._fresh_run_id(run_id, job)
     run_dir = records.run_path(run_id).resolve()
-    addresses = launching.local_facts(inventory)["addresses"] if inventory is not None else None
-    script = slurm_script.render_script(job, options, run_id=run_id, run_dir=run_dir,
-                                        inventory=inventory, image=image, overrides=overrides,
-                                        host_env=base_env, addresses=addresses)
+    script = render(job, options, run_id=run_id, inventory=inventory, image=image,
+                    overrides=overrides, env=base_env)
     stop_event = stop_event or threading.Event()
     check_cluster(options, base_env)       # nothing pushed, written or submitted before this
     if options.container == "docker":
