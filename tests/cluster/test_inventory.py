@@ -15,6 +15,7 @@ import pytest
 from typer.testing import CliRunner
 
 from clusterctl.cli import app
+from clusterctl.cluster.inventory import MAX_BYTES as INVENTORY_MAX_BYTES
 from clusterctl.cluster.inventory import (
     InventoryError,
     Node,
@@ -25,6 +26,7 @@ from clusterctl.cluster.inventory import (
 from clusterctl.cluster.transport import Cluster
 from clusterctl.core.errors import UserError
 from clusterctl.core.paths import inventories_dir
+from clusterctl.core.yamlfile import MAX_SHOWN
 from tests.fixtures import INVENTORIES
 
 CORPUS = INVENTORIES
@@ -305,9 +307,23 @@ def test_an_alias_bomb_is_refused_with_exit_2(tmp_path):
 
 def test_an_oversized_file_is_refused_before_it_is_parsed(tmp_path):
     f = tmp_path / "hosts"
-    f.write_text("node1\n" * 200_000)
+    f.write_text("node1\n" * (INVENTORY_MAX_BYTES // 6 + 1))
     with pytest.raises(UserError, match=r"hosts: is larger than .* any inventory; valid: a file of at most"):
         load_inventory(f)
+
+
+def test_a_mistake_repeated_on_every_line_is_counted_not_listed_in_full(tmp_path):
+    """200,000 duplicate lines: the heading counts every problem, the message lists the first
+    ones and says how many more there are (a message, not a 30 MB wall of text)."""
+    f = tmp_path / "hosts"
+    f.write_text("node1\n" * 200_000)
+    with pytest.raises(UserError) as info:
+        load_inventory(f)
+    lines = info.value.message.splitlines()
+    assert lines[0] == f"{f}: 199,999 problems in the inventory (nothing was started):"
+    assert lines[1] == f"{f}:2: host: node1 port 22 is already line 1; valid: each node at a distinct host and port"
+    assert len(lines) == 1 + MAX_SHOWN + 1
+    assert lines[-1] == f"{f}: ... and {199_999 - MAX_SHOWN:,} more problems after line {MAX_SHOWN + 1} (fix these first)"
 
 
 def test_hostfile_named_yaml_says_why_it_was_read_as_yaml(tmp_path):

@@ -50,9 +50,12 @@ def did_you_mean(word: str, choices: list[str] | tuple[str, ...] | set[str]) -> 
     return f' (did you mean "{close[0]}"?)' if close else ""
 
 
-def one_of(choices) -> str:
-    """'a, b or c' for a message listing the valid values."""
+def one_of(choices, *, most: int = 50) -> str:
+    """'a, b or c' for a message listing the valid values; past ``most`` values the list ends
+    with how many more there are (a 100,000-node inventory is not one message)."""
     items = [str(c) for c in choices]
+    if len(items) > most:
+        return ", ".join(items[:most]) + f" or one of {len(items) - most:,} more"
     if len(items) <= 1:
         return "".join(items)
     return ", ".join(items[:-1]) + " or " + items[-1]

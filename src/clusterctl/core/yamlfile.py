@@ -5,25 +5,28 @@ One job: turn a YAML text into plain Python values that remember the line of eve
 and collect what is wrong with such a file so that a newcomer can fix it in one pass.
 Every problem is shown as ``FILE:LINE: field: problem; valid: ...`` (one line each, sorted
 by line) under one ``FileProblems`` error, a ``UserError`` (exit status 2).  Pure: no
-clusterctl imports but ``core.errors``; the only file access is ``read_text``.
+clusterctl imports but ``core.errors`` and ``core.text``; the only file access is ``read_text``.
 
 Contract (what other modules call):
 
-``read_text(path, what)``
+``read_text(path, what, limit=MAX_BYTES)``
     The text of a file (UTF-8, a leading BOM dropped); a ``UserError`` naming the file when it
-    cannot be read or is larger than ``MAX_BYTES``.
+    cannot be read or is larger than ``limit`` bytes (the limit is in the message).
 ``Problems(file, spell=bracketed, error=FileProblems)``
     The collector of one file.  ``problems.lines`` maps a key path (a tuple such as
     ``("nodes", 0, "host")``; ``()`` is the file) to its 1-based line.
     ``add(where, problem, valid, field=None)`` records one problem at a key path (on the line
     of its longest known prefix: a missing key points at its mapping) or at a line number;
     ``raise_if_any()`` raises ``error(file, problems)``.
-``parse(text, problems, verbatim=None, like=None)``
+``parse(text, problems, verbatim=None, like=None, max_values=MAX_VALUES)``
     The document's values (None for an empty file), recording each key's line in
     ``problems.lines``.  A key written twice in one mapping is a problem (YAML would silently
-    keep the last).  A syntax error, more than ``MAX_VALUES`` values after expanding aliases
-    (a "billion laughs" file), an alias inside its own anchor or nesting too deep for the
-    reader raise ``FileProblems`` at once.
+    keep the last).  A syntax error, more than ``max_values`` values after expanding aliases
+    (a "billion laughs" file, also through merge keys), an alias inside its own anchor or
+    lists and mappings nested more than ``MAX_DEPTH`` levels (counting what aliases bring)
+    raise ``FileProblems`` at once, naming the line and the limit.  These limits are checked
+    while the text is read (libyaml's parser where PyYAML has it, and a composer without
+    recursion), before any value is built, so memory stays proportional to the text.
 ``FileProblems``, ``Problem``
     The error (``.file``, ``.problems`` sorted by line) and one problem.
 ``bracketed``, ``dotted``
@@ -49,14 +52,25 @@ from typing import Any
 import yaml
 
 from clusterctl.core.errors import UserError
+from clusterctl.core.text import escaped
 
-#: Largest file read (bytes).  Inventories, jobs and target data are a few kilobytes; the
+#: Largest file read by default (bytes).  Jobs and target data are a few kilobytes; the
 #: limit keeps a wrong path (a log, a disk image) from filling memory in the YAML reader.
+#: Inventories pass a larger limit of their own (a 100,000-node cluster is a few MB).
 MAX_BYTES = 1024 * 1024
 
 #: Most values one document may hold once its aliases are expanded (each alias repeats all
-#: the values of its anchor, so a small file can otherwise ask for billions).
-MAX_VALUES = 200_000
+#: the values of its anchor, so a small file can otherwise ask for billions).  Counted while
+#: the file is read, before any value is built: memory stays proportional to the text.
+MAX_VALUES = 1_000_000
+
+#: Deepest nesting of lists and mappings, counting the levels aliases bring (inventories,
+#: jobs and target data need four or five).  Checked while reading, so no reader recurses
+#: deeper than this.
+MAX_DEPTH = 64
+
+#: Most problems one message lists (the heading still counts them all).
+MAX_SHOWN = 100
 
 _NULL = "tag:yaml.org,2002:null"
 _MERGE = "tag:yaml.org,2002:merge"
@@ -68,13 +82,13 @@ def bracketed(path: tuple) -> str:
     """``nodes[0].env.NAME``: list indexes in brackets (inventories, target data)."""
     out = ""
     for part in path:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+        out += f"[{part}]" if isinstance(part, int) else (f".{escaped(str(part))}" if out else escaped(str(part)))
     return out or "(file)"
 
 
 def dotted(path: tuple) -> str:
     """``command.1``, ``env.PHASE``: every part after a dot (job files)."""
-    return ".".join(str(p) for p in path) or "(file)"
+    return ".".join(escaped(str(p)) for p in path) or "(file)"
 
 
 @dataclass(frozen=True)
@@ -101,8 +115,12 @@ class FileProblems(UserError):
         self.file = str(file)
         self.problems = sorted(problems, key=lambda p: p.line)
         n = len(self.problems)
-        head = f"{self.file}: {n} problem{'s' if n != 1 else ''} in the {self.what} (nothing was started):"
-        super().__init__("\n".join([head, *(p.render(self.file) for p in self.problems)]))
+        head = f"{self.file}: {n:,} problem{'s' if n != 1 else ''} in the {self.what} (nothing was started):"
+        shown = [p.render(self.file) for p in self.problems[:MAX_SHOWN]]
+        if n > MAX_SHOWN:  # a 100,000-node file with one mistake repeated is not a 100,000-line message
+            shown.append(f"{self.file}: ... and {n - MAX_SHOWN:,} more problems after line "
+                         f"{self.problems[MAX_SHOWN - 1].line} (fix these first)")
+        super().__init__("\n".join([head, *shown]))
 
 
 class Problems:
@@ -140,17 +158,17 @@ class Problems:
 
 # --------------------------------------------------------------------------- reading
 
-def read_text(path: str | os.PathLike, what: str) -> str:
-    """The text of ``path`` (a ``what`` such as "inventory"): UTF-8, at most MAX_BYTES."""
+def read_text(path: str | os.PathLike, what: str, *, limit: int = MAX_BYTES) -> str:
+    """The text of ``path`` (a ``what`` such as "inventory"): UTF-8, at most ``limit`` bytes."""
     try:
         with open(path, "rb") as f:
-            data = f.read(MAX_BYTES + 1)
+            data = f.read(limit + 1)
     except OSError as e:
         raise UserError(f"{path}: cannot read the {what} ({e.strerror or e}); "
                         "valid: a readable UTF-8 text file") from None
-    if len(data) > MAX_BYTES:
-        raise UserError(f"{path}: is larger than {MAX_BYTES // 1024} KiB, far more than any {what}; "
-                        f"valid: a file of at most {MAX_BYTES // 1024} KiB (is this the right file?)")
+    if len(data) > limit:
+        raise UserError(f"{path}: is larger than {limit // 1024} KiB, far more than any {what}; "
+                        f"valid: a file of at most {limit // 1024} KiB (is this the right file?)")
     try:
         return data.decode("utf-8-sig")  # a BOM from a Windows editor is not content
     except UnicodeDecodeError as e:
@@ -182,24 +200,170 @@ def _syntax_problem(e: yaml.YAMLError, like: str | None) -> Problem:
 
 
 def parse(text: str, problems: Problems, *, verbatim: Callable[[tuple], bool] | None = None,
-          like: str | None = None) -> Any:
+          like: str | None = None, max_values: int | None = None) -> Any:
     """The values of the YAML document ``text`` (see the module docstring); ``like`` names a
-    good file of the same kind for the syntax-error hint."""
-    loader = yaml.SafeLoader(text)
+    good file of the same kind for the syntax-error hint; ``max_values`` (default
+    ``MAX_VALUES``) bounds the values the document may hold once its aliases are expanded."""
+    limits = _Limits(max_values or MAX_VALUES, MAX_DEPTH)
     try:
-        root = loader.get_single_node()
+        root, loader = _compose_fast(text, problems, limits)
         if root is None:
             return None
         return _Builder(loader, problems, verbatim or (lambda path: False)).build(root, ())
     except yaml.YAMLError as e:
-        problems.found.append(_syntax_problem(e, like))
-    except RecursionError:
-        problems.add(loader.get_mark().line + 1, "lists or mappings nest deeper than clusterctl reads",
-                     "a flatter file (inventories, jobs and targets need a few levels)",
-                     field="(YAML syntax)")
+        problems.found.append(_syntax_problem(_plain_error(text, e), like))
+    except RecursionError:  # not expected (depth is bounded before building): a message, never a traceback
+        problems.add(1, f"lists or mappings nest deeper than clusterctl reads (at most {MAX_DEPTH} levels)",
+                     "a flatter file (inventories, jobs and targets need a few levels)", field="(YAML)")
+    raise problems.error(problems.file, problems.found)
+
+
+# --------------------------------------------------------------------------- composing
+
+@dataclass(frozen=True)
+class _Limits:
+    values: int
+    depth: int
+
+
+class _Open:
+    """A collection being composed: its node, its expanded size and depth so far."""
+
+    __slots__ = ("node", "size", "depth", "anchor", "key")
+
+    def __init__(self, node: yaml.Node, anchor: str | None) -> None:
+        self.node, self.size, self.depth, self.anchor, self.key = node, 1, 1, anchor, None
+
+
+_OPEN_ANCHOR = object()  # an anchor whose node is still being composed
+
+
+def _compose_fast(text: str, problems: Problems, limits: _Limits) -> tuple[yaml.Node | None, Any]:
+    """The document's node graph, parsed by libyaml where PyYAML has it (the pure-Python
+    parser otherwise), and the loader whose constructor builds values from it."""
+    loader = _FastLoader(text)
+    try:
+        return _compose(loader, problems, limits), loader
     finally:
         loader.dispose()
-    raise problems.error(problems.file, problems.found)
+
+
+def _compose(loader: Any, problems: Problems, limits: _Limits) -> yaml.Node | None:
+    """PyYAML's composer without recursion and with limits: every node's size and depth are
+    counted as if its aliases were expanded (an alias adds the size of its anchor's node,
+    known once that node is complete), so a document that would expand past ``limits.values``
+    values or nest past ``limits.depth`` levels is refused as soon as it is read that far, in
+    memory proportional to what was read (each value of the text is one node; aliases add none).
+    """
+    def refuse(mark: Any, problem: str, valid: str) -> None:
+        problems.add(mark.line + 1, problem, valid, field="(YAML)")
+        raise problems.error(problems.file, problems.found)
+
+    loader.get_event()  # stream start
+    if loader.check_event(yaml.StreamEndEvent):
+        loader.get_event()
+        return None
+    start = loader.get_event()  # document start
+    anchors: dict[str, Any] = {}
+    stack: list[_Open] = []
+    resolve, scalar_event, alias_event = loader.resolve, yaml.ScalarEvent, yaml.AliasEvent
+    sequence_start, mapping_start = yaml.SequenceStartEvent, yaml.MappingStartEvent
+    ScalarNode, SequenceNode, MappingNode = yaml.ScalarNode, yaml.SequenceNode, yaml.MappingNode
+    max_values, max_depth = limits.values, limits.depth
+    while True:
+        event = loader.get_event()
+        kind = type(event)
+        if kind is scalar_event:
+            tag = event.tag
+            if tag is None or tag == "!":
+                tag = resolve(ScalarNode, event.value, event.implicit)
+            node, size, depth = ScalarNode(tag, event.value, event.start_mark, None, event.style), 1, 1
+            if event.anchor is not None:
+                anchors[event.anchor] = (node, size, depth)
+        elif kind is sequence_start or kind is mapping_start:
+            cls = SequenceNode if kind is sequence_start else MappingNode
+            tag = event.tag
+            if tag is None or tag == "!":
+                tag = resolve(cls, None, event.implicit)
+            if len(stack) + 1 > max_depth:
+                refuse(event.start_mark, f"lists or mappings nest deeper than {max_depth} levels",
+                       f"at most {max_depth} levels (inventories, jobs and targets need a few)")
+            stack.append(_Open(cls(tag, [], event.start_mark, None, event.flow_style), event.anchor))
+            if event.anchor is not None:
+                anchors[event.anchor] = _OPEN_ANCHOR
+            continue
+        elif kind is alias_event:
+            found = anchors.get(event.anchor)
+            if found is None:
+                raise yaml.composer.ComposerError(None, None, f"found undefined alias {event.anchor!r}",
+                                                  event.start_mark)
+            if found is _OPEN_ANCHOR:
+                refuse(event.start_mark, "an alias (*name) is inside the anchor (&name) it refers to",
+                       "aliases to anchors defined before them and outside them")
+            node, size, depth = found
+        else:  # the end of a sequence or mapping
+            done = stack.pop()
+            node, size, depth = done.node, done.size, done.depth
+            if done.anchor is not None:
+                anchors[done.anchor] = (node, size, depth)
+        if not stack:
+            break
+        parent = stack[-1]
+        parent.size += size
+        if depth >= parent.depth:
+            parent.depth = depth + 1
+            if parent.depth + len(stack) - 1 > max_depth:
+                refuse(event.start_mark, f"lists or mappings nest deeper than {max_depth} levels "
+                       "(counting the levels an alias (*name) brings)",
+                       f"at most {max_depth} levels (inventories, jobs and targets need a few)")
+        if parent.size > max_values:
+            refuse(event.start_mark, f"holds more than {max_values:,} values (counting every value "
+                   "an alias (*name) repeats)", f"at most {max_values:,} values; aliases that "
+                   "repeat a few values, not aliases of aliases")
+        if parent.key is not None:
+            parent.node.value.append((parent.key, node))
+            parent.key = None
+        elif parent.node.__class__ is MappingNode:
+            parent.key = node
+        else:
+            parent.node.value.append(node)
+    loader.get_event()  # document end
+    if not loader.check_event(yaml.StreamEndEvent):
+        event = loader.get_event()
+        raise yaml.composer.ComposerError("expected a single document in the stream", start.start_mark,
+                                          "but found another document", event.start_mark)
+    return node
+
+
+_FastLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def _plain_error(text: str, error: yaml.YAMLError) -> yaml.YAMLError:
+    """The same syntax error in the words of PyYAML's pure-Python parser, which names the
+    construct it was reading (libyaml's words are terser).  Only the text up to the line
+    after the error is parsed again, so a large file costs no more than its error's place."""
+    if _FastLoader is yaml.SafeLoader:
+        return error
+    mark = getattr(error, "problem_mark", None) or getattr(error, "context_mark", None)
+    if mark is None:
+        return error
+    end = -1
+    for _ in range(mark.line + 2):
+        end = text.find("\n", end + 1)
+        if end < 0:
+            end = len(text)
+            break
+    loader = yaml.SafeLoader(text[:end + 1])
+    try:
+        while loader.check_event():
+            loader.get_event()
+    except yaml.YAMLError as plain:
+        plain_mark = getattr(plain, "problem_mark", None) or getattr(plain, "context_mark", None)
+        if plain_mark is not None and plain_mark.line <= mark.line + 1:
+            return plain
+    finally:
+        loader.dispose()
+    return error
 
 
 class _Builder:
@@ -209,16 +373,10 @@ class _Builder:
         self.loader = loader
         self.problems = problems
         self.verbatim = verbatim
-        self.values = 0
         self.active: set[int] = set()  # the nodes being built (an alias inside its own anchor)
         self.checked: set[int] = set()  # mappings whose repeated keys were reported (aliases repeat them)
 
     def build(self, node: yaml.Node, path: tuple) -> Any:
-        self.values += 1
-        if self.values > MAX_VALUES:
-            self._refuse(node, f"holds more than {MAX_VALUES:,} values (counting every value "
-                         "an alias (*name) repeats)", f"at most {MAX_VALUES:,} values; aliases that "
-                         "repeat a few values, not aliases of aliases")
         self.problems.lines.setdefault(path, node.start_mark.line + 1)
         if isinstance(node, yaml.ScalarNode):
             return self._scalar(node, path)
@@ -284,9 +442,9 @@ def show(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, str):
-        return f'"{value}"'
+        return f'"{escaped(value)}"'  # a control character is shown as \x1b, never sent to the terminal
     if isinstance(value, dict):
         return "a mapping"
     if isinstance(value, list):
         return "a list"
-    return str(value)
+    return escaped(str(value))  # a path holding a NUL or an escape sequence is shown escaped

@@ -61,6 +61,11 @@ __all__ = [
 ]
 
 
+#: Largest inventory file read (bytes): a 100,000-node YAML inventory or hostfile is a few
+#: MB; a bigger file is a wrong path (a log, a disk image), refused before it fills memory.
+MAX_BYTES = 16 * 1024 * 1024
+
+
 def load_inventory(path: str | os.PathLike) -> Inventory:
     """Read and validate an inventory (YAML, MPI or DeepSpeed hostfile); InventoryError on bad input.
 
@@ -82,11 +87,11 @@ def _read(path: Path) -> str:
                         "(see inventories/example.yaml), an MPI or a DeepSpeed hostfile")
     if not path.is_file():
         raise UserError(f"{file}: is not a file; valid: a YAML inventory, an MPI or a DeepSpeed hostfile")
-    return read_text(path, "inventory")
+    return read_text(path, "inventory", limit=MAX_BYTES)
 
 
-_YAML_MARKERS = re.compile(r"---|\{|-(\s|$)|\s+[^\s#:]+\s*:(\s|$)")  # document, flow map, list, indented key
-_TOP_KEY = re.compile(r"([A-Za-z_]+)\s*:(\s|$)")
+_YAML_MARKERS = re.compile(r"---|\{|-(\s|\Z)|\s+[^\s#:]+\s*:(\s|\Z)")  # document, flow map, list, indented key
+_TOP_KEY = re.compile(r"([A-Za-z_]+)\s*:(\s|\Z)")
 
 
 def detect_format(path: Path, text: str) -> str:

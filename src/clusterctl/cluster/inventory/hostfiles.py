@@ -16,6 +16,7 @@ from pathlib import Path
 from clusterctl.cluster.inventory.checks import Reader
 from clusterctl.cluster.inventory.model import Inventory, Node
 from clusterctl.core.errors import did_you_mean
+from clusterctl.core.text import escaped
 
 _KEYS = ("slots", "max_slots")
 _VALID = "one host per line: host, user@host, host:N or host slots=N (N a whole number of at least 1)"
@@ -63,13 +64,14 @@ class _HostfileReader(Reader):
         if "@" in host:  # Open MPI's user@host
             entry["user"], _, host = host.rpartition("@")
         if not host:
-            self.problems.add(lineno, f'no host name in "{text.strip()}"', _VALID, field="host")
+            self.problems.add(lineno, f'no host name in "{escaped(text.strip())}"', _VALID, field="host")
             return None
         entry["host"] = host
         for tok in tokens[1:]:
             key, eq, value = tok.partition("=")
             if not eq or key not in _KEYS:
-                what = f'unknown setting "{tok}"{did_you_mean(key, _KEYS)}' if eq else f'unexpected "{tok}"'
+                what = (f'unknown setting "{escaped(tok)}"{did_you_mean(key, _KEYS)}' if eq
+                    else f'unexpected "{escaped(tok)}"')
                 if tok.isdigit():
                     what += f' (did you mean "slots={tok}"?)'
                 self.problems.add(lineno, what, _VALID, field="host")
@@ -82,6 +84,7 @@ class _HostfileReader(Reader):
     def _slots(self, lineno: int, value: str, text: str, field: str = "slots") -> int | None:
         if value.isdigit() and int(value) >= 1:
             return int(value)
-        self.problems.add(lineno, f'"{value}" is not a whole number of at least 1 (in "{text.strip()}")',
+        self.problems.add(lineno, f'"{escaped(value)}" is not a whole number of at least 1 '
+                          f'(in "{escaped(text.strip())}")',
                           _VALID, field=field)
         return None

@@ -27,6 +27,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validat
 from pydantic_core import PydanticCustomError
 
 from clusterctl.core.errors import UserError, did_you_mean, one_of
+from clusterctl.core.text import control_problem
 
 DEFAULT_MASTER_PORT = 29500
 
@@ -44,13 +45,34 @@ def _invalid(reason: str) -> PydanticCustomError:
     return PydanticCustomError("clusterctl", reason)
 
 
+_SPACE = re.compile(r"\s")
+
+
+def _one_line(value: str) -> str:
+    """Refuse NUL and every other control character (names, addresses, paths, label keys)."""
+    problem = control_problem(value)
+    if problem:
+        raise _invalid(problem)
+    return value
+
+
+def _free_text(value: str) -> str:
+    """Refuse NUL and control characters but tab and line feed (env and label values)."""
+    problem = control_problem(value, multiline=True)
+    if problem:
+        raise _invalid(problem)
+    return value
+
+
 def _argument_safe(value: str) -> str:
-    """Refuse blanks, whitespace and a leading '-': ssh or docker could read such a value as an option."""
+    """Refuse blanks, control characters, whitespace and a leading '-': ssh or docker could
+    read such a value as an option."""
     if not value:
         raise _invalid("is empty")
+    _one_line(value)
     if value.startswith("-"):
         raise _invalid("starts with '-'")
-    if any(c.isspace() for c in value):
+    if _SPACE.search(value):
         raise _invalid("contains whitespace")
     return value
 
@@ -71,9 +93,15 @@ def _host(value: str) -> str:
 
 
 def _device(value: str) -> str:
-    if not value.startswith("/") or any(c.isspace() for c in value):
+    _one_line(value)
+    if not value.startswith("/") or _SPACE.search(value):
         raise _invalid("is not an absolute device path")
     return value
+
+
+def _user_path(path: Path) -> Path:
+    _one_line(str(path))  # a NUL would otherwise fail later, in the OS call, as a traceback
+    return path.expanduser()
 
 
 NodeName = Annotated[str, AfterValidator(_matching(_NAME_RE, "is not a usable node name"))]
@@ -82,7 +110,9 @@ User = Annotated[str, AfterValidator(_argument_safe)]
 Device = Annotated[str, AfterValidator(_device)]
 Interface = Annotated[str, AfterValidator(_matching(_IFACE_RE, "is not a network interface name"))]
 EnvName = Annotated[str, AfterValidator(_matching(_ENV_NAME_RE, "is not an environment variable name"))]
-UserPath = Annotated[Path, AfterValidator(lambda p: p.expanduser())]
+UserPath = Annotated[Path, AfterValidator(_user_path)]
+OneLine = Annotated[str, AfterValidator(_one_line)]
+FreeText = Annotated[str, AfterValidator(_free_text)]
 
 
 class _NodeSettings(BaseModel):
@@ -94,10 +124,10 @@ class _NodeSettings(BaseModel):
     user: User | None = None  # None: ssh config / current user
     identity_file: UserPath | None = None  # expanded (~); the loader checks it is readable
     slots: Slots = 1  # processes (accelerators) on this node
-    devices: list[Device] = []  # e.g. /dev/infiniband
+    devices: list[Device] = Field(default_factory=list)  # e.g. /dev/infiniband (factories: no deepcopy per node)
     interface: Interface | None = None  # NIC for GLOO/NCCL_SOCKET_IFNAME; None: preflight finds it
-    labels: dict[str, str] = {}
-    env: dict[EnvName, str] = {}  # extra container env for this node
+    labels: dict[OneLine, OneLine] = Field(default_factory=dict)
+    env: dict[EnvName, FreeText] = Field(default_factory=dict)  # extra container env for this node
 
 
 class Node(_NodeSettings):
@@ -159,6 +189,7 @@ class Inventory:
     def __post_init__(self) -> None:
         self.path = Path(self.path)
         self.nodes = rank_order(self.nodes, where=str(self.path))
+        self._ranks: tuple[int, int, dict[str, int]] = (0, -1, {})
 
     @property
     def master(self) -> Node:
@@ -168,14 +199,23 @@ class Inventory:
     def names(self) -> list[str]:
         return [n.name for n in self.nodes]
 
+    def _rank_of(self) -> dict[str, int]:
+        """name -> rank, rebuilt only when ``nodes`` was replaced or grew (lookups are O(1),
+        so per-node loops over a 100,000-node inventory stay linear)."""
+        key = (id(self.nodes), len(self.nodes))
+        if self._ranks[:2] != key:
+            self._ranks = (*key, {n.name: i for i, n in enumerate(self.nodes)})
+        return self._ranks[2]
+
     def rank(self, node_name: str) -> int:
         """Node rank (0 for the master) of the node called ``node_name``."""
-        return self.names.index(self.node(node_name).name)
+        self.node(node_name)  # UserError for an unknown name
+        return self._rank_of()[node_name]
 
     def node(self, name: str) -> Node:
-        for n in self.nodes:
-            if n.name == name:
-                return n
+        i = self._rank_of().get(name)
+        if i is not None:
+            return self.nodes[i]
         raise UserError(f"{self.path}: no node named {name!r}{did_you_mean(name, self.names)}; "
                         f"valid: {one_of(self.names)}")
 
@@ -197,8 +237,8 @@ def rank_order(nodes: list[Node], *, where: str = "inventory") -> list[Node]:
     """Master first (the first node when none is marked), then file order; at most one master."""
     if not nodes:
         raise UserError(f"{where}: no nodes; valid: at least one node")
-    names = [n.name for n in nodes]
-    twice = sorted({n for n in names if names.count(n) > 1})
+    seen: set[str] = set()
+    twice = sorted({n.name for n in nodes if n.name in seen or seen.add(n.name)})  # one pass, not n x n
     if twice:
         raise UserError(f"{where}: node names used twice: {one_of(twice)}; valid: a unique name per node")
     masters = [n for n in nodes if n.master]

@@ -1,0 +1,162 @@
+"""YAML that explodes, through the CLI, for every kind of YAML file clusterctl reads.
+
+An alias bomb ("billion laughs"), the same through merge keys and anchors hidden in keys,
+nesting too deep (written out, or built from aliases) and an oversize file: each ends in one
+message naming the file, the line and the limit, exit status 2, no traceback, nothing
+started.  Inventories go through ``clusterctl nodes``, jobs through ``clusterctl launch
+--dry-run``; target data has no command-line path (it ships with clusterctl), so it is read
+with ``build.targets.load_targets``.  The memory bound is checked on a real ``clusterctl``
+process under an address-space limit.
+"""
+
+from __future__ import annotations
+
+import resource
+import subprocess
+import sys
+
+import pytest
+from typer.testing import CliRunner
+
+from clusterctl.build import targets
+from clusterctl.cli import app
+from clusterctl.cluster import inventory
+from clusterctl.core import yamlfile
+from clusterctl.core.errors import UserError
+from tests.fixtures import INVENTORIES
+
+
+def alias_bomb(prefix: str = "") -> str:
+    """Nine levels of nine aliases: 387 million values once expanded, 400 bytes written."""
+    return prefix + "a0: &a0 [x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]\n" for i in range(1, 10))
+
+
+def merge_bomb_in_keys(prefix: str = "") -> str:
+    """Anchors defined inside keys (never built themselves), merged nine times per level;
+    the value that finally merges the last one is on line 20."""
+    text = prefix + "? &m0 {k0: x, k1: x, k2: x, k3: x, k4: x, k5: x, k6: x, k7: x, k8: x}\n: 1\n"
+    for i in range(1, 10):
+        text += f"? &m{i} {{<<: [{', '.join([f'*m{i - 1}'] * 9)}]}}\n: 1\n"
+    return text + "z: {<<: *m9}\n"
+
+
+def deep(prefix: str = "") -> str:
+    return prefix + "x: " + "[" * 5000 + "]" * 5000 + "\n"
+
+
+def deep_through_aliases(prefix: str = "") -> str:
+    """Twenty anchors of ten levels each, each holding the one before: 200 levels, 40 lines."""
+    text = prefix
+    for i in range(1, 21):
+        inner = f"*c{i - 1}" if i > 1 else "1"
+        text += f"? &c{i} " + "[" * 10 + inner + "]" * 10 + "\n: 1\n"
+    return text + "z: *c20\n"
+
+
+# (name, text maker, words in the message, the line the message must name for an empty prefix)
+CASES = [
+    ("alias bomb", alias_bomb, f"more than {yamlfile.MAX_VALUES:,} values", None),
+    ("merge bomb in keys", merge_bomb_in_keys, f"more than {yamlfile.MAX_VALUES:,} values", None),
+    ("deep nesting", deep, f"nest deeper than {yamlfile.MAX_DEPTH} levels", 1),
+    ("deep through aliases", deep_through_aliases,
+     f"nest deeper than {yamlfile.MAX_DEPTH} levels (counting the levels an alias", None),
+]
+
+
+def _check(output: str, path, words: str, line: int | None, offset: int) -> None:
+    assert "Traceback" not in output and "RecursionError" not in output, output
+    assert words in output, output
+    located = [t for t in output.split() if t.startswith(f"{path}:")]
+    assert located, output  # FILE:LINE: names the file and the line
+    if line is not None:
+        assert f"{path}:{line + offset}:" in output, output
+
+
+@pytest.mark.parametrize("name, make, words, line", CASES, ids=[c[0] for c in CASES])
+def test_inventory_that_explodes_is_a_message_and_exit_2(tmp_path, name, make, words, line):
+    inv = tmp_path / "cluster.yaml"
+    inv.write_text(make("nodes: [{host: 10.0.0.11}]\n"))
+    result = CliRunner().invoke(app, ["nodes", "--nodes", str(inv)])
+    assert result.exit_code == 2, result.output
+    _check(result.output, inv, words, line, offset=1)
+
+
+@pytest.mark.parametrize("name, make, words, line", CASES, ids=[c[0] for c in CASES])
+def test_job_that_explodes_is_a_message_and_exit_2(tmp_path, name, make, words, line):
+    job = tmp_path / "job.yaml"
+    job.write_text(make("target: cpu\ncommand: [echo, hi]\n"))
+    result = CliRunner().invoke(app, ["launch", str(job), "--nodes", str(INVENTORIES / "good_minimal.yaml"),
+                                      "--dry-run"])
+    assert result.exit_code == 2, result.output
+    assert "docker run" not in result.output  # nothing planned
+    _check(result.output, job, words, line, offset=2)
+
+
+@pytest.mark.parametrize("name, make, words, line", CASES, ids=[c[0] for c in CASES])
+def test_target_data_that_explodes_is_a_message(tmp_path, name, make, words, line):
+    """Target data ships with clusterctl (no command-line option reads another file)."""
+    data = tmp_path / "targets.yaml"
+    data.write_text(make("targets: {}\n"))
+    with pytest.raises(UserError) as info:
+        targets.load_targets(data)
+    assert info.value.exit_code == 2
+    _check(info.value.message, data, words, line, offset=1)
+
+
+def test_oversize_files_are_refused_before_they_are_read_whole(tmp_path):
+    inv, job = tmp_path / "cluster.yaml", tmp_path / "job.yaml"
+    inv.write_bytes(b"# " + b"x" * inventory.MAX_BYTES + b"\n")
+    job.write_bytes(b"# " + b"x" * yamlfile.MAX_BYTES + b"\n")
+    result = CliRunner().invoke(app, ["nodes", "--nodes", str(inv)])
+    assert result.exit_code == 2
+    assert f"{inv}: is larger than {inventory.MAX_BYTES // 1024} KiB" in result.output
+    assert f"at most {inventory.MAX_BYTES // 1024} KiB" in result.output
+    result = CliRunner().invoke(app, ["launch", str(job), "--nodes", str(INVENTORIES / "good_minimal.yaml"),
+                                      "--dry-run"])
+    assert result.exit_code == 2 and f"{job}: is larger than {yamlfile.MAX_BYTES // 1024} KiB" in result.output
+
+
+def test_a_hostfile_as_large_as_the_inventory_limit_is_refused_too(tmp_path):
+    hosts = tmp_path / "hosts"
+    line = b"node1 slots=8\n"
+    hosts.write_bytes(line * (inventory.MAX_BYTES // len(line) + 1))
+    result = CliRunner().invoke(app, ["nodes", "--nodes", str(hosts)])
+    assert result.exit_code == 2 and f"{hosts}: is larger than" in result.output
+
+
+#: Address space the clusterctl process may use: Python with typer, pydantic and rich
+#: needs about 0.4 GB of it; the alias bomb, built, would need over 30 GB.
+ADDRESS_SPACE = 1024 * 1024 * 1024
+#: Resident memory the refusal may take: about what ``clusterctl --help`` takes, plus room.
+MAX_RSS_KB = 200 * 1024
+
+#: clusterctl's own CLI, reporting its peak resident memory on the way out: VmHWM of this
+#: process image (getrusage's ru_maxrss would include the pytest process it was forked from).
+_MEASURED = ("import atexit, sys\n"
+             "def peak():\n"
+             "    hwm = [line.split()[1] for line in open('/proc/self/status') if line.startswith('VmHWM:')]\n"
+             "    print('peak-rss-kb', hwm[0], file=sys.stderr)\n"
+             "atexit.register(peak)\n"
+             "from clusterctl.cli import main\n"
+             "sys.argv = ['clusterctl', *sys.argv[1:]]\n"
+             "main()\n")
+
+
+def _limited() -> None:
+    resource.setrlimit(resource.RLIMIT_AS, (ADDRESS_SPACE, ADDRESS_SPACE))
+
+
+@pytest.mark.parametrize("make", [alias_bomb, merge_bomb_in_keys], ids=["alias bomb", "merge bomb"])
+def test_a_bomb_is_refused_by_a_real_clusterctl_in_bounded_memory(tmp_path, make):
+    inv = tmp_path / "cluster.yaml"
+    inv.write_text(make("nodes: [{host: 10.0.0.11}]\n"))
+    proc = subprocess.run([sys.executable, "-c", _MEASURED, "nodes", "--nodes", str(inv)],
+                          capture_output=True, text=True, preexec_fn=_limited,
+                          timeout=300)  # a hang guard, not a speed claim
+    text = proc.stdout + proc.stderr
+    assert proc.returncode == 2, text
+    assert "MemoryError" not in text and "Traceback" not in text, text
+    assert f"more than {yamlfile.MAX_VALUES:,} values" in text and f"{inv}:" in text
+    peak = int(text.split("peak-rss-kb")[1].split()[0])
+    assert peak < MAX_RSS_KB, f"peak resident memory {peak} KB"
