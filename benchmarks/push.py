@@ -1,28 +1,40 @@
-"""Push benchmark: seconds and bytes of `push_image` to 1, 2 and 4 sandbox nodes.
+"""Push benchmark: by hand vs star vs relay vs relay+zstd, to 1, 2, 4 and 8 sandbox nodes.
 
-For each node count it creates a fresh sandbox and measures three cases:
+For each node count it creates a fresh sandbox with every link shaped at
+--bandwidth (each node's link and this machine's uplink, tc tbf) and measures,
+for each way of pushing, three cases:
 
 * cold   - the nodes have nothing: the whole image goes to every node;
-* warm   - the same image again: every node is skipped, 0 image bytes;
-* layer  - an image FROM the first with one new layer of --layer-mb random MB:
-           only that layer (plus tar metadata) goes to each node.
+* warm   - the same image again: every node is skipped, 0 image bytes
+           (by hand has no skip: it would resend the whole image, not run);
+* layer  - an image FROM the first with one new layer of --layer-mb random MB
+           (by hand: not run, same reason).
 
-How to run (root: the sandbox makes network namespaces and daemons; the local
-engine must hold the image: the default is the tag `clusterctl build --target cpu`
-gives, i.e. what `make demo` builds)::
+The ways: ``by-hand`` is the loop people write, ``docker save IMAGE | ssh NODE
+docker load`` one node after the other (OpenSSH, strict host keys); ``star`` is
+clusterctl's push with this machine streaming to every node; ``relay`` has the
+nodes forward the stream along a chain while they receive it; ``relay+zstd``
+the same with zstd on the wire.  Printed per run: seconds, MB that left this
+machine (the bridge's tx counter: every byte on the head's uplink, SSH framing
+included), image MB clusterctl counted into its channels, T(N)/T(1) for the
+same way and case, and T/(S/B) with S the image's size and B the shaped rate.
+
+The image: by default one built here FROM scratch out of this machine's own
+files under /usr (real binaries and text, so zstd has what real images give it),
+--image-mb MB in 4 layers, so that by hand and star (which cost N x S/B) to 8
+nodes fit the 25 minutes; --image REF pushes an image of yours instead.
+
+How to run (root: the sandbox makes network namespaces and daemons)::
 
     sudo make bench-push          # or: sudo .venv/bin/python benchmarks/push.py
-        [--image REF] [--nodes 1,2,4] [--bandwidth 200mbit] [--layer-mb 5]
+        [--nodes 1,2,4,8] [--bandwidth 32mbit] [--image-mb 96] [--image REF]
+        [--ways by-hand,star,relay,relay+zstd] [--layer-mb 5]
 
-Bad input (an image the engine lacks, a malformed --nodes/--bandwidth/--layer-mb,
---name or --subnet, not root, no engine) is one message saying what is valid and
-exit status 2, before any sandbox is made.
-
-``--bandwidth`` shapes every node's link with tbf (FIELD-NOTES §1), e.g. to see
-the layer case's gain at a cluster's real bandwidth.  The sandbox ("pbench" on
-10.213.77.0/24 unless --name/--subnet) and the derived image are removed at
-the end, also on failure or Ctrl-C.  Figures are noisy on a 2-core machine:
-every node's sshd, dockerd and `docker load` share the same cores.
+Bad input (an image the engine lacks, a malformed --nodes/--bandwidth/--ways/
+--layer-mb, --name or --subnet, not root, no engine) is one message saying what
+is valid and exit status 2, before any sandbox is made.  The sandbox ("pbench"
+on 10.213.77.0/24 unless --name/--subnet) and the images it built are removed at
+the end, also on failure or Ctrl-C.
 """
 
 from __future__ import annotations
@@ -30,16 +42,21 @@ from __future__ import annotations
 import argparse
 import io
 import os
+import re
+import subprocess
 import sys
 import tarfile
 import tempfile
 import time
 from pathlib import Path
 
-from clusterctl.build import targets
 from clusterctl.cluster import distribute, engine, sandbox
 from clusterctl.cluster.inventory import load_inventory
-from clusterctl.core.errors import ClusterctlError
+from clusterctl.core.errors import ClusterctlError, UserError
+
+WAYS = ("by-hand", "star", "relay", "relay+zstd")
+CASES = ("cold", "warm", "layer")
+FILE_ROOTS = ("/usr/lib", "/usr/share", "/usr/bin")
 
 
 def derived_image(client, base: str, tag: str, size: int) -> distribute.SourceImage:
@@ -56,48 +73,151 @@ def derived_image(client, base: str, tag: str, size: int) -> distribute.SourceIm
     return distribute.source_image(client, tag)
 
 
-def timed_push(ref: str, inventory_path: Path) -> tuple[float, list[distribute.PushResult]]:
-    start = time.monotonic()
-    results = distribute.push_image(ref, load_inventory(inventory_path))
-    return time.monotonic() - start, results
+def files_image(client, tag: str, total: int, layers: int = 4) -> distribute.SourceImage:
+    """``tag``: FROM scratch, ``layers`` layers of this machine's regular files under /usr
+    (walked in sorted order, so the same machine gives the same image), ``total`` bytes."""
+    ctx = io.BytesIO()
+    per_layer = total // layers
+    with tarfile.open(fileobj=ctx, mode="w") as tar:
+        layer, size = 0, 0
+        for path in _files():
+            try:
+                st = path.lstat()
+                if not path.is_file() or path.is_symlink() or st.st_size > per_layer:
+                    continue
+                tar.add(str(path), arcname=f"l{layer}/{path.relative_to('/')}", recursive=False)
+            except OSError:
+                continue
+            size += st.st_size
+            if size >= per_layer:
+                layer, size = layer + 1, 0
+                if layer == layers:
+                    break
+        dockerfile = "FROM scratch\n" + "".join(f"COPY l{i}/ /\n" for i in range(layers))
+        info = tarfile.TarInfo("Dockerfile")
+        info.size = len(dockerfile)
+        tar.addfile(info, io.BytesIO(dockerfile.encode()))
+    ctx.seek(0)
+    client.images.build(fileobj=ctx, custom_context=True, tag=tag, rm=True)
+    return distribute.source_image(client, tag)
 
 
-def report(nodes: int, case: str, seconds: float, results: list[distribute.PushResult]) -> None:
-    sent = [r.bytes_sent for r in results]
-    outcome = ", ".join(sorted({r.describe() for r in results}))
-    print(f"{nodes:>5} {case:<6} {seconds:>8.1f} {sum(sent) / 1e6:>12.1f} "
-          f"{max(sent) / 1e6:>14.1f} {sum(sent) / 1e6 / seconds:>9.1f}  {outcome}", flush=True)
+def _files():
+    for root in FILE_ROOTS:
+        for dirpath, dirnames, filenames in os.walk(root):
+            dirnames.sort()
+            for name in sorted(filenames):
+                yield Path(dirpath) / name
+
+
+def rate_bytes(text: str) -> float:
+    """A tc rate (``32mbit``, ``4mbps``, ``500kbit``...) in bytes per second."""
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)([kmg]?)(bit|bps)", text.lower())
+    if not m:
+        raise UserError(f'--bandwidth "{text}": give a rate like 32mbit, 100mbit or 4mbps')
+    value = float(m.group(1)) * {"": 1, "k": 1e3, "m": 1e6, "g": 1e9}[m.group(2)]
+    return value / 8 if m.group(3) == "bit" else value
+
+
+class Uplink:
+    """Bytes this machine sent onto the sandbox bridge (its uplink), from the kernel."""
+
+    def __init__(self, name: str) -> None:
+        self.path = Path(f"/sys/class/net/cc-{name}/statistics/tx_bytes")
+
+    def read(self) -> int:
+        return int(self.path.read_text())
+
+
+def by_hand(ref: str, inventory_path: Path) -> list[str]:
+    """``docker save | ssh | docker load``, one node after the other; the failures."""
+    inv = load_inventory(inventory_path)
+    failed = []
+    for node in inv.nodes:
+        ssh = ["ssh", "-F", "/dev/null", "-T", "-o", "BatchMode=yes",
+               "-o", "StrictHostKeyChecking=yes",
+               "-o", f"UserKnownHostsFile={inv.ssh.known_hosts}",
+               "-i", str(node.identity_file), "-p", str(node.port or 22),
+               f"{node.user}@{node.host}", "docker", "load"]
+        save = subprocess.Popen(["docker", "save", ref], stdout=subprocess.PIPE,
+                                env={**os.environ, "DOCKER_HOST": engine.engine_url() or ""})
+        load = subprocess.run(ssh, stdin=save.stdout, capture_output=True, text=True)
+        save.stdout.close()
+        if save.wait() != 0 or load.returncode != 0:
+            failed.append(f"{node.name}: {load.stderr.strip()[-200:]}")
+    return failed
+
+
+def push(way: str, ref: str, inventory_path: Path) -> tuple[int, list[str]]:
+    """One push the given way: (image bytes clusterctl counted, failures)."""
+    if way == "by-hand":
+        return 0, by_hand(ref, inventory_path)
+    strategy = "star" if way == "star" else "relay"
+    results = distribute.push_image(ref, load_inventory(inventory_path), strategy=strategy,
+                                    compress=way == "relay+zstd")
+    return (sum(r.head_bytes for r in results),
+            [f"{r.node}: {r.error}" for r in results if not r.ok])
+
+
+def forget(name: str, nodes: int, *images: distribute.SourceImage) -> None:
+    """Remove the images from every node (each node's own daemon, from this machine)."""
+    for i in range(1, nodes + 1):
+        for image in images:
+            sandbox.node_docker(name, f"node{i}", "rmi", "-f", image.id, check=False)
 
 
 def run(args: argparse.Namespace) -> int:
     client = engine.client()
-    image = distribute.source_image(client, args.image)
+    built: list[distribute.SourceImage] = []
+    if args.image:
+        image = distribute.source_image(client, args.image)
+    else:
+        image = files_image(client, "clusterctl-bench/push:files", int(args.image_mb * 1e6))
+        built.append(image)
     tmp = Path(tempfile.mkdtemp(prefix="clusterctl-bench-"))
     inventory = tmp / "bench.yaml"
-    changed = None
-    print(f"image {image.ref}: {image.size / 1e6:.0f} MB, {len(image.diff_ids)} layers; "
-          f"bandwidth {args.bandwidth or 'unshaped'}")
-    print(f"{'nodes':>5} {'case':<6} {'seconds':>8} {'MB sent':>12} {'MB per node':>14} "
-          f"{'MB/s':>9}  result")
+    rate = rate_bytes(args.bandwidth)
+    ideal = image.size / rate
+    uplink = Uplink(args.name)
+    print(f"image {image.ref}: S = {image.size / 1e6:.0f} MB in {len(image.diff_ids)} layers; "
+          f"links shaped at {args.bandwidth} (B = {rate / 1e6:.2f} MB/s); S/B = {ideal:.1f} s")
+    print(f"{'nodes':>5} {'way':<11} {'case':<6} {'seconds':>8} {'MB out':>8} {'image MB':>9} "
+          f"{'T(N)/T(1)':>10} {'T/(S/B)':>8}  result", flush=True)
+    first: dict[tuple[str, str], float] = {}
     try:
         changed = derived_image(client, image.ref, "clusterctl-bench/push:layer",
                                 int(args.layer_mb * 1024 * 1024))
+        built.append(changed)
         for n in args.nodes:
             sandbox.down(args.name)
             sandbox.up(n, name=args.name, subnet=args.subnet, bandwidth=args.bandwidth,
                        inventory_path=inventory)
-            for case, ref in (("cold", image.ref), ("warm", image.ref), ("layer", changed.ref)):
-                seconds, results = timed_push(ref, inventory)
-                report(n, case, seconds, results)
-                if not all(r.ok for r in results):
-                    print("FAILED: " + "; ".join(f"{r.node}: {r.error}" for r in results
-                                                 if not r.ok), file=sys.stderr)
-                    return 1
+            for way in args.ways:
+                forget(args.name, n, changed, image)
+                for case in CASES:
+                    if way == "by-hand" and case != "cold":
+                        continue
+                    ref = changed.ref if case == "layer" else image.ref
+                    before = uplink.read()
+                    start = time.monotonic()
+                    counted, failures = push(way, ref, inventory)
+                    seconds = time.monotonic() - start
+                    out = uplink.read() - before
+                    ratio = seconds / first.setdefault((way, case), seconds)
+                    print(f"{n:>5} {way:<11} {case:<6} {seconds:>8.1f} {out / 1e6:>8.1f} "
+                          f"{counted / 1e6:>9.1f} {ratio:>10.2f} {seconds / ideal:>8.2f}  "
+                          f"{'ok' if not failures else 'FAILED'}", flush=True)
+                    if failures:
+                        print("FAILED: " + "; ".join(failures), file=sys.stderr)
+                        return 1
         return 0
     finally:
         sandbox.down(args.name)
-        if changed is not None:
-            client.images.remove(changed.id, force=True)
+        for image_ in reversed(built):
+            try:
+                client.images.remove(image_.id, force=True)
+            except Exception:  # noqa: BLE001 - already gone
+                pass
         inventory.unlink(missing_ok=True)
         tmp.rmdir()
 
@@ -114,8 +234,16 @@ def node_counts(text: str) -> list[int]:
     return counts
 
 
+def ways(text: str) -> list[str]:
+    """``--ways``: some of by-hand, star, relay, relay+zstd, separated by commas."""
+    chosen = text.split(",")
+    if not chosen or not all(w in WAYS for w in chosen):
+        raise argparse.ArgumentTypeError(f'"{text}": give some of {",".join(WAYS)}')
+    return chosen
+
+
 def megabytes(text: str) -> float:
-    """``--layer-mb``: a size in MB above 0."""
+    """``--layer-mb`` / ``--image-mb``: a size in MB above 0."""
     try:
         mb = float(text)
     except ValueError:
@@ -127,10 +255,14 @@ def megabytes(text: str) -> float:
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--image", default=targets.resolve("cpu").tag,
-                   help="local image to push (default: the cpu target's tag, what `make demo` builds)")
-    p.add_argument("--nodes", default=[1, 2, 4], type=node_counts, help="node counts, e.g. 1,2,4")
-    p.add_argument("--bandwidth", default=None, help="tbf rate per node link, e.g. 200mbit")
+    p.add_argument("--image", default=None,
+                   help="local image to push (default: one built from this machine's files)")
+    p.add_argument("--image-mb", type=megabytes, default=96.0,
+                   help="size of the image built when --image is not given")
+    p.add_argument("--nodes", default=[1, 2, 4, 8], type=node_counts,
+                   help="node counts, e.g. 1,2,4,8")
+    p.add_argument("--ways", default=list(WAYS), type=ways, help=",".join(WAYS))
+    p.add_argument("--bandwidth", default="32mbit", help="tbf rate per link, e.g. 32mbit")
     p.add_argument("--layer-mb", type=megabytes, default=5.0, help="size of the changed layer")
     p.add_argument("--name", default="pbench", help="sandbox name")
     p.add_argument("--subnet", default="10.213.77.0/24", help="sandbox subnet")
@@ -142,6 +274,7 @@ def check(args: argparse.Namespace) -> None:
     The image is checked by run(), on the engine, before its sandbox is made."""
     sandbox.check_name(args.name)
     sandbox.check_bandwidth(args.bandwidth)
+    rate_bytes(args.bandwidth)
     sandbox.parse_subnet(args.subnet, max(args.nodes))
     sandbox.require_environment("benchmarks/push.py")
 

@@ -14,7 +14,8 @@ from pathlib import Path
 import clusterctl.cluster.distribute as distribute
 
 #: top first; a module may import only modules after it in this list
-ORDER = ["fanout", "node", "savestream", "layerfilter", "layout", "tarstream", "source"]
+ORDER = ["fanout", "relay", "wire", "agent", "relayplan", "node", "savestream", "layerfilter", "layout",
+         "tarstream", "source"]
 PACKAGE = "clusterctl.cluster.distribute"
 
 

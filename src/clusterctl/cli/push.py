@@ -18,6 +18,7 @@ from clusterctl.cli.nodes import NodesOption
 from clusterctl.cluster import distribute
 from clusterctl.cluster.inventory import load_inventory
 from clusterctl.core.console import err, interactive, out, print_table
+from clusterctl.core.errors import UserError
 
 
 def _size(n: int) -> str:
@@ -31,20 +32,22 @@ def _size(n: int) -> str:
 class PlainProgress:
     """One line per node when it starts and when it ends (logs, CI, pipes)."""
 
-    def __init__(self) -> None:
+    def __init__(self, console=None) -> None:
         self._lock = threading.Lock()
+        self.console = console or out     # `launch --json` keeps stdout for the JSON: err
 
     def started(self, node: str, plan: str) -> None:
         with self._lock:
-            out.print(f"{node}: {plan}", markup=False)
+            self.console.print(f"{node}: {plan}", markup=False)
 
     def sent(self, node: str, nbytes: int) -> None:
         pass
 
     def finished(self, result: distribute.PushResult) -> None:
         with self._lock:
-            out.print(f"{result.node}: {result.describe()}, {_size(result.bytes_sent)} sent "
-                      f"in {result.seconds:.1f}s", markup=False)
+            where = "" if result.status == "skipped" else f" from {result.source}"
+            self.console.print(f"{result.node}: {result.describe()}, {_size(result.bytes_sent)}{where} "
+                               f"in {result.seconds:.1f}s", markup=False)
 
 
 class LiveProgress:
@@ -104,16 +107,34 @@ def push(
     accept_new_host_keys: Annotated[bool, typer.Option(
         "--accept-new-host-keys",
         help="Record unknown node host keys (a changed key is always refused).")] = False,
+    strategy: Annotated[str, typer.Option(
+        "--strategy", metavar="auto|star|relay",
+        help="star: this machine sends to every node; relay: nodes forward to each other "
+             "while they receive (this machine sends each stream once); auto: relay from "
+             f"{distribute.RELAY_FROM_NODES} nodes that need the image.")] = "auto",
+    compress: Annotated[bool | None, typer.Option(
+        "--compress/--no-compress",
+        help="zstd on the wire (relay; default: decided from a measurement of the "
+             "link and of zstd on this machine).", show_default=False)] = None,
 ) -> None:
     """Put a local image on every node: nodes that have it are skipped, others get only
     the layers they lack; each node's image ID is verified. Exit 1 if any node failed."""
+    if strategy not in distribute.STRATEGIES:
+        raise UserError(f"--strategy {strategy!r}: valid values are "
+                        + ", ".join(distribute.STRATEGIES))
     inventory = load_inventory(nodes)
     with _progress() as progress:
         results = distribute.push_image(image, inventory, progress=progress, fanout=fanout,
-                                        accept_new_host_keys=accept_new_host_keys or None)
-    print_table(f"push {image}", ["node", "sent", "seconds", "result"],
-                [(escape(r.node), _size(r.bytes_sent), f"{r.seconds:.1f}", escape(r.describe()))
+                                        accept_new_host_keys=accept_new_host_keys or None,
+                                        strategy=strategy, compress=compress)
+    print_table(f"push {image}", ["node", "from", "received", "seconds", "result"],
+                [(escape(r.node), escape(r.source) if r.status not in ("skipped",) else "-",
+                  _size(r.bytes_sent), f"{r.seconds:.1f}", escape(r.describe()))
                  for r in results])
+    out.print(f"sent by this machine: {_size(sum(r.head_bytes for r in results))}", markup=False)
+    wires = sorted({r.compression for r in results if r.compression})
+    if wires:
+        out.print("on the wire: " + "; ".join(wires), markup=False)
     failed = [r for r in results if not r.ok]
     if failed:
         err.print(f"push failed on {len(failed)} of {len(results)} node(s): "

@@ -14,6 +14,10 @@ node's own ``docker load``.  Three things make that fast and safe:
   ``docker image inspect --format '{{json .RootFS.Layers}}'`` over its images.
 * **Verified.**  After loading, the node's image ID must equal the source's,
   else that node's push fails.
+* **Relayed.**  With ``strategy="relay"`` this machine streams once per group
+  of nodes that lack the same layers, and each node forwards to the next
+  while it receives (see ``relay``), so the head's uplink carries about S,
+  not N x S.
 
 Streaming, never a temporary file.  The save stream is rewritten block by
 block (512-byte tar headers parsed here, every kept byte passed through
@@ -22,7 +26,11 @@ verbatim), so neither side ever holds the image on disk or in memory
 
 The modules, from the top; each imports only modules below it (no cycles)::
 
-    fanout       push_image: plan every node, then stream in batches sharing one save
+    fanout       push_image: plan every node, then star (batches sharing one save) or relay
+    relay        relay_push: chains of nodes forwarding while they receive, in rounds
+    wire         compress on the wire or not, from a measurement of link and zstd
+    agent        PushAgent: the one-push SSH agent behind the node-to-node hops
+    relayplan    plan_relay (pure): which node feeds which; choose_strategy
     node         one node: plan_node, deliver, push_to_node, PushResult, PushProgress
     savestream   SharedSave: one ``docker save`` read once, fed to several nodes
     layerfilter  filter_save_stream: cut the save stream to the missing layers
@@ -78,14 +86,22 @@ from clusterctl.cluster.distribute.node import (
     plan_node,
     push_to_node,
 )
+from clusterctl.cluster.distribute.relay import relay_push
+from clusterctl.cluster.distribute.relayplan import (
+    RELAY_FROM_NODES,
+    STRATEGIES,
+    RelayPlan,
+    choose_strategy,
+    plan_relay,
+)
 from clusterctl.cluster.distribute.savestream import SharedSave
 from clusterctl.cluster.distribute.source import SourceImage, chain_ids, source_image
 from clusterctl.cluster.distribute.tarstream import ChunkReader, Member, StreamError, members
 
 __all__ = [
     "ChunkReader", "FilterStats", "LayerIndex", "Member", "NoProgress", "NodePlan",
-    "PushProgress", "PushResult", "SharedSave", "SourceImage", "StreamError",
-    "cached_layout", "chain_ids", "deliver", "engine_writes_oci", "filter_save_stream",
+    "PushProgress", "PushResult", "RELAY_FROM_NODES", "RelayPlan", "STRATEGIES", "SharedSave", "SourceImage", "StreamError",
+    "cached_layout", "chain_ids", "choose_strategy", "plan_relay", "relay_push", "deliver", "engine_writes_oci", "filter_save_stream",
     "layout_for", "layout_from_metadata", "legacy_layer_position", "members",
     "node_chain_ids", "node_has_image", "plan_node", "push_image", "push_to_node",
     "scan_layout", "source_image", "store_layout",

@@ -25,6 +25,8 @@ from clusterctl.cluster.distribute.node import (
     deliver,
     plan_node,
 )
+from clusterctl.cluster.distribute.relay import relay_push
+from clusterctl.cluster.distribute.relayplan import choose_strategy
 from clusterctl.cluster.distribute.savestream import SharedSave
 from clusterctl.cluster.distribute.source import SourceImage, source_image
 from clusterctl.cluster.transport import Cluster
@@ -33,7 +35,8 @@ from clusterctl.core.errors import NodeError
 
 def push_image(image_ref: str, target, *, progress: PushProgress | None = None,
                client=None, nodes: Iterable | None = None, fanout: int | None = None,
-               accept_new_host_keys: bool | None = None) -> list[PushResult]:
+               accept_new_host_keys: bool | None = None, strategy: str = "auto",
+               compress: bool | None = False) -> list[PushResult]:
     """Put the local image ``image_ref`` on every node of ``target`` (a Cluster or an Inventory).
 
     Nodes run in parallel (the cluster's bounded fan-out); nodes streaming at
@@ -46,13 +49,14 @@ def push_image(image_ref: str, target, *, progress: PushProgress | None = None,
     image = source_image(client, image_ref)
     progress = progress or NoProgress()
     if isinstance(target, Cluster):
-        return _push_all(target, client, image, progress, nodes)
+        return _push_all(target, client, image, progress, nodes, strategy, compress)
     with Cluster(target, fanout=fanout, accept_new_host_keys=accept_new_host_keys) as cluster:
-        return _push_all(cluster, client, image, progress, nodes)
+        return _push_all(cluster, client, image, progress, nodes, strategy, compress)
 
 
 def _push_all(cluster: Cluster, client, image: SourceImage, progress: PushProgress,
-              nodes: Iterable | None) -> list[PushResult]:
+              nodes: Iterable | None, strategy: str = "star",
+              compress: bool | None = False) -> list[PushResult]:
     plans = cluster.map(lambda conn: plan_node(conn, image, progress), nodes)
     results: dict[str, PushResult] = {}
     streaming: list[str] = []
@@ -66,6 +70,12 @@ def _push_all(cluster: Cluster, client, image: SourceImage, progress: PushProgre
             if plan.send is not None:
                 streaming.append(name)
     layout = layout_for(client, image) if streaming else None  # a first pass only if needed
+    keys = {n.name: getattr(n, "identity_file", None) for n in cluster.nodes}
+    if streaming and choose_strategy(strategy, streaming) == "relay" and \
+            _relay_possible(streaming, keys, progress):
+        results.update(relay_push(cluster, client, image, plans, streaming, layout, progress,
+                                  compress=compress))
+        return [results[name] for name in plans]
     batch_size = cluster.settings.fanout
     for first in range(0, len(streaming), batch_size):
         batch = [n for n in streaming[first:first + batch_size]
@@ -85,6 +95,15 @@ def _push_all(cluster: Cluster, client, image: SourceImage, progress: PushProgre
                 value = plan.finish(progress)
             results[name] = value
     return [results[name] for name in plans]
+
+
+def _relay_possible(streaming: list[str], keys: dict, progress: PushProgress) -> bool:
+    """Relay hops log in with the fed node's inventory key (see ``agent``): without an
+    ``identity_file`` for every node that needs the image, the push is a star (and says so)."""
+    missing = [n for n in streaming if not keys.get(n)]
+    for name in missing:
+        progress.started(name, "star: relay needs an identity_file for this node in the inventory")
+    return not missing
 
 
 def _still_connected(cluster: Cluster, plan: NodePlan, progress: PushProgress) -> bool:

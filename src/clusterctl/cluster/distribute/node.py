@@ -47,6 +47,9 @@ class PushResult:
     layers_sent: int = 0
     layers_total: int = 0
     error: str | None = None
+    source: str = "head"  # where the node's bytes came from: "head" or the feeding node's name
+    head_bytes: int = 0   # bytes the head sent for this node (0 when fed by another node)
+    compression: str = ""  # relay: "zstd (why)" / "none (why)"
 
     @property
     def ok(self) -> bool:
@@ -97,6 +100,7 @@ class NodePlan:
         """Fill in the result from what was streamed, and report it."""
         result = self.result
         result.bytes_sent = self.stats.bytes_out
+        result.head_bytes = self.stats.bytes_out
         result.layers_sent = self.stats.layers_sent
         result.seconds = time.monotonic() - self.start
         progress.finished(result)
@@ -140,7 +144,8 @@ def _is_id(ref: str, image_id: str) -> bool:
     return len(short) >= 4 and image_id.removeprefix("sha256:").startswith(short)
 
 
-def _tag(conn, image: SourceImage) -> None:
+def tag_on_node(conn, image: SourceImage) -> None:
+    """Give the node's copy the source's tag (nothing to do when pushed by ID)."""
     if not _is_id(image.ref, image.id):
         conn.run(["docker", "tag", image.id, image.ref], timeout=120, check=True)
 
@@ -160,7 +165,7 @@ def plan_node(conn, image: SourceImage, progress: PushProgress) -> NodePlan:
         if node_has_image(conn, image.id):
             plan.result.status = "skipped"
             progress.started(conn.name, "skip: same image ID")
-            _tag(conn, image)
+            tag_on_node(conn, image)
             plan.finish(progress)
             return plan
         present = node_chain_ids(conn)
@@ -181,7 +186,7 @@ def deliver(conn, image: SourceImage, plan: NodePlan, source: SharedSave,
         _stream_to_node(conn, image, plan, source, layout, progress)
         if not node_has_image(conn, image.id):
             raise NodeError(conn.name, f"image {image.id} is not on the node after docker load")
-        _tag(conn, image)
+        tag_on_node(conn, image)
     except NodeError as e:
         plan.fail(e)
     finally:

@@ -22,7 +22,7 @@ The package, lowest layer first (each module imports only those above it):
 
 Contract (what the CLI, benchmarks and tests use): ``up``, ``down``, ``status``,
 ``load``, ``names``; failure-test helpers ``stop_sshd``, ``start_sshd``,
-``set_link``, ``node_docker``, ``port_open``; the model ``Sandbox``/``SandboxNode``
+``set_link``, ``shape_link``, ``node_docker``, ``port_open``; the model ``Sandbox``/``SandboxNode``
 and the defaults ``DEFAULT_NAME``, ``DEFAULT_SUBNET``, ``DEFAULT_INVENTORY``; for Slurm
 (``up(..., with_slurm=True)``): ``Sandbox.slurm_conf`` (the path for ``SLURM_CONF``),
 ``SLURM_PARTITION``, ``slurm_node_states``, ``render_slurm_conf``.
@@ -62,7 +62,7 @@ from clusterctl.cluster.sandbox.model import (
     node_for,
     state_base,
 )
-from clusterctl.cluster.sandbox.network import free_subnet, set_link
+from clusterctl.cluster.sandbox.network import free_subnet, set_link, shape_link
 from clusterctl.cluster.sandbox.processes import (
     CGROUP_ROOT,
     NODE_DOCKERD_ARGS,
@@ -82,6 +82,6 @@ __all__ = [
     "check_bandwidth", "check_name", "check_nodes", "check_slots", "data_base", "down",
     "free_subnet", "in_netns", "inventory_text", "load", "names", "node_docker", "node_for",
     "parse_subnet", "port_open", "processes_using", "render_slurm_conf", "require_environment",
-    "set_link", "slurm_node_states",
+    "set_link", "shape_link", "slurm_node_states",
     "sshd_running", "start_sshd", "state_base", "status", "stop_sshd", "up", "write_inventory",
 ]

@@ -54,7 +54,7 @@ from clusterctl.cluster.sandbox.model import (
 from clusterctl.core.errors import UserError
 from clusterctl.core.tools import require_binaries
 
-_RATE_RE = re.compile(r"^[0-9]+(\.[0-9]+)?(bit|kbit|mbit|gbit|tbit|bps|kbps|mbps|gbps|tbps)$", re.I)
+_RATE_RE = re.compile(r"^[0-9]+(\.[0-9]+)?(bit|kbit|mbit|gbit|tbit|bps|kbps|mbps|gbps|tbps)\Z", re.I)
 
 # binary -> Debian package that provides it
 _TOOLS = {
@@ -262,9 +262,9 @@ def _remove_tree(path: Path) -> None:
 def _debris_nodes(name: str) -> list[SandboxNode]:
     """Nodes of ``name`` found on the machine (netns, veths, state dirs), state file or not."""
     indexes: set[int] = set()
-    ns_re = re.compile(rf"^cc-{name}-node([0-9]+)$")
-    veth_re = re.compile(rf"^cc{name}-([0-9]+)h$")
-    dir_re = re.compile(r"^node([0-9]+)$")
+    ns_re = re.compile(rf"^cc-{name}-node([0-9]+)\Z")
+    veth_re = re.compile(rf"^cc{name}-([0-9]+)h\Z")
+    dir_re = re.compile(r"^node([0-9]+)\Z")
     indexes |= {int(m.group(1)) for ns in network.netns_list() if (m := ns_re.match(ns))}
     indexes |= {int(m.group(1)) for dev in network.links() if (m := veth_re.match(dev))}
     for base in (state_base() / name, data_base() / name):
@@ -339,8 +339,8 @@ def names() -> list[str]:
     with contextlib.suppress(OSError):
         found |= {d.name for d in state_base().iterdir() if (d / "sandbox.json").exists()}
     found |= {m.group(1) for ns in network.netns_list()
-              if (m := re.match(r"^cc-([a-z][a-z0-9]*)-node[0-9]+$", ns))}
-    found |= {m.group(1) for dev in network.links() if (m := re.match(r"^cc-([a-z][a-z0-9]*)$", dev))}
+              if (m := re.match(r"^cc-([a-z][a-z0-9]*)-node[0-9]+\Z", ns))}
+    found |= {m.group(1) for dev in network.links() if (m := re.match(r"^cc-([a-z][a-z0-9]*)\Z", dev))}
     return sorted(found)
 
 

@@ -39,7 +39,7 @@ MAX_NODES = 999
 # A sandbox name goes into interface names, which the kernel limits to 15
 # characters: "cc<name>-<i>h" with a 3-digit node number leaves 8 for the name.
 # No dashes, so "cc-<name>-node<i>" parses back unambiguously.
-NAME_RE = re.compile(r"^[a-z][a-z0-9]{0,7}$")
+NAME_RE = re.compile(r"^[a-z][a-z0-9]{0,7}\Z")
 
 
 def data_base() -> Path:

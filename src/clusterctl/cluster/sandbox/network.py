@@ -9,7 +9,7 @@ veth) and what this machine sends (the bridge), the model of a head with an
 uplink of that rate pushing to nodes with links of that rate.
 
 Contract: :func:`ensure_bridge`, :func:`ensure_node_network`, :func:`shape`,
-:func:`remove_node_network`, :func:`remove_bridge`, :func:`set_link`,
+:func:`remove_node_network`, :func:`remove_bridge`, :func:`set_link`, :func:`shape_link`,
 :func:`check_subnet_free`, :func:`free_subnet`, :func:`netns_list`, :func:`links`,
 :func:`link_exists`.  Imports the model and processes of the sandbox package.
 """
@@ -79,7 +79,7 @@ def check_subnet_free(sb: Sandbox) -> None:
     used = _networks_in_use(sb.bridge)
     for net, what in used:
         if net.overlaps(sb.network):
-            m = re.search(r"(?:on interface|via) cc-([a-z0-9]+)$", what)
+            m = re.search(r"(?:on interface|via) cc-([a-z0-9]+)\Z", what)
             owner = f' (sandbox "{m.group(1)}")' if m else ""
             free = free_subnet(used)
             hint = f", e.g. `--subnet {free}`" if free else ""
@@ -161,6 +161,19 @@ def shape(dev: str, rate: str | None, node: str | None = None) -> None:
              "burst", "64kb", "latency", "50ms"], node=node)
     else:
         run(["tc", "qdisc", "del", "dev", dev, "root"], check=False)
+
+
+def shape_link(name: str, node: str, rate: str | None) -> None:
+    """Shape one node's link in BOTH directions (what reaches it: its host-side veth; what
+    it sends: its own eth0) to ``rate`` (tbf, e.g. ``20mbit``), or unshape it (None): a
+    node with a slow NIC or cable, for the collective check's tests and benchmark."""
+    n = load(name).node(node)
+    shape(n.veth, rate, node=n.name)
+    if rate:
+        run(["tc", "-n", n.netns, "qdisc", "replace", "dev", INTERFACE, "root", "tbf", "rate",
+             rate, "burst", "64kb", "latency", "50ms"], node=n.name)
+    else:
+        run(["tc", "-n", n.netns, "qdisc", "del", "dev", INTERFACE, "root"], check=False)
 
 
 def set_link(name: str, node: str, up: bool) -> None:

@@ -41,6 +41,7 @@ from clusterctl.cluster.transport.connection import (
     WINDOW_SIZE,
     NodeConnection,
     send_signal,
+    sshd_answers,
 )
 from clusterctl.cluster.transport.describe import describe_error
 from clusterctl.cluster.transport.hostkeys import (
@@ -56,5 +57,5 @@ __all__ = [
     "DEAD_PEER_TIMEOUT", "DEFAULT_CONNECT_TIMEOUT", "DEFAULT_FANOUT", "KEEPALIVE_INTERVAL",
     "WINDOW_SIZE", "Cluster", "CommandResult", "HostKeyChanged", "HostKeyUnknown",
     "KnownHostsPolicy", "NodeConnection", "command_line", "default_known_hosts",
-    "describe_error", "fingerprint", "record_host_key", "send_signal",
+    "describe_error", "fingerprint", "record_host_key", "send_signal", "sshd_answers",
 ]

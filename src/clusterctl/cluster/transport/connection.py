@@ -13,8 +13,8 @@ DEAD_PEER_TIMEOUT seconds; a command waiting on it then fails with a
 ``NodeError`` saying the connection was lost, instead of hanging forever.
 
 Contract: :class:`NodeConnection` (``open``, ``run``, ``stream``, ``exec_channel``,
-``wait_channel``, ``close``, ``target``, ``peer_address``, ``transport``),
-:func:`send_signal`.
+``wait_channel``, ``close``, ``target``, ``peer_address``, ``sshd_address``, ``transport``),
+:func:`send_signal`, :func:`sshd_answers` (a fresh TCP connection gets sshd's banner).
 """
 
 from __future__ import annotations
@@ -174,13 +174,25 @@ class NodeConnection:
             return sock.getpeername()[0]
         return None
 
+    def sshd_address(self) -> tuple[str, int] | None:
+        """(IP address, port) of the sshd this connection reached, for :func:`sshd_answers`
+        (None through a gateway/ProxyCommand, where no direct connection is possible)."""
+        sock = self.transport.sock
+        if isinstance(sock, socket.socket):
+            host, port = sock.getpeername()[:2]
+            return host, port
+        return None
+
     # -- commands --------------------------------------------------------------------
 
-    def _channel(self, argv: Sequence[str]) -> paramiko.Channel:
+    def _channel(self, argv: Sequence[str],
+                 forward_agent: Callable | None = None) -> paramiko.Channel:
         cmd = command_line(argv)
         transport = self.transport
         try:
             chan = transport.open_session(window_size=WINDOW_SIZE, timeout=self.connect_timeout)
+            if forward_agent is not None:
+                chan.request_forward_agent(forward_agent)
             chan.exec_command(cmd)
         except Exception as e:
             raise NodeError(self.name, f"cannot start `{short(argv)}`: "
@@ -225,7 +237,9 @@ class NodeConnection:
             out.flush()
             err.flush()
 
-    def exec_channel(self, argv: Sequence[str]) -> paramiko.Channel:
+    def exec_channel(self, argv: Sequence[str], *,
+                     forward_agent: Callable[[paramiko.Channel], None] | None = None
+                     ) -> paramiko.Channel:
         """Start argv and hand back the raw paramiko Channel, for piping bytes (push).
 
         Write with ``chan.sendall(data)``; send EOF (the remote command sees its
@@ -235,8 +249,12 @@ class NodeConnection:
         ``chan.recv_exit_status()``, which blocks until the command exited).
         A command that writes a lot must be read while you write, or it blocks
         once the SSH window is full. Close the channel when done.
+
+        ``forward_agent``: agent forwarding for this channel only, answered by
+        this handler (called with each agent channel the node opens back; the
+        push relay's one-push agent), never by the user's ssh-agent.
         """
-        return self._channel([os.fspath(a) for a in argv])
+        return self._channel([os.fspath(a) for a in argv], forward_agent)
 
     def wait_channel(self, chan: paramiko.Channel, argv: Sequence[str] = ("<channel>",), *,
                      timeout: float | None = None, check: bool = False) -> CommandResult:
@@ -385,3 +403,28 @@ class _LineSplitter:
             self.on_line(self.pending.removesuffix("\r"))
             self.pending = ""
 
+
+def sshd_answers(address: tuple[str, int], timeout: float, *, connect_timeout: float | None = None) -> bool:
+    """Whether the sshd at ``address`` answers a fresh TCP connection with its banner
+    (``SSH-...``) within ``timeout`` seconds; the connection is closed at once (no login,
+    nothing started on the node).  ``connect_timeout`` (default ``timeout``) bounds the
+    TCP handshake alone: the node's kernel answers it at once when the link is up, while
+    sshd may take longer to send its banner on a busy node.
+
+    A sign of life that does not wait behind an established connection: after a short
+    link outage TCP retransmits on that connection with exponential backoff (0.2, 0.4 ...
+    6.4, 12.8 s), so its next round trip can come many seconds after the link is back,
+    while a new connection's first SYN goes out at once."""
+    try:
+        with socket.create_connection(address, timeout=connect_timeout or timeout) as sock:
+            deadline = time.monotonic() + timeout
+            got = b""
+            while len(got) < 4 and time.monotonic() < deadline:
+                sock.settimeout(max(0.05, deadline - time.monotonic()))
+                chunk = sock.recv(4 - len(got))
+                if not chunk:
+                    return False
+                got += chunk
+            return got == b"SSH-"
+    except OSError:
+        return False

@@ -1,0 +1,581 @@
+"""Relay push: the head streams the image once per chain; each node forwards while it receives.
+
+One job: run a :class:`~clusterctl.cluster.distribute.relayplan.RelayPlan` on
+the nodes.  Contract: :func:`relay_push` - the nodes planned to receive
+bytes, in rounds, each node verified by image ID; results as the star's
+(:class:`~clusterctl.cluster.distribute.node.PushResult`, with ``source``).
+
+On each node of a round, one command on the head's own SSH connection (so
+the head sees every node's ``docker load`` result and exit status directly)::
+
+    input | dd (counts bytes) | tee -p <fifo per child> | [zstd -dc |] docker load
+
+where *input* is the channel's stdin on a chain's first node and a fifo in a
+private temporary directory (``mktemp -d``) on the others.  For every child
+the node runs ``ssh child 'cat > DIR/in'`` reading its fifo, so bytes are
+forwarded as they arrive (pipelined through pipe buffers of 64 KiB, never
+stored).  ``tee -p`` keeps feeding the other outputs when one breaks, so a
+node whose own ``docker load`` fails (its dockerd stopped) still feeds its
+children; a child whose hop breaks is drained (``cat > /dev/null``), so it
+never holds up its feeder.
+
+Node to node, authenticated, nothing left behind: the hop's ``ssh`` uses
+agent forwarding requested on that one channel and answered by
+:class:`~clusterctl.cluster.distribute.agent.PushAgent` in this process,
+which signs with the child's inventory key at most once per planned hop and
+nothing after the round.  The child's host key is checked strictly against
+a known_hosts file holding the keys this machine verified.  Nothing is
+installed: the temporary directory (fifos, known_hosts, process group ids)
+is removed by the command itself when it ends and by the head after the
+round; a node whose stream stalls for STALL seconds before it is complete
+(its feeder or the head died, its link is down) or whose session with the
+head is gone (the heartbeat on stderr fails to write) stops its own process
+group, so nothing outlives a push for long, even when the head cannot reach it.
+
+Failures: a node that stops answering (keepalive round trips stop for
+LOST_AFTER s) or whose command ends without feeding its children is named
+as failed; the nodes below it in its chain are stopped (their process
+groups killed) and fed again in the next round, as a new chain from the
+head.  ``docker load`` registers nothing from a truncated stream, so no node
+keeps half an image: the next push to it works.
+"""
+
+from __future__ import annotations
+
+import re
+import select
+import shlex
+import shutil
+import subprocess
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+
+import paramiko
+
+from clusterctl.cluster.distribute import wire
+from clusterctl.cluster.distribute.agent import PushAgent, load_key
+from clusterctl.cluster.distribute.layerfilter import filter_save_stream
+from clusterctl.cluster.distribute.node import (
+    NodePlan,
+    PushProgress,
+    PushResult,
+    node_has_image,
+    tag_on_node,
+)
+from clusterctl.cluster.distribute.relayplan import RelayPlan, plan_relay
+from clusterctl.cluster.distribute.savestream import SharedSave
+from clusterctl.cluster.distribute.source import SourceImage
+from clusterctl.cluster.distribute.tarstream import StreamError
+from clusterctl.core.errors import NodeError
+
+#: a node whose SSH keepalive round trips stop for this long is lost
+LOST_AFTER = 10.0
+#: a node whose stream stops for this long before it is complete stops itself (seconds)
+STALL = 120
+#: a node asked to stop whose command has not ended after this long is given up on
+STOP_WAIT = 30.0
+_SEND_ERRORS = (OSError, EOFError, paramiko.SSHException)
+
+# Run on every node of a round with positional arguments:
+#   DIR Z FED [PORT USER HOST REMOTE_COMMAND]...   (one group of four per child)
+# DIR: the node's own temporary directory; Z: 1 when the stream is zstd-compressed;
+# FED: 1 when a node feeds this one (through DIR/in), 0 when the head does (stdin).
+NODE_SCRIPT = r"""
+d=$1; z=$2; fed=$3; shift 3
+trap 'rm -rf "$d"' EXIT
+trap 'exit 143' TERM
+cut -d' ' -f5 /proc/$$/stat > "$d/pgid"
+: > "$d/progress"
+# every 2 s: tell the head how far dd got; stop everything when the stream stalls for
+# $STALL s before it is complete (a dead feeder or head) or the head's session is gone
+{ trap '' PIPE
+  last=-1; idle=0
+  while sleep 2 < /dev/null > /dev/null 2>&1; do
+    now=$(wc -c < "$d/progress") || break
+    if [ "$now" = "$last" ]; then idle=$((idle + 2)); else idle=0; last=$now; fi
+    grep -q "records out" "$d/progress" && idle=0
+    [ "$idle" -ge "$STALL" ] && break
+    echo "clusterctl-alive $(tr '\r' '\n' < "$d/progress" | grep bytes | tail -n 1)" >&2 || break
+  done
+  kill -TERM 0; } < /dev/null > /dev/null &
+hb=$!
+outs=
+i=0
+while [ "$#" -ge 4 ]; do
+  i=$((i+1))
+  mkfifo "$d/out$i"
+  { ssh -F /dev/null -T -o BatchMode=yes -o StrictHostKeyChecking=yes \
+      -o UserKnownHostsFile="$d/known_hosts" -o GlobalKnownHostsFile=/dev/null \
+      -o ConnectTimeout=10 -o ServerAliveInterval=5 -o ServerAliveCountMax=3 \
+      -o ForwardAgent=no -o ClearAllForwardings=yes -o LogLevel=ERROR \
+      -p "$1" -l "$2" -- "$3" "$4"
+    echo "clusterctl-hop $i $?" >&2
+    exec cat > /dev/null; } < "$d/out$i" &
+  outs="$outs $d/out$i"
+  shift 4
+done
+[ "$fed" = 1 ] && exec < "$d/in"
+if [ "$z" = 1 ]; then
+  dd bs=1M status=progress 2> "$d/progress" | tee -p $outs | zstd -dcq | docker load
+else
+  dd bs=1M status=progress 2> "$d/progress" | tee -p $outs | docker load
+fi
+rc=$?
+tr '\r' '\n' < "$d/progress" | grep bytes | tail -n 1 >&2
+kill "$hb" 2>/dev/null
+wait
+exit $rc
+"""
+
+# Run on a fed node by its feeder's ssh: note who we are (so the head can stop us), feed the fifo.
+HOP_SCRIPT = 'cut -d" " -f5 /proc/$$/stat > "$1/hop"; : > "$1/fed"; exec cat > "$1/in"'
+
+SETUP_SCRIPT = r"""
+d=$(mktemp -d /tmp/clusterctl-push.XXXXXXXXXX) || exit 1
+mkfifo "$d/in" && cat > "$d/known_hosts" || { rm -rf "$d"; exit 1; }
+command -v zstd > /dev/null && echo "zstd" || echo "no-zstd"
+echo "$d"
+"""
+
+# Stop what is left of a node's part of a round (kill: its command never ended) and remove it.
+CLEANUP_SCRIPT = r"""
+d=$1
+case "$d" in /tmp/clusterctl-push.*) ;; *) exit 2 ;; esac
+if [ "$2" = kill ]; then
+  for f in "$d/pgid" "$d/hop"; do
+    p=$(cat "$f" 2>/dev/null) && [ -n "$p" ] && kill -TERM "-$p" 2>/dev/null
+  done
+fi
+rm -rf "$d"
+"""
+
+_BYTES = re.compile(r"^(?:clusterctl-alive )?(\d+) bytes")
+_HOP = re.compile(r"^clusterctl-hop (\d+) (\d+)\Z")
+_LOADED = re.compile(r"Loaded image ID: (sha256:[0-9a-f]{64})")
+
+
+@dataclass
+class _NodeRun:
+    """One node's part in one round."""
+
+    name: str
+    conn: object
+    dir: str
+    zstd: bool
+    children: list[str] = field(default_factory=list)
+    chan: paramiko.Channel | None = None
+    received: int = 0
+    head_bytes: int = 0
+    exit_code: int | None = None
+    lost: str | None = None           # why the node counts as lost
+    stdout: str = ""
+    stderr_tail: list[str] = field(default_factory=list)
+    hop_failed: list[str] = field(default_factory=list)
+    done: threading.Event = field(default_factory=threading.Event)
+    last_pong: float = field(default_factory=time.monotonic)
+    killed: float | None = None      # when the head asked the node to stop
+
+
+def relay_push(cluster, client, image: SourceImage, plans: dict[str, NodePlan],
+               streaming: list[str], layout: dict[str, str] | None, progress: PushProgress,
+               *, compress: bool | None = False, width: int = 1) -> dict[str, PushResult]:
+    """Bring the image to every node in ``streaming`` through relay chains, in rounds.
+
+    A round's starved nodes (fed through a node that failed) are the next
+    round's, fed again from the head; every round finishes at least the first
+    node of each chain, so the rounds end.  ``compress`` None: decided by
+    :func:`~clusterctl.cluster.distribute.wire.decide` (a measurement)."""
+    results: dict[str, PushResult] = {}
+    remaining = list(streaming)
+    why = "--compress" if compress else "--no-compress"
+    if compress is None:  # measured: the link into the first node, zstd on the image here
+        try:
+            compress, why = wire.decide(cluster.connection(streaming[0]), client, image.id)
+        except (NodeError, OSError, subprocess.SubprocessError) as e:
+            compress, why = False, f"not measured: {e}"
+    for name in streaming:
+        plans[name].result.compression = f"{'zstd' if compress else 'none'} ({why})"
+    round_no = 0
+    while remaining:
+        round_no += 1
+        starved = _round(cluster, client, image, plans, remaining, layout, progress,
+                         compress=compress, width=width, round_no=round_no, results=results)
+        remaining = [n for n in remaining if n in starved]
+    return results
+
+
+def _round(cluster, client, image, plans, names, layout, progress, *, compress, width,
+           round_no, results) -> set[str]:
+    runs: dict[str, _NodeRun] = {}
+    setup = cluster.map(lambda conn: _setup(conn, cluster, names), names)
+    for name in names:
+        value = setup[name]
+        if isinstance(value, NodeError):
+            plans[name].fail(value)
+            results[name] = plans[name].finish(progress)
+        else:
+            runs[name] = value
+    if not runs:
+        return set()
+    plan = plan_relay({n: frozenset(plans[n].send or ()) for n in runs}, width=width)
+    zstd = compress and all(r.zstd for r in runs.values())
+    agents: list[PushAgent] = []
+    try:
+        for name in plan.nodes:
+            run = runs[name]
+            run.children = plan.children(name)
+            feeder = plan.feeder(name)
+            via = "head" if feeder is None else feeder
+            note = f", retry {round_no}" if round_no > 1 else ""
+            plans[name].result.source = via
+            progress.started(name, f"{len(plans[name].send or ())} of {len(image.diff_ids)} "
+                             f"layers from {via}{' (zstd)' if zstd else ''}{note}")
+        # start the leaves first, so that every fifo has its reader before data flows
+        for name in reversed(plan.nodes):
+            _start(runs[name], runs, plan.feeder(name) is not None, agents, zstd)
+        readers = [threading.Thread(target=_read, args=(runs[n], progress), daemon=True,
+                                    name=f"relay-read-{n}") for n in plan.nodes]
+        pingers = [threading.Thread(target=_ping, args=(runs[n],), daemon=True,
+                                    name=f"relay-ping-{n}") for n in plan.nodes]
+        for t in readers + pingers:
+            t.start()
+        sender = threading.Thread(target=_send_all, daemon=True, name="relay-send",
+                                  args=(client, image, plan, runs, plans, layout, progress, zstd))
+        sender.start()
+        starved = _watch(plan, runs)
+        sender.join(timeout=60)  # a send blocked on a lost node is abandoned (daemon thread)
+        for t in readers:
+            t.join(timeout=60)
+    finally:
+        for agent in agents:
+            agent.close()
+        cluster.map(lambda conn: _cleanup(runs[conn.name]), list(runs))
+    for name in plan.nodes:
+        run = runs[name]
+        if name in starved:
+            progress.started(name, f"feeder {plan.feeder(name)} failed: fed again from the head")
+            continue
+        results[name] = _finish(run, image, plans[name], progress)
+    return starved
+
+
+# --------------------------------------------------------------------------- on the nodes
+
+def _hop_target(conn) -> tuple[str, str, str]:
+    """(port, user, host) the head reached the node at: the address its feeder dials."""
+    user, _, rest = conn.target.partition("@")
+    host, _, port = rest.rpartition(":")
+    return port, user, host
+
+
+def _setup(conn, cluster, names: list[str]) -> _NodeRun:
+    """The node's temporary directory with its fifo and the host keys of the round's nodes."""
+    lines = []
+    for other in names:
+        try:
+            key = cluster.connection(other).transport.get_remote_server_key()
+        except NodeError:
+            continue
+        port, _, host = _hop_target(cluster.connection(other))
+        name = host if port == "22" else f"[{host}]:{port}"
+        lines.append(f"{name} {key.get_name()} {key.get_base64()}\n")
+    r = conn.run(["sh", "-c", SETUP_SCRIPT], stdin="".join(lines).encode(), timeout=60,
+                 check=True)
+    flag, _, path = r.stdout.strip().partition("\n")
+    if not path.startswith("/tmp/clusterctl-push."):
+        raise NodeError(conn.name, f"could not make a temporary directory: {r.stdout!r}")
+    return _NodeRun(conn.name, conn, path.strip(), flag == "zstd")
+
+
+def _start(run: _NodeRun, runs: dict[str, _NodeRun], fed: bool, agents: list[PushAgent],
+           zstd: bool) -> None:
+    argv = ["sh", "-c", NODE_SCRIPT.replace("$STALL", str(int(STALL))), "clusterctl-relay",
+            run.dir, "1" if zstd else "0", "1" if fed else "0"]
+    agent = None
+    for child in run.children:
+        port, user, host = _hop_target(runs[child].conn)
+        argv += [port, user, host, _command(["sh", "-c", HOP_SCRIPT, "clusterctl-relay-in",
+                                             runs[child].dir])]
+    if run.children:
+        key_file = getattr(runs[run.children[0]].conn.node, "identity_file", None)
+        try:
+            agent = PushAgent(load_key(key_file), budget=len(run.children))
+        except (OSError, TypeError, paramiko.SSHException) as e:
+            raise NodeError(run.name, f"relay needs the inventory's identity_file for "
+                            f"{run.children[0]} to log in from {run.name}: {e}") from None
+        agents.append(agent)
+    try:
+        run.chan = run.conn.exec_channel(argv, forward_agent=agent.handler if agent else None)
+    except NodeError as e:
+        run.lost = e.reason
+        run.done.set()
+
+
+def _command(argv: list[str]) -> str:
+    """The one place a hop's remote command line is made: argv, every value quoted."""
+    return shlex.join(argv)
+
+
+def _read(run: _NodeRun, progress: PushProgress) -> None:
+    """Follow one node's command: bytes received (dd), hop failures, docker load's output."""
+    chan = run.chan
+    if chan is None:
+        return
+    out, err = bytearray(), ""
+    try:
+        while True:
+            while chan.recv_ready():
+                out.extend(chan.recv(65536))
+            while chan.recv_stderr_ready():
+                err += chan.recv_stderr(65536).decode("utf-8", "replace")
+                *lines, err = re.split(r"[\r\n]", err)
+                for line in lines:
+                    _note(run, line.strip(), progress)
+            if chan.exit_status_ready() and not chan.recv_ready() and not chan.recv_stderr_ready():
+                if chan.eof_received or chan.closed:
+                    break
+            if not chan.get_transport().is_active():
+                run.lost = run.lost or "the connection was lost (the node stopped answering)"
+                break
+            if run.lost:
+                break
+            if chan.eof_received:
+                chan.status_event.wait(0.2)
+            else:
+                select.select([chan], [], [], 0.5)
+        if err.strip():
+            _note(run, err.strip(), progress)
+        code = chan.recv_exit_status() if chan.exit_status_ready() else None
+        if code == -1 and not chan.get_transport().is_active():
+            run.lost = run.lost or "the connection was lost (the node stopped answering)"
+        run.exit_code = code
+    except _SEND_ERRORS as e:
+        run.lost = run.lost or f"the connection broke: {e}"
+    finally:
+        run.stdout = out.decode("utf-8", "replace")
+        chan.close()
+        run.done.set()
+
+
+def _note(run: _NodeRun, line: str, progress: PushProgress) -> None:
+    if not line:
+        return
+    m = _BYTES.match(line)
+    if m:
+        n = int(m.group(1))
+        if n > run.received:
+            progress.sent(run.name, n - run.received)
+            run.received = n
+        return
+    m = _HOP.match(line)
+    if m:
+        i, code = int(m.group(1)), int(m.group(2))
+        if code != 0 and 0 < i <= len(run.children):
+            run.hop_failed.append(run.children[i - 1])
+        return
+    if line.startswith("clusterctl-alive") or re.match(r"^\d+\+\d+ records (in|out)\Z", line):
+        return
+    run.stderr_tail = (run.stderr_tail + [line])[-5:]
+
+
+def _ping(run: _NodeRun) -> None:
+    """Keepalive round trips on the node's connection while its command runs."""
+    try:
+        transport = run.conn.transport
+    except NodeError:
+        return
+    while not run.done.is_set() and transport.is_active():
+        transport.global_request("keepalive@openssh.com", wait=True)
+        run.last_pong = time.monotonic()
+        run.done.wait(1.0)
+
+
+# --------------------------------------------------------------------------- from the head
+
+def _send_all(client, image, plan: RelayPlan, runs, plans, layout, progress, zstd) -> None:
+    roots = [r for r in plan.roots if runs[r].chan is not None]
+    source = SharedSave(client, image.id, roots)
+    threads = [threading.Thread(target=_send_root, daemon=True, name=f"relay-head-{r}",
+                                args=(runs[r], image, plans[r], source, layout, progress, zstd))
+               for r in roots]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        source.close()
+
+
+def _send_root(run: _NodeRun, image, plan: NodePlan, source: SharedSave, layout, progress,
+               zstd: bool) -> None:
+    chan = run.chan
+    stream: Iterable[bytes] = filter_save_stream(source.chunks(run.name), image,
+                                                 plan.send or set(), layout=layout,
+                                                 stats=plan.stats)
+    try:
+        for piece in (_zstd(stream) if zstd else stream):
+            chan.sendall(piece)
+            run.head_bytes += len(piece)
+    except _SEND_ERRORS as e:
+        run.lost = run.lost or f"sending the image failed: {e}"
+    except StreamError as e:
+        run.lost = run.lost or f"the local image stream broke: {e}"
+        chan.close()
+    finally:
+        source.detach(run.name)
+        try:
+            chan.shutdown_write()
+        except _SEND_ERRORS:
+            pass
+
+
+def _zstd(chunks: Iterable[bytes]) -> Iterator[bytes]:
+    """The stream compressed by the local zstd binary (level 1, all cores), as it goes."""
+    binary = shutil.which("zstd")
+    if binary is None:
+        raise StreamError("zstd is not installed on this machine (Debian package zstd)")
+    proc = subprocess.Popen([binary, "-1", "-T0", "-q", "-c"], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE)
+    failure: list[BaseException] = []
+
+    def feed() -> None:
+        try:
+            for chunk in chunks:
+                proc.stdin.write(chunk)
+        except BaseException as e:  # noqa: BLE001 - handed to the reader below
+            failure.append(e)
+        finally:
+            try:
+                proc.stdin.close()
+            except OSError:
+                pass
+
+    feeder = threading.Thread(target=feed, daemon=True, name="zstd-feed")
+    feeder.start()
+    try:
+        while piece := proc.stdout.read1(1 << 20):
+            yield piece
+    finally:
+        proc.stdout.close()
+        feeder.join(timeout=30)
+        proc.wait(timeout=30)
+    if failure:
+        raise failure[0] if isinstance(failure[0], StreamError) else StreamError(str(failure[0]))
+
+
+# --------------------------------------------------------------------------- watching
+
+def _watch(plan: RelayPlan, runs: dict[str, _NodeRun]) -> set[str]:
+    """Wait for every node's command; name lost nodes and stop those fed through them.
+
+    Returns the starved nodes: fed through a node that was lost or a hop that
+    broke, to be fed again.  A node whose own load failed (say its dockerd
+    stopped) still feeds its children (``tee -p``): they are not starved."""
+    starved: set[str] = set()
+    while not all(runs[n].done.is_set() for n in plan.nodes):
+        now = time.monotonic()
+        for name in plan.nodes:
+            run = runs[name]
+            if not run.done.is_set() and run.lost is None and now - run.last_pong > LOST_AFTER:
+                run.lost = f"the node stopped answering for {LOST_AFTER:.0f}s"
+                _close_later(run)
+            if not run.done.is_set() and run.killed is not None and now - run.killed > STOP_WAIT:
+                run.lost = run.lost or f"its command did not stop within {STOP_WAIT:.0f}s"
+                _close_later(run)
+        for name in plan.nodes:  # chain order: a starved node starves the rest of its chain
+            feeder = plan.feeder(name)
+            if feeder is None or name in starved or _succeeded(runs[name]) or runs[name].lost:
+                continue  # a node lost itself has failed; it is not fed again
+            f = runs[feeder]
+            if f.lost or feeder in starved or name in f.hop_failed:
+                starved.add(name)
+                _stop(runs[name])
+        time.sleep(0.5)
+    for name in plan.nodes:  # a feed that ended early fails the load: fed again, not failed
+        feeder = plan.feeder(name)
+        run = runs[name]
+        if feeder is None or name in starved or _succeeded(run) or run.lost:
+            continue
+        if feeder in starved or runs[feeder].lost or name in runs[feeder].hop_failed:
+            starved.add(name)
+    return starved
+
+
+def _close_later(run: _NodeRun) -> None:
+    """Close a lost node's channel without blocking the watch (its socket may be full)."""
+    chan = run.chan
+    if chan is None:
+        return
+
+    def close() -> None:
+        try:
+            chan.close()
+        except _SEND_ERRORS:
+            pass  # the connection is already gone
+
+    threading.Thread(target=close, daemon=True, name=f"relay-close-{run.name}").start()
+
+
+def _succeeded(run: _NodeRun) -> bool:
+    return run.done.is_set() and run.lost is None and run.exit_code == 0
+
+
+def _stop(run: _NodeRun) -> None:
+    """Kill a starved node's command (it waits for a feed that will not come)."""
+    if run.done.is_set() or run.killed is not None:
+        return
+    run.killed = time.monotonic()
+
+    def kill() -> None:
+        try:
+            run.conn.run(["sh", "-c", CLEANUP_SCRIPT, "clusterctl-relay-stop", run.dir, "kill"],
+                         timeout=30)
+        except NodeError:
+            pass
+
+    threading.Thread(target=kill, daemon=True, name=f"relay-stop-{run.name}").start()
+
+
+def _cleanup(run: _NodeRun) -> None:
+    mode = "rm" if run.done.is_set() and run.exit_code is not None else "kill"
+    try:
+        run.conn.run(["sh", "-c", CLEANUP_SCRIPT, "clusterctl-relay-cleanup", run.dir, mode],
+                     timeout=30)
+    except NodeError:
+        pass  # a lost node: its command removes its directory itself when it ends
+
+
+def _finish(run: _NodeRun, image: SourceImage, plan: NodePlan,
+            progress: PushProgress) -> PushResult:
+    result = plan.result
+    result.head_bytes += run.head_bytes
+    result.bytes_sent = run.received
+    result.layers_sent = plan.stats.layers_sent if result.source == "head" else len(plan.send or ())
+    try:
+        if run.lost:
+            raise NodeError(run.name, run.lost)
+        if run.exit_code != 0:
+            tail = "; ".join(run.stderr_tail) or "no message"
+            raise NodeError(run.name, f"docker load exited {run.exit_code}: {tail}")
+        m = _LOADED.search(run.stdout)
+        loaded = m.group(1) if m else None
+        if loaded != image.id:
+            raise NodeError(run.name, f"docker load produced image {loaded or '(no ID printed)'}, "
+                            f"not {image.id}")
+        if not node_has_image(run.conn, image.id):
+            raise NodeError(run.name, f"image {image.id} is not on the node after docker load")
+        tag_on_node(run.conn, image)
+    except NodeError as e:
+        plan.fail(e)
+    return _done(plan, progress)
+
+
+def _done(plan: NodePlan, progress: PushProgress) -> PushResult:
+    result = plan.result
+    result.seconds = time.monotonic() - plan.start
+    progress.finished(result)
+    return result
+

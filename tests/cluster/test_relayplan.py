@@ -1,0 +1,110 @@
+"""The relay plan (pure: which node feeds which) and the one-push agent (real keys, no node).
+
+plan_relay and choose_strategy take facts and give chains; PushAgent is checked
+with a real ed25519 key: what it offers, that its signatures verify, and that it
+refuses once its budget is spent or the push closed it.
+"""
+
+from __future__ import annotations
+
+import paramiko
+import pytest
+
+from clusterctl.cluster.distribute import choose_strategy, plan_relay
+from clusterctl.cluster.distribute.agent import PushAgent
+
+A, B = frozenset({"sha256:a"}), frozenset({"sha256:b"})
+
+
+def test_nodes_needing_the_same_layers_form_one_chain_fed_once_by_the_head():
+    plan = plan_relay({"n1": A, "n2": A, "n3": A, "n4": A})
+    assert plan.chains == (("n1", "n2", "n3", "n4"),)
+    assert plan.roots == ["n1"]
+    assert [plan.feeder(n) for n in ("n1", "n2", "n3", "n4")] == [None, "n1", "n2", "n3"]
+    assert plan.hops == [("n1", "n2"), ("n2", "n3"), ("n3", "n4")]
+    assert plan.children("n2") == ["n3"] and plan.children("n4") == []
+    assert plan.downstream("n2") == ["n3", "n4"]
+
+
+def test_different_needs_get_different_chains_in_inventory_order():
+    plan = plan_relay({"n1": A, "n2": B, "n3": A, "n4": B, "n5": A})
+    assert plan.chains == (("n1", "n3", "n5"), ("n2", "n4"))
+    assert plan.roots == ["n1", "n2"]
+    assert plan.feeder("n4") == "n2"
+
+
+def test_width_splits_a_group_into_chains_of_near_equal_length():
+    plan = plan_relay({f"n{i}": A for i in range(1, 8)}, width=3)
+    assert plan.chains == (("n1", "n2", "n3"), ("n4", "n5"), ("n6", "n7"))
+    assert plan_relay({"n1": A}, width=4).chains == (("n1",),)
+    with pytest.raises(ValueError):
+        plan_relay({"n1": A}, width=0)
+
+
+def test_every_node_is_fed_exactly_once():
+    needs = {f"n{i}": (A if i % 3 else B) for i in range(1, 20)}
+    plan = plan_relay(needs, width=2)
+    assert sorted(plan.nodes) == sorted(needs)
+    fed = [b for _, b in plan.hops] + plan.roots
+    assert sorted(fed) == sorted(needs)
+
+
+def test_choose_strategy():
+    assert choose_strategy("auto", ["n1"]) == "star"
+    assert choose_strategy("auto", ["n1", "n2"]) == "star"
+    assert choose_strategy("auto", ["n1", "n2", "n3"]) == "relay"
+    assert choose_strategy("star", ["n1", "n2", "n3"]) == "star"
+    assert choose_strategy("relay", ["n1"]) == "relay"
+    with pytest.raises(ValueError):
+        choose_strategy("tree", ["n1"])
+
+
+def _sign_request(key: paramiko.PKey, data: bytes) -> bytes:
+    m = paramiko.Message()
+    m.add_byte(bytes([13]))
+    m.add_string(key.asbytes())
+    m.add_string(data)
+    m.add_int(0)
+    return m.asbytes()
+
+
+def test_push_agent_signs_within_its_budget_and_nothing_after_close():
+    key = _ed25519()
+    public = paramiko.Ed25519Key(data=key.asbytes())
+    agent = PushAgent(key, budget=2)
+    answer = paramiko.Message(agent._answer(bytes([11])))
+    assert answer.get_byte() == bytes([12]) and answer.get_int() == 1
+    assert answer.get_binary() == key.asbytes()
+    for data in (b"session-1", b"session-2"):
+        reply = paramiko.Message(agent._answer(_sign_request(key, data)))
+        assert reply.get_byte() == bytes([14])
+        assert public.verify_ssh_sig(data, paramiko.Message(reply.get_binary()))
+    assert agent._answer(_sign_request(key, b"session-3")) == bytes([5])  # over budget
+    other = PushAgent(key, budget=5)
+    other.close()
+    assert other._answer(bytes([11])) == bytes([5])
+    assert other._answer(_sign_request(key, b"x")) == bytes([5])
+    assert other._answer(_sign_request(_ed25519(), b"x")) == bytes([5])  # a key it does not hold
+
+
+def _ed25519() -> paramiko.PKey:
+    import io
+    import subprocess
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "k"
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(path)], check=True)
+        return paramiko.Ed25519Key.from_private_key(io.StringIO(path.read_text()))
+
+
+
+def test_compression_is_chosen_only_when_the_link_is_the_bottleneck():
+    from clusterctl.cluster.distribute.wire import should_compress
+
+    MBs = 1e6
+    assert should_compress(10 * MBs, 0.4, 200 * MBs)[0] is True        # slow link, fast zstd
+    assert should_compress(200 * MBs, 0.4, 250 * MBs)[0] is False       # zstd barely keeps up
+    ok, why = should_compress(10 * MBs, 0.95, 500 * MBs)                # random bytes
+    assert ok is False and "95%" in why
