@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import asdict
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -18,12 +19,16 @@ from rich.console import Console
 from rich.markup import escape
 
 from clusterctl.build.targets import get_target
+from clusterctl.cli import collective as collective_view
 from clusterctl.cli.nodes import NodesOption
 from clusterctl.cluster import preflight
 from clusterctl.cluster.inventory import load_inventory
 from clusterctl.cluster.transport import Cluster
 from clusterctl.core.console import interactive, out, table
 from clusterctl.core.errors import UserError
+from clusterctl.run.collective import check as collective_check
+from clusterctl.run.collective import model as collective_model
+from clusterctl.run.jobs import load_job
 
 _UNITS = {"": 1, "b": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
 _SIZE_RE = re.compile(r"(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?", re.IGNORECASE)
@@ -60,9 +65,58 @@ def check(
     connect_timeout: Annotated[float | None, typer.Option(
         "--connect-timeout", min=0.1, metavar="SECONDS",
         help="SSH connect timeout per node (default: the inventory's, 10).")] = None,
+    collective: Annotated[bool, typer.Option(
+        "--collective", help="Run an all_reduce benchmark in the job's image on every node "
+        "(the target's backend), then pairwise rounds that name a slow or broken node.",
+        rich_help_panel="Collective check")] = False,
+    job: Annotated[str | None, typer.Option(
+        "--job", metavar="JOB", help="With --collective: run in this job's image, env and "
+        "docker flags (a shipped job's name or a YAML file).",
+        rich_help_panel="Collective check")] = None,
+    sizes: Annotated[str, typer.Option(
+        "--sizes", metavar="SIZES", help="All-node all_reduce message sizes.",
+        rich_help_panel="Collective check")] = "1M,4M,16M",
+    pair_size: Annotated[str, typer.Option(
+        "--pair-size", metavar="SIZE", help="Message size of each pair's all_reduce.",
+        rich_help_panel="Collective check")] = "4M",
+    iters: Annotated[int, typer.Option(
+        "--iters", min=1, max=1000, help="Timed iterations per size and pair.",
+        rich_help_panel="Collective check")] = 5,
+    min_busbw: Annotated[str | None, typer.Option(
+        "--min-busbw", metavar="RATE", help="Absolute threshold, e.g. 10GB/s or 100Gbps: "
+        "every node's best pair and the all-node bus bandwidth must reach it.",
+        rich_help_panel="Collective check")] = None,
+    max_slowdown: Annotated[float, typer.Option(
+        "--max-slowdown", min=1.0, help="Relative threshold: a node whose best pair is this "
+        "many times slower than the median node's is slow.",
+        rich_help_panel="Collective check")] = 3.0,
+    backend: Annotated[str | None, typer.Option(
+        "--backend", help="torch.distributed backend (default: the target's; gloo for a bare "
+        "--image).", rich_help_panel="Collective check")] = None,
+    timeout: Annotated[float, typer.Option(
+        "--timeout", min=5.0, metavar="SECONDS", help="Seconds the check's containers may run (preflight and push "
+        "come before).",
+        rich_help_panel="Collective check")] = 300.0,
+    push: Annotated[bool, typer.Option(
+        "--push/--no-push", help="Put the image on nodes that lack it first, as launch does.",
+        rich_help_panel="Collective check")] = True,
+    save: Annotated[Path | None, typer.Option(
+        "--save", metavar="PATH", help="Write the collective check's JSON here (default: "
+        "runs/<check-id>/collective.json).", rich_help_panel="Collective check")] = None,
 ) -> None:
     """Check every node in parallel: SSH, Docker daemon, architecture, free disk, devices,
-    the network interface launch will use, and the master port."""
+    the network interface launch will use, and the master port.  With --collective:
+    measure all_reduce bus bandwidth across the nodes in the job's image and name the
+    slow or broken node (exit 1)."""
+    if collective:
+        _collective(nodes, target=target, image=image, job=job, sizes=sizes, pair_size=pair_size,
+                    iters=iters, min_busbw=min_busbw, max_slowdown=max_slowdown, backend=backend,
+                    timeout=timeout, push=push, save=save, json_=json_,
+                    accept_new_host_keys=accept_new_host_keys)
+        return
+    for given, name in ((job, "--job"), (min_busbw, "--min-busbw"), (save, "--save")):
+        if given is not None:
+            raise UserError(f"{name} belongs to the collective check; add --collective.")
     required = parse_size(need_disk) if need_disk is not None else None
     inventory = load_inventory(nodes)
     needs = preflight.image_needs(image) if image else None
@@ -72,13 +126,49 @@ def check(
     with Cluster(inventory, fanout=fanout, connect_timeout=connect_timeout,
                  accept_new_host_keys=True if accept_new_host_keys else None) as cluster:
         checks = preflight.run_preflight(cluster, devices_for=devices_for, required_bytes=required,
-                                         expected_arch=needs.arch if needs else None)
+                                         expected_arch=needs.arch if needs else None,
+                                         image_ref=image)
     if json_:
         typer.echo(json.dumps([{**asdict(c), "ok": c.ok} for c in checks], indent=2))
     else:
         _report(inventory, checks)
     if not all(c.ok for c in checks):
         raise typer.Exit(1)
+
+
+def _collective(nodes, *, target, image, job, sizes, pair_size, iters, min_busbw, max_slowdown,
+                backend, timeout, push, save, json_, accept_new_host_keys) -> None:
+    """``check --collective``: every input checked first (exit 2), then the check."""
+    thresholds = collective_model.Thresholds(
+        min_busbw=collective_view.parse_rate(min_busbw) if min_busbw is not None else None,
+        max_slowdown=max_slowdown)
+    options = collective_check.Options(
+        sizes=collective_view.parse_sizes(sizes),
+        pair_bytes=collective_view.parse_sizes(pair_size, "--pair-size")[0], iters=iters,
+        timeout=timeout, collective_timeout=min(120.0, timeout), thresholds=thresholds,
+        push=push, backend=backend)
+    if backend is not None and backend not in BACKENDS:
+        raise UserError(f"--backend {backend!r} is not known; valid: {', '.join(BACKENDS)}")
+    if save is not None and (save.is_dir() or not save.parent.is_dir()):
+        raise UserError(f"--save {save}: valid: a file path in an existing directory")
+    spec = load_job(job) if job is not None else None
+    inventory = load_inventory(nodes)
+    note = (lambda msg: out.print(f"[dim]{escape(msg)}[/]")) if interactive() and not json_ \
+        else (lambda msg: None)
+    result = collective_check.run_check(
+        inventory, job=spec, target=target, image=image, options=options,
+        accept_new_host_keys=True if accept_new_host_keys else None, note=note)
+    path = collective_view.save(result, thresholds, save)
+    if json_:
+        typer.echo(json.dumps(result.to_json(thresholds), indent=2))
+    else:
+        collective_view.report(result, thresholds, saved=path)
+    if not result.verdict.ok:
+        raise typer.Exit(1)
+
+
+#: torch.distributed backends the probe knows how to set up.
+BACKENDS = ("gloo", "nccl", "ccl", "cncl", "accl")
 
 
 def _target_devices(name: str):
@@ -99,6 +189,9 @@ def _report(inventory, checks: list[preflight.NodeCheck]) -> None:
     for c in checks:
         for problem in c.problems:
             out.print(f"{c.node}: {problem}", markup=False)
+    for c in checks:
+        for warning in c.warnings:
+            out.print(f"{c.node}: warning: {warning}", markup=False)
     bad = [c.node for c in checks if not c.ok]
     if bad:
         out.print(f"{len(bad)} of {len(checks)} nodes not ready: {', '.join(bad)}", markup=False)

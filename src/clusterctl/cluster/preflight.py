@@ -16,11 +16,13 @@ cannot be reached at all into a result with the reason, never an exception.
 from __future__ import annotations
 
 import ipaddress
+import json
+import time
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from clusterctl.cluster import engine
+from clusterctl.cluster import consistency, engine
 from clusterctl.cluster.transport import Cluster, NodeConnection
 from clusterctl.core.errors import NodeError, UserError
 
@@ -37,6 +39,39 @@ DOCKER_ARCH = {
 _MISSING_SCRIPT = 'for d in "$@"; do [ -e "$d" ] || printf "%s\\n" "$d"; done'
 
 _TCP_LISTEN = "0A"  # socket state LISTEN in /proc/net/tcp{,6}
+
+#: One round trip for the facts that must match across nodes: kernel, clock, and the
+#: accelerator driver where there is one (nvidia-smi; Cambricon's cnmon).  A constant.
+_FACTS_SCRIPT = (
+    'uname -r; date +%s.%N; '
+    'if command -v nvidia-smi >/dev/null 2>&1; then printf "nvidia "; '
+    'nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>&1 | head -n 1; '
+    'elif command -v cnmon >/dev/null 2>&1; then printf "cambricon "; '
+    'cnmon version 2>&1 | grep -i driver | head -n 1; else echo; fi')
+
+#: Run inside an image (python3 -c): torch's version and its collective backends', read
+#: from files (torch/version.py, installed distributions' metadata, libnccl's file name)
+#: without importing torch, which takes seconds to minutes on a loaded node.
+_VERSIONS_SCRIPT = r"""
+import glob, importlib.metadata as md, importlib.util, json, os, re
+v = {}
+spec = importlib.util.find_spec("torch")
+if spec is not None and spec.origin:
+    with open(os.path.join(os.path.dirname(spec.origin), "version.py")) as f:
+        m = re.search(r"^__version__\s*=\s*['\"]([^'\"]+)", f.read(), re.M)
+    v["torch"] = m.group(1) if m else "?"
+for dist in ("oneccl_bind_pt", "torch_accl", "torch_mlu", "nvidia-nccl-cu12", "nvidia-nccl-cu11"):
+    try:
+        v[dist] = md.version(dist)
+    except Exception:
+        pass
+libs = sorted(p for d in ("/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64",
+                          "/usr/local/lib", "/usr/local/nccl/lib")
+              for p in glob.glob(d + "/libnccl.so.2.*"))
+if libs:
+    v["libnccl"] = libs[-1].rsplit("libnccl.so.", 1)[1]
+print("CLUSTERCTL-VERSIONS " + json.dumps(v))
+"""
 
 
 @dataclass
@@ -59,7 +94,14 @@ class NodeCheck:
     interface: str | None = None    # the NIC holding it (or the inventory's, verified)
     master_port: int | None = None  # checked on the master only
     master_port_free: bool | None = None
+    kernel: str | None = None           # uname -r
+    clock_offset: float | None = None   # seconds the node's clock is ahead of this machine's
+    clock_uncertainty: float | None = None  # half the round trip that measured it
+    driver: str | None = None           # "nvidia 550.54.15", "cambricon ...", None: no accelerator tool
+    image_id: str | None = None         # the node's ID of the image checked (None: absent / not asked)
+    image_versions: dict | None = None  # torch and backend versions in it (asked when IDs differ)
     problems: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)   # worth knowing; the node is still ready
 
     @property
     def ok(self) -> bool:
@@ -273,12 +315,15 @@ def port_free(conn: NodeConnection, port: int, timeout: float | None = 30) -> bo
 
 def check_node(conn: NodeConnection, *, devices: Iterable[str] = (),
                required_bytes: int | None = None, master_port: int | None = None,
-               expected_arch: str | None = None, timeout: float | None = 30) -> NodeCheck:
+               expected_arch: str | None = None, image_ref: str | None = None,
+               timeout: float | None = 30) -> NodeCheck:
     """Run every check on one connected node, collecting problems instead of stopping.
 
     ``devices`` are checked in addition to the node's own ``devices``;
     ``master_port`` is checked free when given (pass it for the master only);
-    ``expected_arch`` (amd64, arm64, or a uname name) must match the node's.
+    ``expected_arch`` (amd64, arm64, or a uname name) must match the node's;
+    ``image_ref``: record the node's ID of that image (compared across nodes later).
+    Kernel, clock offset and accelerator driver are always recorded (:func:`node_facts`).
     Independent checks run at once, each on its own channel of the node's one
     connection (a round trip costs ~0.3 s on a loaded machine); problems are
     listed in a fixed order whatever finishes first.
@@ -287,9 +332,11 @@ def check_node(conn: NodeConnection, *, devices: Iterable[str] = (),
     result = NodeCheck(node=node.name, host=node.host, ssh=True, required_bytes=required_bytes,
                        master_port=master_port, expected_arch=expected_arch)
     result.devices = list(dict.fromkeys([*getattr(node, "devices", []), *devices]))
-    parts = [_check_arch, _check_docker, _check_devices, _check_interface]
+    parts = [_check_arch, _check_docker, _check_devices, _check_interface, _check_facts]
     if master_port is not None:
         parts.append(_check_master_port)
+    if image_ref is not None:
+        parts.append(lambda c, r, t: _check_image_id(c, r, image_ref, t))
     with ThreadPoolExecutor(max_workers=len(parts), thread_name_prefix="preflight") as pool:
         futures = [pool.submit(part, conn, result, timeout) for part in parts]
         for f in futures:
@@ -355,6 +402,101 @@ def _check_interface(conn: NodeConnection, result: NodeCheck, timeout) -> list[s
     return problems
 
 
+def parse_facts(text: str) -> tuple[str | None, float | None, str | None]:
+    """_FACTS_SCRIPT's output -> (kernel, the node's clock as a UNIX time, driver)."""
+    lines = text.splitlines() + ["", "", ""]
+    kernel = lines[0].strip() or None
+    try:
+        clock = float(lines[1].strip())
+    except ValueError:
+        clock = None
+    driver = lines[2].strip() or None
+    return kernel, clock, driver
+
+
+def node_facts(conn: NodeConnection, timeout: float | None = 30) -> dict:
+    """Kernel, clock offset (node minus this machine, and its uncertainty: half the round
+    trip) and accelerator driver of the node, in one round trip."""
+    before = time.time()
+    r = _run(conn, ["sh", "-c", _FACTS_SCRIPT], "node facts", timeout)
+    after = time.time()
+    kernel, clock, driver = parse_facts(r.stdout)
+    offset = None if clock is None else clock - (before + after) / 2
+    return {"kernel": kernel, "clock_offset": offset,
+            "clock_uncertainty": (after - before) / 2, "driver": driver}
+
+
+def _check_facts(conn: NodeConnection, result: NodeCheck, timeout) -> list[str]:
+    problems: list[str] = []
+    facts = _attempt(problems, lambda: node_facts(conn, timeout))
+    for key, value in (facts or {}).items():
+        setattr(result, key, value)
+    return problems
+
+
+def node_image_id(conn: NodeConnection, ref: str, timeout: float | None = 30) -> str | None:
+    """The node's ID of image ``ref``, None when the node does not have it."""
+    r = conn.run(["docker", "image", "inspect", "--format", "{{.Id}}", ref], timeout=timeout)
+    return r.stdout.strip() or None if r.exit_code == 0 else None
+
+
+def _check_image_id(conn: NodeConnection, result: NodeCheck, ref: str, timeout) -> list[str]:
+    result.image_id = node_image_id(conn, ref, timeout)
+    return []
+
+
+def image_versions(conn: NodeConnection, ref: str, timeout: float | None = 120) -> dict:
+    """torch and backend versions inside image ``ref`` on the node (``docker run --rm``)."""
+    r = _run(conn, ["docker", "run", "--rm", "--net=none", ref, "python3", "-c", _VERSIONS_SCRIPT],
+             f"versions in {ref}", timeout)
+    for line in r.stdout.splitlines():
+        if line.startswith("CLUSTERCTL-VERSIONS "):
+            return json.loads(line.split(" ", 1)[1])
+    raise NodeError(conn.name, f"versions in {ref}: no answer from python3 in the image")
+
+
+def backend_versions(versions: dict) -> str:
+    """The collective backends' versions as one comparable text ('gloo (in torch)' alone)."""
+    rest = {k: v for k, v in versions.items() if k != "torch"}
+    return ", ".join(f"{k} {v}" for k, v in sorted(rest.items())) or "gloo (in torch)"
+
+
+def apply_consistency(checks: Sequence[NodeCheck], cluster: Cluster | None = None,
+                      image_ref: str | None = None, max_skew: float = consistency.MAX_SKEW) -> None:
+    """Compare what must match across the nodes and add each odd node's problem or warning
+    to its NodeCheck (:mod:`clusterctl.cluster.consistency`).  When the image IDs differ and
+    a ``cluster`` is given, the torch and backend versions inside each node's copy are
+    read too, to say what differs."""
+    reached = [c for c in checks if c.ssh]
+    ids = {c.image_id for c in reached if c.image_id}
+    if cluster is not None and image_ref and len(ids) > 1:
+        having = [c.node for c in reached if c.image_id]
+        found = cluster.map(lambda conn: image_versions(conn, image_ref), nodes=having)
+        for c in reached:
+            v = found.get(c.node)
+            if isinstance(v, dict):
+                c.image_versions = v
+            elif v is not None:
+                c.warnings.append(v.reason)
+    facts = {}
+    for c in reached:
+        facts[c.node] = {"docker_version": c.docker_version, "kernel": c.kernel,
+                         "driver": c.driver, "image_id": c.image_id}
+        if c.image_versions:
+            facts[c.node]["torch"] = c.image_versions.get("torch")
+            facts[c.node]["backend_version"] = backend_versions(c.image_versions)
+    by_node = {c.node: c for c in checks}
+    found = consistency.compare(facts, [c.node for c in reached])
+    for c in reached:
+        skew = consistency.clock_finding(c.node, c.clock_offset, c.clock_uncertainty, max_skew)
+        if skew:
+            found.append(skew)
+    for f in found:
+        target = by_node[f.node].problems if f.severity == consistency.PROBLEM \
+            else by_node[f.node].warnings
+        target.append(f.message)
+
+
 def _check_master_port(conn: NodeConnection, result: NodeCheck, timeout) -> list[str]:
     problems: list[str] = []
     port = result.master_port
@@ -368,12 +510,15 @@ def _check_master_port(conn: NodeConnection, result: NodeCheck, timeout) -> list
 def run_preflight(cluster: Cluster, *, devices: Iterable[str] | None = None,
                   devices_for=None, required_bytes: int | None = None,
                   check_master_port: bool = True, expected_arch: str | None = None,
-                  nodes=None, timeout: float | None = 30) -> list[NodeCheck]:
+                  image_ref: str | None = None, nodes=None,
+                  timeout: float | None = 30) -> list[NodeCheck]:
     """Check every node (or ``nodes``) in parallel; one NodeCheck per node in rank order.
 
     ``devices`` are required on every node; ``devices_for(node)`` (optional)
     adds per-node ones (e.g. a target's per-slot devices). A node that cannot
-    be reached gets ``ssh=False`` and the reason as its problem.
+    be reached gets ``ssh=False`` and the reason as its problem.  Then the nodes are
+    compared (:func:`apply_consistency`): image ID (with ``image_ref``), Docker, kernel,
+    driver, clock; an odd node gets a problem or a warning naming what differs.
     """
     inventory = cluster.inventory
     master = inventory.nodes[0].name
@@ -383,7 +528,7 @@ def run_preflight(cluster: Cluster, *, devices: Iterable[str] | None = None,
         extra = [*(devices or []), *(devices_for(conn.node) if devices_for else [])]
         return check_node(conn, devices=extra, required_bytes=required_bytes,
                           master_port=port if conn.name == master else None,
-                          expected_arch=expected_arch, timeout=timeout)
+                          expected_arch=expected_arch, image_ref=image_ref, timeout=timeout)
 
     results = cluster.map(one, nodes)
     checks = []
@@ -392,6 +537,7 @@ def run_preflight(cluster: Cluster, *, devices: Iterable[str] | None = None,
             node = next(n for n in inventory.nodes if n.name == name)
             r = NodeCheck(node=name, host=node.host, ssh=False, problems=[r.reason])
         checks.append(r)
+    apply_consistency(checks, cluster, image_ref)
     return checks
 
 

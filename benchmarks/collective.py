@@ -1,0 +1,188 @@
+"""Benchmark: seconds from `clusterctl check --collective` to its verdict, at 2, 4 and 8 nodes.
+
+On a sandbox of real emulated nodes (own sshd + dockerd each) with the cpu image
+(torch + gloo), every node link shaped with tbf (default 20mbit, both directions) so
+that the network, not the shared CPU, is what the all_reduce measures; one node's link
+is shaped to a tenth of that, and the check must name it (a benchmark of a check that
+finds nothing proves little).  Per node count it prints:
+
+* seconds to the verdict (run_check: preflight, containers, all-node all_reduce at
+  each size, every pair round, verdict), split into the time until the slowest
+  container had torch loaded and the time spent measuring;
+* the verdict, which must name the slow node (with an absolute --min-busbw at half the
+  healthy link's rate, since with 2 nodes there is only one pair to compare);
+* the by-hand way for comparison: finding the node by running one 2-node all_reduce
+  per pair, one pair after another (what an engineer with nccl-tests/torchrun does),
+  measured once for one pair here and multiplied by the n(n-1)/2 pairs.  There was no
+  previous design in clusterctl (this is its first collective check).
+
+Run as root with the local engine up and the cpu image built (`make demo` builds it):
+
+    sudo .venv/bin/python benchmarks/collective.py [--image clusterctl/cpu:2.13.0]
+        [--nodes 2,4,8] [--bandwidth 20mbit] [--name bcoll --subnet 10.213.65.0/24]
+
+It creates its own sandbox (name "bcoll", 10.213.65.0/24 by default) and removes it
+at the end, also on failure or Ctrl-C; pushing the image to the nodes is not counted.
+Bad input (an image the engine lacks, a malformed --nodes/--bandwidth/--name/--subnet,
+not root, no engine) is one message and exit status 2, before the sandbox is made.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+from clusterctl.build import targets
+from clusterctl.cluster import distribute, engine, sandbox
+from clusterctl.cluster.inventory import load_inventory
+from clusterctl.cluster.transport import Cluster
+from clusterctl.core.errors import ClusterctlError, UserError
+from clusterctl.run import launch
+from clusterctl.run.collective import check as collective
+from clusterctl.run.collective import model
+
+SIZES = (64 << 10, 256 << 10)      # small: a slow link moves ~250 kB/s
+PAIR_BYTES = 256 << 10
+
+
+def inventory_for(full: Path, n: int, out: Path) -> Path:
+    data = yaml.safe_load(full.read_text())
+    data["nodes"] = data["nodes"][:n]
+    out.write_text(yaml.safe_dump(data, sort_keys=False))
+    return out
+
+
+def one_check(inv_path: Path, image: str, min_busbw: float | None = None
+              ) -> tuple[collective.CheckResult, float]:
+    options = collective.Options(sizes=SIZES, pair_bytes=PAIR_BYTES, iters=3, push=False,
+                                 thresholds=model.Thresholds(min_busbw=min_busbw))
+    t0 = time.monotonic()
+    result = collective.run_check(load_inventory(inv_path), target="cpu", image=image,
+                                  options=options)
+    return result, time.monotonic() - t0
+
+
+def node_counts(text: str) -> list[int]:
+    try:
+        counts = sorted({int(x) for x in text.split(",")})
+    except ValueError:
+        counts = []
+    if not counts or counts[0] < 2 or counts[-1] > 16:
+        raise argparse.ArgumentTypeError(f'"{text}": give node counts from 2 to 16, e.g. 2,4,8')
+    return counts
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--image", default=targets.resolve("cpu").tag,
+                    help="local image with torch (default: the cpu target's tag)")
+    ap.add_argument("--nodes", type=node_counts, default=[2, 4, 8], help="node counts, e.g. 2,4,8")
+    ap.add_argument("--bandwidth", default="20mbit", help="tbf rate of every node link")
+    ap.add_argument("--name", default="bcoll", help="sandbox name")
+    ap.add_argument("--subnet", default="10.213.65.0/24", help="sandbox subnet")
+    return ap
+
+
+def check(args: argparse.Namespace) -> None:
+    sandbox.check_name(args.name)
+    sandbox.parse_subnet(args.subnet, max(args.nodes))
+    sandbox.check_bandwidth(args.bandwidth)
+    try:
+        rate_bytes(args.bandwidth)
+    except argparse.ArgumentTypeError as e:
+        raise UserError(str(e)) from None
+    sandbox.require_environment("benchmarks/collective.py")
+    distribute.source_image(engine.client(), args.image)
+
+
+def rate_bytes(rate: str) -> float:
+    """tc's '20mbit' -> bytes/s."""
+    digits = "".join(c for c in rate if c.isdigit() or c == ".")
+    bits = {"bit": 1.0, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9}
+    octets = {"bps": 1.0, "kbps": 1e3, "mbps": 1e6, "gbps": 1e9}   # tc: bytes per second
+    unit = rate[len(digits):].lower()
+    if unit in bits:
+        return float(digits) * bits[unit] / 8
+    if unit in octets:
+        return float(digits) * octets[unit]
+    raise argparse.ArgumentTypeError(f'--bandwidth "{rate}": valid: e.g. 20mbit, 500kbit, 1gbit')
+
+
+def tenth(rate: str) -> str:
+    """'20mbit' -> '2mbit' (tc's units)."""
+    digits = "".join(c for c in rate if c.isdigit() or c == ".")
+    unit = rate[len(digits):]
+    return f"{float(digits) / 10:g}{unit}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        check(args)
+        return run(args)
+    except ClusterctlError as e:
+        print(f"error: {e.message}", file=sys.stderr)
+        return e.exit_code
+
+
+def run(args: argparse.Namespace) -> int:
+    tmp = Path(tempfile.mkdtemp(prefix="bench-collective-"))
+    os.environ["CLUSTERCTL_RUNS"] = str(tmp / "runs")
+    most = max(args.nodes)
+    try:
+        print(f"sandbox {args.name}: {most} nodes, every link {args.bandwidth} "
+              f"(the slow node's {tenth(args.bandwidth)}) ...", flush=True)
+        sb = sandbox.up(most, name=args.name, subnet=args.subnet, inventory_path=tmp / "all.yaml",
+                        slots=1)
+        full = Path(sb.inventory_path)
+        t = time.monotonic()
+        with Cluster(load_inventory(full)) as cluster:
+            launch.push_image(cluster, args.image)
+        print(f"image {args.image} pushed to {most} nodes in {time.monotonic() - t:.0f}s "
+              "(not counted)", flush=True)
+        for node in sb.nodes:
+            sandbox.shape_link(sb.name, node.name, args.bandwidth)
+        # an absolute floor at half the healthy link's rate: with 2 nodes the relative test has
+        # nothing to compare (one pair), as a site would set --min-busbw from its NICs
+        floor = rate_bytes(args.bandwidth) / 2
+        pair_result, pair_seconds = one_check(inventory_for(full, 2, tmp / "pair.yaml"), args.image)
+        print(f"one 2-node check (the by-hand way's unit): {pair_seconds:.1f}s, "
+              f"{pair_result.verdict.message}", flush=True)
+        print(f"\n{'nodes':>5} {'verdict s':>10} {'torch up s':>11} {'measuring s':>12} "
+              f"{'by hand s':>10} {'ratio':>6}  verdict")
+        for n in args.nodes:
+            slow = f"node{n}"   # the last node of this cut
+            sandbox.shape_link(sb.name, slow, tenth(args.bandwidth))
+            try:
+                result, seconds = one_check(inventory_for(full, n, tmp / f"n{n}.yaml"), args.image,
+                                            min_busbw=floor)
+            finally:
+                sandbox.shape_link(sb.name, slow, args.bandwidth)
+            reports = result.measurements.reports.values()
+            ready = max((r.timeline.get("versions", 0.0) for r in reports), default=0.0)
+            done = max((r.timeline.get("done", 0.0) for r in reports), default=0.0)
+            by_hand = pair_seconds * n * (n - 1) / 2
+            named = result.verdict.named
+            flag = "" if named == [slow] or (n == 2 and slow in named) else \
+                "  (DID NOT NAME the slow node)"
+            print(f"{n:>5} {seconds:>10.1f} {ready:>11.1f} {done - ready:>12.1f} {by_hand:>10.0f} "
+                  f"{by_hand / seconds:>5.1f}x  {result.verdict.message}{flag}", flush=True)
+            if result.measurements.world:
+                print(f"{'':>5} all-node busbw {model.fmt_rate(result.verdict.busbw)}, "
+                      f"median node's best pair {model.fmt_rate(result.verdict.reference)}",
+                      flush=True)
+    finally:
+        sandbox.down(args.name)
+        shutil.rmtree(tmp, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
