@@ -11,18 +11,24 @@ import pytest
 
 from clusterctl.build import context, render
 from clusterctl.build import wheelhouse as wh
+from clusterctl.build.targets import image_tools
 from clusterctl.core import paths
 from clusterctl.core.errors import UserError
 
 
 @pytest.fixture
 def wheelhouse(tmp_path) -> Path:
-    """A real wheelhouse of the torch wheel in /opt/wheels and pip's own wheel (hard links)."""
+    """A real wheelhouse of the torch wheel in /opt/wheels, pip's own wheel (hard links) and
+    the wheels of clusterctl's image tools (py-spy: `pip download`ed once, cached)."""
     house = tmp_path / "house"
     house.mkdir()
     torch = sorted(Path("/opt/wheels").glob("torch-2.13.0*.whl"))
     assert torch, "the torch 2.13.0 wheel is expected in /opt/wheels"
     os.link(torch[-1], house / torch[-1].name)
+    tools = wh.prepare([t.requirement for t in image_tools()], log=lambda line: None)
+    for w in wh.wheels(tools):
+        if not w.name.startswith("pip-"):
+            os.link(w, house / w.name)
     pip_wheel = house / f"pip-{pip.__version__}-py3-none-any.whl"
     shutil.make_archive(str(pip_wheel.with_suffix("")), "zip", Path(pip.__file__).parent.parent, "pip")
     pip_wheel.with_suffix(".zip").rename(pip_wheel)
@@ -112,6 +118,18 @@ def test_cpu_wheelhouse_must_hold_pip(in_tmp, wheelhouse):
         p.unlink()
     with pytest.raises(UserError, match="no wheel for pip"):
         context.render_context("cpu", wheelhouse=wheelhouse)
+    assert not (in_tmp / "dockerfiles").exists()
+
+
+def test_a_wheelhouse_must_hold_the_image_tools(in_tmp, wheelhouse):
+    """Every image carries py-spy (the hang watchdog's stack dumps): a wheelhouse without it
+    is refused by name, for a target that installs offline anyway (cpu) and one that
+    installs from its wheelhouse only when given one (nccl)."""
+    for p in wheelhouse.glob("py_spy-*.whl"):
+        p.unlink()
+    for target in ("cpu", "nccl"):
+        with pytest.raises(UserError, match="no wheel for py-spy"):
+            context.render_context(target, wheelhouse=wheelhouse)
     assert not (in_tmp / "dockerfiles").exists()
 
 

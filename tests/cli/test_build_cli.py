@@ -19,6 +19,7 @@ from clusterctl.build.imagebuild import run_smoke
 from clusterctl.build.render import dockerfile_text
 from clusterctl.cli import app
 from clusterctl.core.paths import examples_dir
+from tests.fixtures.images import CPU_TEST_TAG
 
 runner = CliRunner()
 
@@ -178,7 +179,7 @@ def test_build_cpu_for_real(in_tmp, docker_client, cpu_image, throwaway_tag):
 @pytest.mark.docker
 def test_cpu_image_fixture_is_the_real_cpu_target(docker_client, cpu_image):
     labels, probe = _label_and_smoke(docker_client, cpu_image)
-    assert cpu_image == "clusterctl/cpu:test"
+    assert cpu_image == CPU_TEST_TAG
     assert probe.split() == ["gloo", "True", "2.13.0+cpu", "True"]
     assert labels["io.clusterctl.dockerfile-sha256"] == hashlib.sha256(
         dockerfile_text("cpu").encode()).hexdigest()
@@ -196,7 +197,8 @@ def test_cpu_image_holds_the_repository_examples(docker_client, cpu_image):
 def test_build_cpu_from_a_user_wheelhouse(in_tmp, docker_client, cpu_image, throwaway_tag):
     """--wheelhouse DIR replaces the prepared one: its wheels are what the image installs from."""
     house = in_tmp / "my-wheels"
-    cached = wheelhouse.prepare(targets.resolve("cpu").requirements, log=lambda line: None)
+    cpu = targets.resolve("cpu")   # a user's wheelhouse carries the image's tools (py-spy) too
+    cached = wheelhouse.prepare([*cpu.requirements, *cpu.tool_requirements], log=lambda line: None)
     wheelhouse.link_into(cached, house)   # a plain directory of wheels, no clusterctl manifest
 
     result = runner.invoke(app, ["build", "--target", "cpu", "--tag", throwaway_tag,

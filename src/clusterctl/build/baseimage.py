@@ -64,7 +64,7 @@ class AptSource:
     components: list[str] = field(default_factory=list)
 
 
-_ONE_LINE = re.compile(r"^(?P<type>deb(?:-src)?)\s+(?:\[[^\]]*\]\s+)?(?P<uri>\S+)\s+(?P<suite>\S+)(?P<rest>.*)$")
+_ONE_LINE = re.compile(r"^(?P<type>deb(?:-src)?)\s+(?:\[[^\]]*\]\s+)?(?P<uri>\S+)\s+(?P<suite>\S+)(?P<rest>.*)\Z")
 
 
 def parse_one_line(text: str, origin: str) -> list[AptSource]:

@@ -71,7 +71,8 @@ def check_options(resolved: Resolved, *, base_image: str | None = None,
     if wheelhouse is None:
         return None
     require = ("pip",) if resolved.target.wheelhouse == "required" else ()
-    return wh.validate(wheelhouse, require=require)
+    tools = tuple(wh.requirement_name(r) for r in resolved.tool_requirements)
+    return wh.validate(wheelhouse, require=require + tools)
 
 
 def _check_destination(dest: Path) -> None:

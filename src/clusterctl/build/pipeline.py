@@ -83,7 +83,7 @@ class BuildPlan:
                 rows.append(("wheelhouse", str(self.wheelhouse)))
             elif self.needs_wheelhouse:
                 rows.append(("wheelhouse", "prepared on the host (pip download, cached): "
-                             + " ".join(r.requirements)))
+                             + " ".join([*r.requirements, *r.tool_requirements])))
         else:
             rows.append(("how", f"debootstrap {r.pins.get('debian', '')} + docker import, only when the "
                                 "engine lacks the tag (--no-cache: always)"))
@@ -133,7 +133,8 @@ def build_target(client, plan: BuildPlan, *, nocache: bool = False,
         _ensure_from_image(client, r.base_image, log)
     house = plan.wheelhouse
     if plan.needs_wheelhouse:
-        house = wh.prepare(r.requirements, python_version=r.pins.get("python", "3.11"), log=log)
+        house = wh.prepare([*r.requirements, *r.tool_requirements],
+                           python_version=r.pins.get("python", "3.11"), log=log)
     context_dir = context.write_context(r, plan.texts, plan.out_dir, house)
     rendered = Rendered(target=plan.target, torch=r.torch, dockerfile=plan.dockerfile,
                         context_dir=context_dir, wheelhouse=house)
@@ -143,6 +144,8 @@ def build_target(client, plan: BuildPlan, *, nocache: bool = False,
                                 labels=target_labels(r, plan.dockerfile), nocache=nocache,
                                 on_output=on_output)
     smoke = _smoke_or_untag(client, plan.tag, r.smoke)
+    for tool in r.tools:  # clusterctl's own tools (py-spy) must work in the image too
+        _smoke_or_untag(client, plan.tag, tool.check)
     if previous and previous != image_id:
         _remove_replaced(client, previous)
     return Built(plan.tag, image_id, rendered, smoke)

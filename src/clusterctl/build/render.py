@@ -44,9 +44,9 @@ PREDEFINED_BUILD_ARGS = frozenset(
 _REFERENCE = re.compile(
     r"^(?:[a-zA-Z0-9](?:[a-zA-Z0-9.-]*[a-zA-Z0-9])?(?::[0-9]+)?/)?"
     r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*"
-    r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@sha256:[0-9a-f]{64})?$"
+    r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@sha256:[0-9a-f]{64})?\Z"
 )
-_BUILD_ARG_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_BUILD_ARG_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
 # ---------------------------------------------------------------- checks
@@ -132,6 +132,7 @@ def template_values(resolved: Resolved, *, offline: bool) -> dict[str, object]:
         "build_args": t.build_args,
         "env": t.env,
         "requirements": resolved.requirements,
+        "tools": resolved.tool_requirements,
         "indexes": [i.model_dump() for i in resolved.indexes],
         "pip_command": t.pip,
         "pip_setup": t.pip_setup or "",

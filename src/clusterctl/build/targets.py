@@ -42,6 +42,18 @@ class RunSpec(_Model):
         return [*self.devices, *(d.format(i=i) for i in range(slots) for d in self.per_slot_devices)]
 
 
+class FlightRecorder(_Model):
+    """PyTorch's collective flight recorder, as a launch turns it on (see targets.yaml)."""
+
+    env: dict[str, str] = {}
+    dump_env: list[str] = []           # set to f"{dir}/{prefix}": where each rank dumps
+    dir: str                           # in the container; bind-mounted from the run's node dir
+    prefix: str = "nccl_trace_rank_"   # torch appends the rank
+
+    def environment(self) -> dict[str, str]:
+        return {**self.env, **{name: f"{self.dir}/{self.prefix}" for name in self.dump_env}}
+
+
 class TorchSpec(_Model):
     """Which torch versions a target can be built with."""
 
@@ -67,7 +79,9 @@ class Target(_Model):
     run: RunSpec
     env: dict[str, str] = {}
     passthrough_env: list[str] = []
+    flight_recorder: FlightRecorder | None = None
     backend: str | None
+    device: Literal["cpu", "cuda", "mlu"] = "cpu"
     needs: str
     smoke: list[str]
     tag: str
@@ -106,6 +120,13 @@ class VersionTable(_Model):
     versions: dict[str, TableRow]
 
 
+class Tool(_Model):
+    """A tool every rendered image carries for clusterctl's own use on running containers."""
+
+    requirement: str                   # a pip requirement line, e.g. py-spy==0.4.3
+    check: list[str]                   # argv run in the built image; it must exit 0
+
+
 class Resolved(_Model):
     """A target with its torch version chosen: the values templates and builds use."""
 
@@ -115,9 +136,14 @@ class Resolved(_Model):
     indexes: list[IndexSpec] = []                          # wheel indexes, in pip order
     base_image: str | None
     requirements: list[str] = []
+    tools: list[Tool] = []                                 # installed besides requirements
     smoke: list[str]
     entrypoint_env: list[str] = []
     tag: str
+
+    @property
+    def tool_requirements(self) -> list[str]:
+        return [t.requirement for t in self.tools]
 
 
 class TargetDataError(FileProblems):
@@ -163,6 +189,7 @@ def load_targets(path: Path = TARGETS_FILE) -> dict[str, Target]:
                      "targets: with one mapping per target name")
         problems.raise_if_any()
     targets = {}
+    _tools(raw, problems)
     for name, body in section.items():
         if isinstance(body, dict) and "name" in body:
             problems.add(("targets", name, "name"), "a target is named by its key under targets:",
@@ -174,6 +201,27 @@ def load_targets(path: Path = TARGETS_FILE) -> dict[str, Target]:
             targets[name] = target
     problems.raise_if_any()
     return targets
+
+
+def _tools(raw: Any, problems: Problems) -> list[Tool]:
+    """The top-level ``tools:`` list of the targets file, validated."""
+    found = raw.get("tools", []) if isinstance(raw, dict) else []
+    if not isinstance(found, list):
+        problems.add(("tools",), f"{show(found)} is not a list",
+                     "a list of {requirement: pip requirement, check: [argv]}")
+        return []
+    tools = [_validate(Tool, item, ("tools", i), problems) for i, item in enumerate(found)]
+    return [t for t in tools if t is not None]
+
+
+@cache
+def image_tools(path: Path = TARGETS_FILE) -> list[Tool]:
+    """What every image clusterctl renders carries besides its stack (py-spy, for the hang
+    watchdog's stack dumps): the ``tools:`` list of targets.yaml."""
+    raw, problems = _read(path)
+    tools = _tools(raw, problems)
+    problems.raise_if_any()
+    return tools
 
 
 @cache
@@ -256,6 +304,7 @@ def resolve(name: str, torch: str | None = None, *, base_image: str | None = Non
         indexes=indexes,
         base_image=base_image or (target.base_image and _fmt(target.base_image, values, "base_image")),
         requirements=[_fmt(r, values, "requirements") for r in target.requirements],
+        tools=image_tools() if target.renderable else [],
         smoke=[_fmt(a, values, "smoke") for a in target.smoke],
         entrypoint_env=[_fmt(line, values, "entrypoint_env") for line in target.entrypoint_env],
         tag=_fmt(target.tag, values, "tag"),

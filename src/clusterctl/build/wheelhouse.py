@@ -55,6 +55,11 @@ def _dist_name(requirement: str) -> str:
     return _canonical(re.split(r"[\s\[<>=!~;@(]", requirement.strip(), maxsplit=1)[0])
 
 
+def requirement_name(requirement: str) -> str:
+    """The distribution a requirement line names (``py-spy==0.4.3`` -> ``py-spy``)."""
+    return re.split(r"[\s\[<>=!~;@(]", requirement.strip(), maxsplit=1)[0]
+
+
 def wheels(directory: Path) -> list[Path]:
     """The .whl files directly in ``directory``, sorted by name."""
     return sorted(p for p in Path(directory).glob("*.whl") if p.is_file())

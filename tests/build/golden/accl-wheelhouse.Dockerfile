@@ -28,7 +28,7 @@ RUN curl -fsSL --retry 3 -o /tmp/accl.sh "$ACCL_INSTALLER_URL" \
 # Offline: every wheel comes from wheels/ in the build context, no index is asked.
 COPY wheels/ /tmp/wheels/
 RUN python -m pip install --no-cache-dir --no-index --find-links /tmp/wheels \
-        torch_accl==0.3.0 \
+        torch_accl==0.3.0 py-spy==0.4.3 \
  && rm -rf /tmp/wheels
 
 # Locate distributed_c10d.py through torch itself (the path differs per base image).

@@ -33,6 +33,11 @@ RUN wheel="/tmp/$(basename "$TORCH_ACCL_WHEEL_URL")" \
  && python -m pip install --no-cache-dir "$wheel" \
  && rm -f "$wheel"
 
+# clusterctl's tools (src/clusterctl/build/data/targets.yaml, tools:): py-spy dumps the
+# ranks' Python stacks when `clusterctl launch --hang-timeout` finds a run hung.
+RUN python -m pip install --no-cache-dir \
+        py-spy==0.4.3
+
 # Locate distributed_c10d.py through torch itself (the path differs per base image).
 COPY accl/patch_c10d.py /opt/clusterctl/accl/patch_c10d.py
 RUN c10d="$(python -c 'import torch.distributed.distributed_c10d as m; print(m.__file__)')" \

@@ -19,7 +19,7 @@ ENV OMP_NUM_THREADS="1"
 COPY wheels/ /tmp/wheels/
 RUN set -- /tmp/wheels/pip-*.whl \
  && python3 "$1/pip" install --no-cache-dir --no-index --find-links /tmp/wheels --break-system-packages \
-        torch==2.13.0 numpy==2.4.6 \
+        torch==2.13.0 numpy==2.4.6 py-spy==0.4.3 \
  && rm -rf /tmp/wheels
 
 # The repository's example training scripts (examples/), for `clusterctl launch`.

@@ -19,7 +19,7 @@ ENV CCL_ATL_TRANSPORT="ofi" \
 # From the package indexes of src/clusterctl/build/data (with --wheelhouse DIR: offline instead).
 RUN python -m pip install --no-cache-dir \
         -f https://software.intel.com/ipex-whl-stable \
-        torch==1.10.0 intel_extension_for_pytorch==1.10.100 oneccl_bind_pt==1.10.0
+        torch==1.10.0 intel_extension_for_pytorch==1.10.100 oneccl_bind_pt==1.10.0 py-spy==0.4.3
 
 # The repository's example training scripts (examples/), for `clusterctl launch`.
 COPY examples/ /opt/clusterctl/examples/

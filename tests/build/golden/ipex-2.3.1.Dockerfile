@@ -20,7 +20,7 @@ ENV CCL_ATL_TRANSPORT="ofi" \
 RUN python -m pip install --no-cache-dir \
         --extra-index-url https://download.pytorch.org/whl/cpu \
         --extra-index-url https://pytorch-extension.intel.com/release-whl/stable/cpu/us/ \
-        torch==2.3.1 intel_extension_for_pytorch==2.3.100 oneccl_bind_pt==2.3.100
+        torch==2.3.1 intel_extension_for_pytorch==2.3.100 oneccl_bind_pt==2.3.100 py-spy==0.4.3
 
 # The repository's example training scripts (examples/), for `clusterctl launch`.
 COPY examples/ /opt/clusterctl/examples/

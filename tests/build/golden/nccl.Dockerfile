@@ -9,6 +9,11 @@ LABEL org.opencontainers.image.title="clusterctl nccl" \
       io.clusterctl.target="nccl" \
       io.clusterctl.torch="2.2.0a0"
 
+# clusterctl's tools (src/clusterctl/build/data/targets.yaml, tools:): py-spy dumps the
+# ranks' Python stacks when `clusterctl launch --hang-timeout` finds a run hung.
+RUN python -m pip install --no-cache-dir \
+        py-spy==0.4.3
+
 # The repository's example training scripts (examples/), for `clusterctl launch`.
 COPY examples/ /opt/clusterctl/examples/
 

@@ -1,0 +1,64 @@
+"""PyTorch's flight recorder dumps: from the run's directory on each node into ``runs/<id>/flight/``.
+
+On a target with a ``flight_recorder`` (nccl), the plan mounts a directory of the run on
+each node (:func:`clusterctl.run.plan.flight_dir`, recorded per node in run.json) where the
+ranks write their dumps when a collective times out.  :func:`collect` copies what is there
+into ``runs/<run-id>/flight/<node>/`` and removes the run's directory from the node, so
+nothing of the run stays there; ``launch`` calls it after a followed run, ``stop`` after
+stopping a detached one.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import tarfile
+from collections.abc import Sequence
+from pathlib import Path
+
+from clusterctl.cluster import containers
+from clusterctl.run.records import RunRecord
+
+#: The directory under runs/<id>/ that holds each node's dumps.
+FLIGHT_DIR = "flight"
+
+
+def collect(cluster, record: RunRecord, *, skip: Sequence[str] = ()) -> dict[str, list[str] | str]:
+    """Every node's dumps into ``runs/<id>/flight/<node>/``, then the run's directory on the node
+    is removed.  node -> the files kept ([] when none), or why they could not be collected."""
+    names = {n.name for n in cluster.inventory.nodes}
+    wanted = {n.node: n.flight_dir for n in record.nodes
+              if n.flight_dir and n.node not in skip and n.node in names}
+    if not wanted:
+        return {}
+
+    def one(conn) -> list[str]:
+        node_dir = wanted[conn.name]
+        data = containers.copy_out(conn, node_dir)
+        kept = untar(base64.b64decode(data), record.dir / FLIGHT_DIR / conn.name) if data else []
+        containers.remove_dir(conn, node_dir.rsplit("/", 1)[0])   # <root>/<run-id>/<node>
+        return kept
+
+    def run_dir_gone(conn) -> None:  # after every node's own part: nodes may share a file system
+        conn.run(["rmdir", "--ignore-fail-on-non-empty", wanted[conn.name].rsplit("/", 2)[0]], timeout=30)
+
+    got = cluster.map(one, nodes=list(wanted))
+    cluster.map(run_dir_gone, nodes=list(wanted))
+    return {n: r if isinstance(r, list) else f"not collected: {getattr(r, 'reason', r)}"
+            for n, r in got.items()}
+
+
+def untar(data: bytes, dest: Path) -> list[str]:
+    """The regular files of a tar (no links, no absolute or ``..`` names) under ``dest``."""
+    kept = []
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        for m in tar.getmembers():
+            name = Path(m.name)
+            if not m.isfile() or name.is_absolute() or ".." in name.parts:
+                continue
+            target = dest / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            src = tar.extractfile(m)
+            target.write_bytes(src.read() if src else b"")
+            kept.append(str(name))
+    return sorted(kept)

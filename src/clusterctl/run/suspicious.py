@@ -1,0 +1,92 @@
+"""Collective-library errors in a run's output: a run that "succeeded" after one is suspicious (pure).
+
+A training script that catches an exception, or a launcher that swallows a worker's
+failure, can leave every process exiting 0 after NCCL (or gloo, oneCCL, CNCL) reported
+an error - SkyPilot #4421: a job shown as succeeded after an NCCL error on a worker.
+clusterctl reads every output line anyway (:mod:`clusterctl.run.logs`), so the
+supervisor gives each to :func:`classify`; when all containers exit 0 but a line
+matched, the run ends *suspicious* (exit :data:`SUSPICIOUS_EXIT`), not succeeded, and
+the matching lines are in the summary and ``run.json``.
+
+The patterns are errors, not warnings: ``NCCL WARN`` lines, NCCL_DEBUG=INFO chatter
+and c10d's store warnings do not match.  Each pattern names its library; they live in
+:data:`PATTERNS`, one table.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+#: Exit status of a run whose containers all exited 0 while its output shows a
+#: collective-library error (next to 124, the hang watchdog's: as with GNU timeout).
+SUSPICIOUS_EXIT = 125
+
+#: How many matching lines a run keeps (the first ones: what came later is mostly fallout).
+KEEP = 20
+
+#: (library, pattern): an error line of that collective library (or of torch.distributed
+#: about it).  Searched anywhere in the line (prefixes such as ``[rank1]:`` vary).
+PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple((lib, re.compile(rx)) for lib, rx in (
+    # NCCL: ncclResult_t names in messages, the c10d wording, the watchdog's timeout
+    ("nccl", r"\bNCCL error\b"),
+    ("nccl", r"\bnccl(?:UnhandledCuda|System|Internal|InvalidArgument|InvalidUsage|Remote)Error\b"),
+    ("nccl", r"NCCL communicator was aborted"),
+    ("nccl", r"Watchdog caught collective operation timeout"),
+    ("nccl", r"ProcessGroupNCCL\S*\s.*\b(?:[Tt]imed out|[Tt]imeout|[Ee]xception|[Ee]rror)\b"),
+    # gloo: its transport errors carry the source path; its exception classes
+    ("gloo", r"gloo/transport/\S+\]\s.*(?:[Cc]onnection (?:closed|reset|refused)|[Tt]imed out|[Ee]rror)"),
+    ("gloo", r"\bgloo::(?:IoException|EnforceNotMet|TimeoutException|Exception)\b"),
+    ("gloo", r"Gloo connectFullMesh failed"),
+    # oneCCL (Intel): its log level tag
+    ("ccl", r"\|CCL_ERROR\|"),
+    ("ccl", r"\boneCCL\b.*\b(?:ERROR|[Ee]rror)\b"),
+    # CNCL (Cambricon) and ACCL (Alibaba)
+    ("cncl", r"\bCNCL(?:[ _]|\s.*\b)(?:ERROR|[Ee]rror)\b"),
+    ("cncl", r"\bcncl\w*Error\b"),
+    ("accl", r"\bACCL(?:[ _]|\s.*\b)(?:ERROR|[Ee]rror)\b"),
+    # torch.distributed's own exception types for a backend or network failure
+    ("torch.distributed", r"\b(?:torch\.distributed\.)?Dist(?:Backend|Network|Store)Error\b"),
+))
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One output line that shows a collective-library error."""
+
+    node: str
+    rank: int
+    library: str
+    line: str
+
+
+def classify(text: str) -> str | None:
+    """The library whose error ``text`` (one output line) shows, else None."""
+    for library, pattern in PATTERNS:
+        if pattern.search(text):
+            return library
+    return None
+
+
+def findings(lines: Iterable[tuple[str, int, str]], keep: int = KEEP) -> list[Finding]:
+    """The first ``keep`` lines of (node, rank, text) that show a collective error."""
+    found: list[Finding] = []
+    for node, rank, text in lines:
+        library = classify(text)
+        if library is not None:
+            found.append(Finding(node, rank, library, text))
+            if len(found) >= keep:
+                break
+    return found
+
+
+def summary_lines(found: list[Finding]) -> list[str]:
+    """What launch prints for a suspicious run."""
+    if not found:
+        return []
+    libs = ", ".join(sorted({f.library for f in found}))
+    lines = [f"SUSPICIOUS: every container exited 0, but the output shows a collective-library error "
+             f"({libs}); exit status {SUSPICIOUS_EXIT} (not a clean success). First lines:"]
+    lines += [f"  {f.node}[{f.rank}]| {f.line}" for f in found[:5]]
+    return lines
