@@ -84,10 +84,11 @@ def test_no_sbatch_on_path_exit_2_nothing_submitted(monkeypatch, tmp_path):
     assert os.environ["PATH"] == str(empty) and not any(Path(empty).iterdir())
 
 
-def test_detach_and_json_not_wired_for_slurm_exit_2(tmp_path):
-    for flag in ("--detach", "--json"):
-        result = runner.invoke(app, ["launch", "ddp-smoke", "--scheduler", "slurm", "--nnodes", "2", flag])
-        _refused(result, f"{flag}: not available with --scheduler slurm yet", "Nothing was submitted")
+def test_dry_run_json_is_refused_for_slurm_the_plan_is_one_script(tmp_path):
+    result = runner.invoke(app, ["launch", "ddp-smoke", "--scheduler", "slurm", "--nnodes", "2",
+                                 "--dry-run", "--json"])
+    _refused(result, "--dry-run --json: with --scheduler slurm the plan is one sbatch script",
+             "Nothing was submitted")
     assert not (tmp_path / "runs").exists()
 
 

@@ -4,8 +4,12 @@ real CLI as a user runs it.  No fakes.
 
 ddp-smoke across 3 nodes exits 0 with identical weights and every node's prefix; a
 failing rank makes launch exit with that rank's own code (srun's would be 143); `stop`
-and SIGTERM cancel a running job.  After each: no job in squeue, no container of the run
-on any node.
+and SIGTERM cancel a running job; `--detach --json` returns at once and `logs --follow`,
+`status`, `runs`, `stop` take the run from there; a job scancelled by hand ends as
+"stopped" (exit 143, who stopped it), not as failed.  The sandbox's Slurm keeps no
+accounting, so status falls back to scontrol and the records, for real (sacct's own output
+is parsed in tests/run/test_slurm_track.py).  After each: no job in squeue, no container
+of the run on any node.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ def slurm_env(slurm3, tmp_path):
     return slurm3.env(CLUSTERCTL_RUNS=str(tmp_path / "runs"))
 
 
-def _launch(slurm3, env, job, *extra, timeout=300):
+def _launch(slurm3, env, job, *extra, timeout=600):   # the first launch pushes 1.4 GB
     return subprocess.run([*CLI, "launch", job, "--scheduler", "slurm", "--nodes",
                            str(slurm3.inventory_path), *extra], env=env, capture_output=True,
                           text=True, timeout=timeout, stdin=subprocess.DEVNULL)
@@ -93,17 +97,20 @@ def test_failing_rank_gives_its_own_exit_code_and_leaves_nothing(slurm3, cpu_ima
     _nothing_left(slurm3, "sl-fail")
 
 
-def _start_hanging(slurm3, cpu_image, env, run_id):
+def _job_output(env, run_id) -> str:
+    return "".join(p.read_text() for p in (Path(env["CLUSTERCTL_RUNS"]) / run_id).glob("slurm-*.out"))
+
+
+def _start_hanging(slurm3, cpu_image, env, run_id, *extra):
     proc = subprocess.Popen([*CLI, "launch", FAIL_RANK, "--set", "FAIL_RANK=99", "--image", cpu_image,
                              "--scheduler", "slurm", "--nodes", str(slurm3.inventory_path),
-                             "--run-id", run_id], env=env, stdout=subprocess.PIPE,
+                             "--run-id", run_id, *extra], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
-    out = Path(env["CLUSTERCTL_RUNS"]) / run_id / "merged.log"
-    deadline = time.monotonic() + 180
+    deadline = time.monotonic() + 600     # the first launch of a session pushes the 1.4 GB image
     while time.monotonic() < deadline:
-        if out.is_file() and out.read_text().count("started") >= 3:
+        if _job_output(env, run_id).count("started") >= 3:
             return proc
-        if proc.poll() is not None:
+        if proc.poll() is not None and (not extra or proc.returncode != 0):   # --detach returns
             break
         time.sleep(1)
     proc.kill()
@@ -118,7 +125,12 @@ def test_stop_cancels_a_running_slurm_run(slurm3, cpu_image, slurm_env):
     assert stop.returncode == 0, stop.stdout + stop.stderr
     assert "cancelled and ended" in stop.stdout
     out, err = proc.communicate(timeout=120)
-    assert proc.returncode in (137, 143), out[-2000:] + err[-2000:]     # stopped, not a success
+    assert proc.returncode == 143, out[-2000:] + err[-2000:]     # stopped, not a success
+    assert "stopped by clusterctl stop (" in err, err[-2000:]
+    rec = _record(slurm_env, "sl-stop")
+    assert (rec["state"], rec["exit_code"]) == ("stopped", 143)
+    assert rec["stopped_by"].startswith("clusterctl stop (") and rec["first_failure"] is None
+    assert {(n["state"], n["stopped_by"]) for n in rec["nodes"]} == {("stopped", rec["stopped_by"])}
     _nothing_left(slurm3, "sl-stop")
 
 
@@ -129,3 +141,70 @@ def test_sigterm_to_launch_scancels_and_exits_143(slurm3, cpu_image, slurm_env):
     assert proc.returncode == 143, out[-2000:] + err[-2000:]
     assert _record(slurm_env, "sl-term")["state"] == "interrupted"
     _nothing_left(slurm3, "sl-term")
+
+
+def _cli(env, *args, timeout=180):
+    return subprocess.run([*CLI, *args], env=env, capture_output=True, text=True, timeout=timeout,
+                          stdin=subprocess.DEVNULL)
+
+
+def test_scancel_by_hand_ends_the_run_as_stopped_not_failed(slurm3, cpu_image, slurm_env):
+    proc = _start_hanging(slurm3, cpu_image, slurm_env, "sl-hand")
+    job = _record(slurm_env, "sl-hand")["slurm_job"]
+    assert slurm3.slurm("scancel", job).returncode == 0          # outside clusterctl
+    out, err = proc.communicate(timeout=150)
+    assert proc.returncode == 143, out[-2000:] + err[-2000:]
+    rec = _record(slurm_env, "sl-hand")
+    assert (rec["state"], rec["exit_code"], rec["first_failure"]) == ("stopped", 143, None)
+    # no accounting here: Slurm cannot tell who; with sacct it names the user
+    assert rec["stopped_by"] == "scancel outside clusterctl (who: unknown, no accounting to tell)"
+    assert "stopped by scancel outside clusterctl" in err
+    assert all(n["state"] == "stopped" and n["exit_code"] in (137, 143) for n in rec["nodes"])
+    row = next(line for line in _cli(slurm_env, "runs").stdout.splitlines() if "sl-hand" in line)
+    assert "stopped" in row and "143" in row and "FAILED" not in row, row
+    _nothing_left(slurm3, "sl-hand")
+
+
+def test_detach_json_then_logs_follow_status_runs(slurm3, cpu_image, slurm_env):
+    res = _launch(slurm3, slurm_env, FAIL_RANK, "--image", cpu_image, "--run-id", "sl-det",
+                  "--detach", "--json")
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    rec = json.loads(res.stdout)                   # the record, at once: the job may not run yet
+    assert rec["detached"] and rec["slurm_job"] and rec["state"] == "running", rec
+    assert "node2[1]|" not in res.stdout + res.stderr          # nothing followed
+
+    follow = _cli(slurm_env, "logs", "sl-det", "--follow")     # to the job's true end
+    assert follow.returncode == 3, follow.stdout[-3000:] + follow.stderr[-3000:]
+    assert "node2[1]| node rank 1 failing with exit status 3" in follow.stdout
+    assert re.search(r"^node1\[0\]\| node rank 0 of 3 started$", follow.stdout, re.M), follow.stdout
+    assert "FIRST FAILURE: node2[1] exited 3" in follow.stderr
+    assert "run sl-det: failed, exit 3" in follow.stderr
+
+    st = json.loads(_cli(slurm_env, "status", "sl-det", "--json").stdout)
+    assert (st["state"], st["exit_code"]) == ("failed", 3)
+    codes = {n["node"]: n["exit_code"] for n in st["nodes"]}
+    assert codes["node2"] == 3 and {codes["node1"], codes["node3"]} <= {137, 143}   # killed by srun
+    table = _cli(slurm_env, "status", "sl-det").stdout
+    assert "Slurm job " + rec["slurm_job"] in table and "no accounting" in table, table
+    listed = {r["run_id"]: r for r in json.loads(_cli(slurm_env, "runs", "--json").stdout)}
+    assert (listed["sl-det"]["state"], listed["sl-det"]["exit_code"]) == ("failed", 3)
+    again = _cli(slurm_env, "logs", "sl-det", "--node", "node2")
+    assert "node2[1]| node rank 1 failing with exit status 3" in again.stdout
+    assert "node1[0]" not in again.stdout
+    _nothing_left(slurm3, "sl-det")
+
+
+def test_stop_a_detached_slurm_run_records_who_stopped_it(slurm3, cpu_image, slurm_env):
+    proc = _start_hanging(slurm3, cpu_image, slurm_env, "sl-dstop", "--detach")
+    assert proc.wait(timeout=60) == 0
+    st = _cli(slurm_env, "status", "sl-dstop")
+    assert "RUNNING (from scontrol; no accounting" in st.stdout and "running" in st.stdout, st.stdout
+    logs = _cli(slurm_env, "logs", "sl-dstop")                   # from the job's output file
+    assert logs.stdout.count("started") == 3, logs.stdout
+    stop = _cli(slurm_env, "stop", "sl-dstop")
+    assert stop.returncode == 0 and "cancelled and ended" in stop.stdout, stop.stdout + stop.stderr
+    rec = _record(slurm_env, "sl-dstop")
+    assert (rec["state"], rec["exit_code"]) == ("stopped", 143), rec
+    assert rec["stopped_by"].startswith("clusterctl stop (")
+    assert "sl-dstop: stopped by clusterctl stop (" in stop.stdout
+    _nothing_left(slurm3, "sl-dstop")

@@ -16,9 +16,9 @@ CONTAINER_MODES = ("docker", "pyxis")
 
 # sbatch --time: "minutes", "minutes:seconds", "hours:minutes:seconds", "days-hours",
 # "days-hours:minutes", "days-hours:minutes:seconds", or UNLIMITED/INFINITE.
-_TIME = re.compile(r"^(\d+(:\d{1,2}){0,2}|\d+-\d+(:\d{1,2}){0,2}|UNLIMITED|INFINITE)$")
+_TIME = re.compile(r"^(\d+(:\d{1,2}){0,2}|\d+-\d+(:\d{1,2}){0,2}|UNLIMITED|INFINITE)\Z")
 # A partition or node name as Slurm writes them: no spaces, commas or shell syntax.
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*\Z")
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,8 @@ placeholder / var     at run time
                       (its ``NodeAddr``, the address the other nodes reach)
 ``{master_port}``     ``$((SLURM_JOB_ID % 4536 + 61000))``, the enroot PyTorch hook's rule
 ``{world_size}``      ``$((SLURM_NNODES * nproc_per_node))``
+(contract ``mpi``)    the node's first rank, ``$((SLURM_NODEID * nproc_per_node))``, set by
+                      each task for :func:`clusterctl.run.mpi.spawn_command`
 ====================  =====================================================
 
 Every value is quoted with :func:`shlex.quote`; a runtime value is spliced in as
@@ -48,6 +50,7 @@ from pathlib import Path
 
 from clusterctl.cluster.inventory import Inventory, Node
 from clusterctl.core.errors import UserError
+from clusterctl.run import mpi
 from clusterctl.run import plan as planning
 from clusterctl.run.jobs import Job
 from clusterctl.run.slurm.options import SlurmOptions
@@ -73,6 +76,7 @@ RUNTIME = {
     "master_addr": mark("CLUSTERCTL_MASTER_ADDR"),
     "master_port": mark("CLUSTERCTL_MASTER_PORT"),
     "world_size": mark("CLUSTERCTL_WORLD_SIZE"),
+    "first_rank": mark("CLUSTERCTL_FIRST_RANK"),     # contract mpi: set by each task
 }
 
 
@@ -133,7 +137,8 @@ def render_script(job: Job, options: SlurmOptions, *, run_id: str, run_dir: str 
         raise UserError(f"run directory {run_dir!r} must be absolute: the tasks run elsewhere.")
     inv = template_inventory(options, inventory)
     plans = planning.make_plan(job, inv, run_id=run_id, image=image, overrides=overrides,
-                               host_env=host_env, addresses=addresses, runtime=RUNTIME)
+                               host_env=host_env, addresses=addresses, runtime=RUNTIME,
+                               flight_recorder=False)  # an SSH launch's (it collects the dumps)
     template = _uniform(plans, inv)
     secrets = frozenset(template.secrets)
     environment = {k: template.env[k] for k in sorted(secrets)}
@@ -220,6 +225,7 @@ def _docker_task(t: planning.NodePlan, run_id: str, run_dir: str) -> str:
                                     secrets_by_name=True)
     task = (
         "set -uo pipefail\n"
+        + _first_rank(t) +
         f"name={shell_word(name)}\n"
         f'rec="$CLUSTERCTL_RUN_DIR/{RECORDS_DIR}/$SLURMD_NODENAME.json"\n'
         "logs=\n"
@@ -251,6 +257,13 @@ def _docker_task(t: planning.NodePlan, run_id: str, run_dir: str) -> str:
     return ("# One task per node: its container, its output (labelled by srun), its own exit code.\n"
             f"read -r -d '' CLUSTERCTL_TASK <<'{TASK_END}' || true\n{task}{TASK_END}\n\n"
             'srun --kill-on-bad-exit=1 --label --ntasks-per-node=1 bash -c "$CLUSTERCTL_TASK"\n')
+
+
+def _first_rank(t: planning.NodePlan) -> str:
+    """Contract mpi: the task's line that sets its node's first rank (nodes are alike)."""
+    if mpi.split_spawn(t.command) is None:
+        return ""
+    return f'CLUSTERCTL_FIRST_RANK="$((SLURM_NODEID * {t.nproc}))"\n'
 
 
 _PYXIS_MAPPED = {"-v": "mount", "--volume": "mount", "-w": "workdir", "--workdir": "workdir"}
@@ -285,6 +298,7 @@ def _pyxis_task(t: planning.NodePlan, run_id: str, run_dir: str) -> str:
                       if k not in t.secrets)
     task = (
         "set -u\n"
+        + _first_rank(t) +
         f'rec="$CLUSTERCTL_RUN_DIR/{RECORDS_DIR}/$SLURMD_NODENAME.json"\n'
         + _RECORD +
         f"trap 'record 143 \"{NOW}\" true; exit 143' TERM INT\n"

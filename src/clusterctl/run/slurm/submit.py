@@ -20,24 +20,24 @@
 5. Ctrl-C / SIGTERM (``stop_event``): ``scancel``, then the job is followed to its end
    and the exit status is 130 / 143.  With an inventory, any container of the run still
    on a node afterwards is removed (nothing is left running).
+
+``detach=True`` returns right after sbatch accepted the job (``--detach``): ``status``,
+``logs [--follow]``, ``stop`` and ``runs`` take it from there
+(:mod:`clusterctl.run.slurm.track`).  A job cancelled from outside (scancel by hand, its
+time limit) ends as "stopped", exit 143, with who stopped it where Slurm or clusterctl
+knows.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
 import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
-from pathlib import Path
 from typing import TextIO
-
-import hostlist
 
 from clusterctl.cluster import containers
 from clusterctl.cluster.inventory import Inventory
@@ -47,13 +47,19 @@ from clusterctl.run import launch as launching
 from clusterctl.run import logs, plan, records, supervise
 from clusterctl.run.jobs import Job
 from clusterctl.run.slurm import script as slurm_script
+from clusterctl.run.slurm import track
+from clusterctl.run.slurm.client import (  # noqa: F401 - the readers are part of this API too
+    CLIENT_TIMEOUT,
+    in_queue,
+    job_nodes,
+    parse_label,
+    scontrol_fields,
+    slurm_client,
+)
 from clusterctl.run.slurm.options import SlurmOptions
+from clusterctl.run.slurm.tasks import TaskRecord, outcome_of, read_task_records  # noqa: F401
 
 SCRIPT_NAME = "sbatch.sh"
-CLIENT_TIMEOUT = 30.0     # seconds one sbatch / squeue / scontrol / scancel call may take
-POLL_INTERVAL = 1.0       # seconds between reads of the job's output
-QUEUE_EVERY = 2.0         # seconds between squeue calls
-END_GRACE = 10.0          # after the job left the queue: wait this long for the tasks' records
 CANCEL_WAIT = 120.0       # after scancel: follow the job this long at most
 
 
@@ -76,17 +82,6 @@ class SlurmResult:
     @property
     def summary(self) -> list[str]:
         return supervise.summary_lines(self.outcome) if self.outcome else []
-
-
-def slurm_client(argv: Sequence[str], *, env: Mapping[str, str] | None = None,
-                 timeout: float = CLIENT_TIMEOUT) -> subprocess.CompletedProcess:
-    """One Slurm client call (argv list), bounded; never raises for a non-zero status."""
-    try:
-        return subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout,
-                              env=dict(env) if env is not None else None, stdin=subprocess.DEVNULL,
-                              check=False)
-    except subprocess.TimeoutExpired:
-        return subprocess.CompletedProcess(list(argv), 124, "", f"{argv[0]} timed out after {timeout:.0f}s")
 
 
 # --------------------------------------------------------------------------- the cluster first
@@ -142,162 +137,6 @@ def parse_job_id(parsable: str) -> str:
     return job_id
 
 
-def parse_label(line: str) -> tuple[int, str] | None:
-    """``srun --label``'s ``N: text`` -> (N, text); None for Slurm's own lines."""
-    head, sep, text = line.partition(": ")
-    if not sep:
-        head, sep, text = line.partition(":")
-    head = head.strip()
-    if sep and head.isdigit():
-        return int(head), text
-    return None
-
-
-def scontrol_fields(text: str) -> dict[str, str]:
-    """``scontrol show job`` output -> {field: value} (values without spaces)."""
-    out: dict[str, str] = {}
-    for word in text.split():
-        key, sep, value = word.partition("=")
-        if sep and key not in out:
-            out[key] = value
-    return out
-
-
-@dataclass(frozen=True)
-class TaskRecord:
-    """What one task wrote to ``<run_dir>/slurm/<node>.json``."""
-
-    node: str
-    rank: int
-    exit_code: int
-    finished: datetime
-    stopped: bool = False
-
-
-def read_task_records(records_dir: Path) -> dict[str, TaskRecord]:
-    """Every readable task record, by node (a half-written one is skipped)."""
-    found: dict[str, TaskRecord] = {}
-    for path in sorted(records_dir.glob("*.json")) if records_dir.is_dir() else []:
-        try:
-            d = json.loads(path.read_text())
-            found[d["node"]] = TaskRecord(node=d["node"], rank=int(d["rank"]), exit_code=int(d["exit_code"]),
-                                          finished=_parse_time(d["finished"]),
-                                          stopped=bool(d.get("stopped", False)))
-        except (OSError, ValueError, KeyError, TypeError):
-            continue
-    return found
-
-
-def _parse_time(text: str) -> datetime:
-    """Docker's FinishedAt / ``date +%N`` times (nanoseconds) as an aware datetime."""
-    text = text.strip().replace("Z", "+00:00")
-    if "." in text:
-        head, rest = text.split(".", 1)
-        digits = "".join(c for c in rest if c.isdigit())
-        tz = rest[len(digits):] or "+00:00"
-        text = f"{head}.{digits[:6].ljust(6, '0')}{tz}"
-    t = datetime.fromisoformat(text)
-    return t if t.tzinfo else t.replace(tzinfo=timezone.utc)
-
-
-def outcome_of(tasks: Mapping[str, TaskRecord], nodes: Sequence[str], *, ended: float,
-               interrupted: str | None, last_lines: Mapping[str, list[str]],
-               slurm_exit: int | None = None) -> supervise.Outcome:
-    """The run's outcome from the tasks' records: first failure by finish time.
-
-    A task stopped by a signal (the teardown after another node failed, or scancel) is
-    no failure; a node with no record is lost at ``ended``.
-    """
-    failures = [supervise.Failure(t.node, t.rank, "exit", t.exit_code, t.finished.timestamp())
-                for t in tasks.values() if t.exit_code and not t.stopped]
-    if not failures and interrupted is None:
-        # nothing failed on its own, yet tasks were stopped: the job was cancelled from
-        # outside (`clusterctl stop`, scancel, its time limit), which is no success
-        failures = [supervise.Failure(t.node, t.rank, "exit", t.exit_code, t.finished.timestamp(),
-                                      "stopped by Slurm (scancel or the time limit)")
-                    for t in tasks.values() if t.exit_code and t.stopped]
-    if interrupted is None:
-        for rank, node in enumerate(nodes):
-            if node not in tasks:
-                failures.append(supervise.Failure(
-                    node, rank, "lost", slurm_exit or supervise.NODE_LOST_EXIT, ended,
-                    "its Slurm task left no record (cancelled before it ran, or the node failed)"))
-    first = supervise.first_failure(failures)
-    code = supervise.run_exit_code(first, interrupted)
-    state = "interrupted" if interrupted else ("failed" if first else "succeeded")
-    return supervise.Outcome(
-        exit_code=code, state=state, first_failure=first, failures=failures,
-        exit_codes={n: (tasks[n].exit_code if n in tasks else None) for n in nodes},
-        containers={}, last_lines={k: list(v) for k, v in last_lines.items()})
-
-
-# --------------------------------------------------------------------------- the follower
-
-class OutputTail:
-    """Reads the job's output file as it grows and hands labelled lines to a sink."""
-
-    def __init__(self, path: Path, sink: logs.LogSink) -> None:
-        self.path, self.sink = path, sink
-        self.nodes: list[str] = []      # task id (= node rank) -> node name, once known
-        self._pos, self._partial, self._held = 0, "", []
-
-    def read(self, final: bool = False) -> None:
-        try:
-            with open(self.path, encoding="utf-8", errors="replace") as f:
-                f.seek(self._pos)
-                data = f.read()
-                self._pos = f.tell()
-        except FileNotFoundError:
-            return
-        text = self._partial + data
-        lines = text.split("\n")
-        self._partial = "" if final else lines.pop()
-        for line in lines:
-            if line or final:
-                self._line(line)
-        self.flush_held()
-        if data:
-            self.sink.flush()     # runs/<id>/ is what `clusterctl logs` reads during the run
-
-    def _line(self, line: str) -> None:
-        parsed = parse_label(line)
-        if parsed is None:
-            return          # Slurm's own lines ("srun: error: ..."): in slurm-<job>.out only
-        task, text = parsed
-        if task < len(self.nodes):
-            self.sink.write(self.nodes[task], text)
-        else:
-            self._held.append((task, text))
-
-    def flush_held(self) -> None:
-        if self.nodes and self._held:
-            held, self._held = self._held, []
-            for task, text in held:
-                self.sink.write(self.nodes[task] if task < len(self.nodes) else f"task{task}", text)
-
-
-def job_nodes(job_id: str, env: Mapping[str, str]) -> tuple[str, list[str]]:
-    """(JobState, the job's nodes in task order) from ``scontrol show job``; ("", []) unknown."""
-    res = slurm_client(["scontrol", "-o", "show", "job", job_id], env=env)
-    if res.returncode != 0:
-        return "", []
-    f = scontrol_fields(res.stdout)
-    nodelist = f.get("NodeList", "")
-    names = hostlist.expand_hostlist(nodelist) if nodelist and nodelist != "(null)" else []
-    return f.get("JobState", ""), names
-
-
-def in_queue(job_id: str, env: Mapping[str, str]) -> bool | None:
-    """Whether the job is still pending/running; None when squeue could not tell."""
-    res = slurm_client(["squeue", "-h", "-j", job_id, "-o", "%T"], env=env)
-    if res.returncode != 0:
-        # squeue errors with "Invalid job id" once a finished job is purged
-        return False if "Invalid job id" in res.stderr else None
-    state = res.stdout.strip()
-    return bool(state) and state not in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT",
-                                         "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED", "BOOT_FAIL")
-
-
 # --------------------------------------------------------------------------- submit
 
 @dataclass
@@ -322,7 +161,7 @@ def render(job: Job, options: SlurmOptions, *, run_id: str, inventory: Inventory
 
 def submit(job: Job, options: SlurmOptions, *, inventory: Inventory | None = None,
            image: str | None = None, overrides: Mapping[str, str] | None = None,
-           run_id: str | None = None, stream: TextIO | None = None, color: bool | None = None,
+           run_id: str | None = None, detach: bool = False, stream: TextIO | None = None, color: bool | None = None,
            stop_event: threading.Event | None = None, handle_signals: bool = False,
            push: bool = True, progress=None, argv: Sequence[str] = (),
            env: Mapping[str, str] | None = None,
@@ -367,22 +206,37 @@ def submit(job: Job, options: SlurmOptions, *, inventory: Inventory | None = Non
         raise SubmitFailed(f"sbatch did not accept run {run_id}: {e}; nothing was submitted "
                            f"(script: {script_path}).") from None
     record.slurm_job, record.state = job_id, "running"
+    record.detached = detach
+    if not detach:   # a later command can tell that this process died without an outcome
+        record.launcher = records.this_launcher()
     record.save()
     if on_submitted is not None:
         on_submitted(record)
+    if detach:
+        return SlurmResult(run_id, 0, record, None, job_id, "")
     sig = _Signals()
-    with launching.stop_on_signals(stop_event, sig.caught.append) if handle_signals else nullcontext():
-        outcome, slurm_state = _follow(script, record, job_id, base_env, stream=stream, color=color,
-                                       stop_event=stop_event,
-                                       interrupted=lambda: (sig.caught or ["SIGINT"])[-1])
+
+    def on_stop() -> str:
+        slurm_client(["scancel", job_id], env=base_env)
+        return (sig.caught or ["SIGINT"])[-1]
+
+    sink = logs.LogSink({n.node: n.rank for n in record.nodes}, run_dir=run_dir,
+                        stream=sys.stdout if stream is None else stream, color=color,
+                        redact=script.environment.values())
+    try:
+        with launching.stop_on_signals(stop_event, sig.caught.append) if handle_signals else nullcontext():
+            outcome, info = track.follow(record, base_env, sink, stop_event=stop_event, on_stop=on_stop,
+                                         cancel_wait=CANCEL_WAIT)
+    finally:
+        sink.close()
+    assert outcome is not None      # on_stop always gives a reason: the follow ran to the end
     if inventory is not None:
         with Cluster(inventory) as cluster:
             left = containers.remove_run_containers(cluster, run_id, inventory.names)
         for node, why in left.items():
             outcome.not_stopped[node] = f"container not removed: {why}"
-    _record_outcome(record, outcome)
-    record.save()
-    return SlurmResult(run_id, outcome.exit_code, record, outcome, job_id, slurm_state)
+    record = records.load(run_id)
+    return SlurmResult(run_id, outcome.exit_code, record, outcome, job_id, info.state)
 
 
 def _new_record(job: Job, script: slurm_script.SlurmScript, inventory: Inventory | None,
@@ -399,99 +253,21 @@ def _new_record(job: Job, script: slurm_script.SlurmScript, inventory: Inventory
         argv=[plan.mask_text(a, secrets) for a in argv], nodes=nodes)
 
 
-def _follow(script, record: records.RunRecord, job_id: str, env: Mapping[str, str], *,
-            stream: TextIO | None, color: bool | None, stop_event: threading.Event,
-            interrupted: Callable[[], str]) -> tuple[supervise.Outcome, str]:
-    run_dir = Path(script.run_dir)
-    ranks = {n.node: n.rank for n in record.nodes}
-    sink = logs.LogSink(ranks, run_dir=run_dir, stream=sys.stdout if stream is None else stream,
-                        color=color, redact=script.environment.values())
-    tail = OutputTail(run_dir / f"slurm-{job_id}.out", sink)
-    why_stopped: str | None = None
-    cancelled_at: float | None = None
-    last_queue = 0.0
-    state = ""
-    try:
-        while True:
-            if stop_event.is_set() and why_stopped is None:
-                why_stopped = interrupted()
-                cancelled_at = time.monotonic()
-                slurm_client(["scancel", job_id], env=env)
-            if not tail.nodes or time.monotonic() - last_queue >= QUEUE_EVERY:
-                last_queue = time.monotonic()
-                if not tail.nodes:
-                    state, names = job_nodes(job_id, env)
-                    if names:
-                        tail.nodes = names
-                        _fit_nodes(record, names, script.run_id, sink)
-                        record.save()
-                queued = in_queue(job_id, env)
-                if queued is False:
-                    break
-                if cancelled_at is not None and time.monotonic() - cancelled_at > CANCEL_WAIT:
-                    break
-            tail.read()
-            stop_event.wait(POLL_INTERVAL)
-        state, names = job_nodes(job_id, env)
-        if names and not tail.nodes:
-            tail.nodes = names
-            _fit_nodes(record, names, script.run_id, sink)
-        nodes = tail.nodes or [n.node for n in record.nodes]
-        deadline = time.monotonic() + END_GRACE
-        tasks = read_task_records(script.records_dir)
-        while len(tasks) < len(nodes) and time.monotonic() < deadline and why_stopped is None:
-            time.sleep(0.5)     # a task's record may trail the job's end on a shared file system
-            tasks = read_task_records(script.records_dir)
-        tail.read(final=True)
-        exit_field = scontrol_fields(slurm_client(["scontrol", "-o", "show", "job", job_id],
-                                                  env=env).stdout).get("ExitCode", "")
-        slurm_exit = int(exit_field.split(":")[0]) if exit_field.split(":")[0].isdigit() else None
-        outcome = outcome_of(tasks, nodes, ended=time.time(), interrupted=why_stopped,
-                             last_lines={k: list(v) for k, v in sink.last.items()},
-                             slurm_exit=slurm_exit)
-        return outcome, state
-    finally:
-        sink.close()
-
-
-def _fit_nodes(record: records.RunRecord, names: list[str], run_id: str, sink: logs.LogSink) -> None:
-    """The record's nodes in Slurm's task order (rank = SLURM_NODEID = task id here)."""
-    by_name = {n.node: n for n in record.nodes}
-    record.nodes = [records.NodeRecord(node=name, host=by_name[name].host if name in by_name else name,
-                                       rank=i, container=f"{run_id}-{name}", state="running")
-                    for i, name in enumerate(names)]
-    sink.ranks.update({n.node: n.rank for n in record.nodes})
-
-
-def _record_outcome(record: records.RunRecord, outcome: supervise.Outcome) -> None:
-    record.state, record.exit_code, record.finished = outcome.state, outcome.exit_code, records.utcnow()
-    tasks = read_task_records(records.run_path(record.run_id) / slurm_script.RECORDS_DIR)
-    for n in record.nodes:
-        t = tasks.get(n.node)
-        if t is not None:
-            n.exit_code, n.finished = t.exit_code, t.finished
-            n.state = "stopped" if t.stopped else "exited"
-        else:
-            n.state = "lost" if outcome.state != "interrupted" else "stopped"
-    f = outcome.first_failure
-    if f is not None:
-        record.first_failure = records.FailureRecord(
-            node=f.node, rank=f.rank, kind=f.kind, exit_code=f.exit_code, time=f.when,
-            reason=f.reason, last_lines=outcome.last_lines.get(f.node, []))
-
-
-
 def cancel(record: records.RunRecord, *, env: Mapping[str, str] | None = None,
-           wait: float = CANCEL_WAIT) -> str:
-    """``clusterctl stop`` for a Slurm run: ``scancel`` its job and wait (bounded) until it
-    left the queue; the tasks stop their containers and record it.  Returns what happened
-    in words; UserError when the record has no job id, ClusterctlError when scancel fails."""
+           wait: float = CANCEL_WAIT, by: str | None = None) -> str:
+    """``clusterctl stop`` for a Slurm run: say who stops it (:data:`track.STOP_REQUEST`),
+    ``scancel`` its job and wait (bounded) until it left the queue; the tasks stop their
+    containers and record it.  A detached run (nobody follows it) is settled here: its
+    record gets "stopped" and who stopped it.  Returns what happened in words; UserError
+    when the record has no job id, ClusterctlError when scancel fails."""
     if not record.slurm_job:
         raise UserError(f"run {record.run_id} has no Slurm job id in {record.dir / records.RECORD_NAME} "
                         "(sbatch never accepted it): there is nothing to cancel.")
     env = dict(os.environ if env is None else env)
     if in_queue(record.slurm_job, env) is False:
-        return f"Slurm job {record.slurm_job} had already ended"
+        track.settle(record, env)
+        return f"Slurm job {record.slurm_job} had already ended ({record.state})"
+    track.request_stop(record, by or f"clusterctl stop ({records.who()})")
     res = slurm_client(["scancel", record.slurm_job], env=env)
     if res.returncode != 0:
         raise ClusterctlError(f"scancel {record.slurm_job} failed: {res.stderr.strip() or res.returncode}; "
@@ -501,9 +277,15 @@ def cancel(record: records.RunRecord, *, env: Mapping[str, str] | None = None,
         if time.monotonic() > deadline:
             return f"Slurm job {record.slurm_job} cancelled, still ending after {wait:.0f}s"
         time.sleep(0.5)
-    if record.state in ("starting", "running"):
-        fresh = records.load(record.run_id)      # the following launch may have written it
-        if fresh.state in ("starting", "running"):
-            fresh.state, fresh.finished = "stopped", records.utcnow()
-            fresh.save()
+    # the launch following it records the outcome; a detached (or orphaned) run is ours to settle
+    deadline = time.monotonic() + track.END_GRACE
+    while True:
+        fresh = records.load(record.run_id)
+        following = not fresh.detached and records.launcher_gone(fresh.launcher) is False
+        if fresh.state not in ("starting", "running", "unknown") or not following:
+            break
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    track.settle(fresh, env)
     return f"Slurm job {record.slurm_job} cancelled and ended"

@@ -1,0 +1,85 @@
+"""What each Slurm task records about its container, and the run's outcome read from that.
+
+srun's own status is the highest exit code of all tasks (the survivors it kills give
+137/143), so every task writes its container's OWN exit code and finish time to
+``<run_dir>/slurm/<node>.json`` (:mod:`clusterctl.run.slurm.script`), and the first failure
+is read from these records.  Pure apart from reading the files.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+from clusterctl.run import supervise
+
+
+@dataclass(frozen=True)
+class TaskRecord:
+    """What one task wrote to ``<run_dir>/slurm/<node>.json``."""
+
+    node: str
+    rank: int
+    exit_code: int
+    finished: datetime
+    stopped: bool = False
+
+
+def read_task_records(records_dir: Path) -> dict[str, TaskRecord]:
+    """Every readable task record, by node (a half-written one is skipped)."""
+    found: dict[str, TaskRecord] = {}
+    for path in sorted(records_dir.glob("*.json")) if records_dir.is_dir() else []:
+        try:
+            d = json.loads(path.read_text())
+            found[d["node"]] = TaskRecord(node=d["node"], rank=int(d["rank"]), exit_code=int(d["exit_code"]),
+                                          finished=_parse_time(d["finished"]),
+                                          stopped=bool(d.get("stopped", False)))
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    return found
+
+
+def _parse_time(text: str) -> datetime:
+    """Docker's FinishedAt / ``date +%N`` times (nanoseconds) as an aware datetime."""
+    text = text.strip().replace("Z", "+00:00")
+    if "." in text:
+        head, rest = text.split(".", 1)
+        digits = "".join(c for c in rest if c.isdigit())
+        tz = rest[len(digits):] or "+00:00"
+        text = f"{head}.{digits[:6].ljust(6, '0')}{tz}"
+    t = datetime.fromisoformat(text)
+    return t if t.tzinfo else t.replace(tzinfo=timezone.utc)
+
+
+def outcome_of(tasks: Mapping[str, TaskRecord], nodes: Sequence[str], *, ended: float,
+               interrupted: str | None, last_lines: Mapping[str, list[str]],
+               slurm_exit: int | None = None) -> supervise.Outcome:
+    """The run's outcome from the tasks' records: first failure by finish time.
+
+    A task stopped by a signal (the teardown after another node failed, or scancel) is
+    no failure; a node with no record is lost at ``ended``.
+    """
+    failures = [supervise.Failure(t.node, t.rank, "exit", t.exit_code, t.finished.timestamp())
+                for t in tasks.values() if t.exit_code and not t.stopped]
+    if not failures and interrupted is None:
+        # nothing failed on its own, yet tasks were stopped: the job was cancelled from
+        # outside (`clusterctl stop`, scancel, its time limit), which is no success
+        failures = [supervise.Failure(t.node, t.rank, "exit", t.exit_code, t.finished.timestamp(),
+                                      "stopped by Slurm (scancel or the time limit)")
+                    for t in tasks.values() if t.exit_code and t.stopped]
+    if interrupted is None:
+        for rank, node in enumerate(nodes):
+            if node not in tasks:
+                failures.append(supervise.Failure(
+                    node, rank, "lost", slurm_exit or supervise.NODE_LOST_EXIT, ended,
+                    "its Slurm task left no record (cancelled before it ran, or the node failed)"))
+    first = supervise.first_failure(failures)
+    code = supervise.run_exit_code(first, interrupted)
+    state = "interrupted" if interrupted else ("failed" if first else "succeeded")
+    return supervise.Outcome(
+        exit_code=code, state=state, first_failure=first, failures=failures,
+        exit_codes={n: (tasks[n].exit_code if n in tasks else None) for n in nodes},
+        containers={}, last_lines={k: list(v) for k, v in last_lines.items()})
