@@ -150,9 +150,47 @@ def test_trainjob_says_what_it_cannot_express():
     assert m.body["spec"]["trainer"]["resourcesPerNode"] == {"limits": {"nvidia.com/gpu": "4", "rdma/hca": "1"}}
     text = m.text()
     assert "a TrainJob cannot set hostNetwork" in text
-    assert "reads RANK, WORLD_SIZE, which the torch runtime does not set" in text
+    assert "RANK=$PET_NODE_RANK, WORLD_SIZE=$PET_NNODES" in text      # derived, not a warning
+    assert "WARNING" not in text
     patch = m.body["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"][0]
     assert patch["name"] == "node"
+
+
+# Trainer's torch plugin (pkg/runtime/framework/plugins/torch/torch.go) sets exactly these
+# in the `node` container of pod N of a TrainJob named bert with numNodes 4:
+TRAINER_POD_ENV = {"PET_NNODES": "4", "PET_NPROC_PER_NODE": "8", "PET_NODE_RANK": "2",
+                   "PET_MASTER_ADDR": "bert-node-0-0.bert", "PET_MASTER_PORT": "29400"}
+
+
+def test_exported_bert_trainjob_runs_as_is_with_only_the_trainer_env_no_cluster(tmp_path):
+    """The exported args run in a real /bin/sh with the environment Trainer gives a pod (no
+    RANK, WORLD_SIZE, MASTER_ADDR): the program sees the accl-bert contract, derived from PET_*.
+    The job's command is replaced by `env` (what the program would read); no cluster here."""
+    import os
+    import subprocess
+
+    m = _manifest("bert", "trainjob", {"nnodes": 4, "slots": 8, "overrides": {"BERT_DIR": "/data/BERT"}})
+    trainer = m.body["spec"]["trainer"]
+    args = trainer["args"]
+    assert args[-1] == "/workspace/BERT/run_pretraining.sh"      # the job's command, unchanged, last
+    pod_env = {e["name"]: e["value"] for e in trainer["env"] if "value" in e}
+    run = [*args[:-1], "env"]                                    # what run_pretraining.sh would see
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), **pod_env, **TRAINER_POD_ENV}
+    seen = dict(line.split("=", 1) for line in subprocess.run(
+        run, env=env, capture_output=True, text=True, check=True).stdout.splitlines() if "=" in line)
+    assert {k: seen[k] for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "NODE_RANK",
+                                  "NPROC_PER_NODE")} == {
+        "RANK": "2", "WORLD_SIZE": "4", "MASTER_ADDR": "bert-node-0-0.bert", "MASTER_PORT": "29400",
+        "NODE_RANK": "2", "NPROC_PER_NODE": "8"}
+    # an argument with spaces and quotes reaches the program as one word (exec "$@", no re-parse)
+    odd = subprocess.run([*args[:-1], "printf", "%s|", "a b", "'c'"], env=env, capture_output=True,
+                         text=True, check=True).stdout
+    assert odd == "a b|'c'|"
+
+
+def test_pytorchjob_command_is_not_wrapped_the_operator_sets_rank_and_world_size():
+    args = _container(_manifest("bert", "pytorchjob", {"nnodes": 2, "slots": 8}).body)["args"]
+    assert args == ["/workspace/BERT/run_pretraining.sh"]
 
 
 def _job(tmp_path: Path, text: str) -> Path:
@@ -227,6 +265,21 @@ def test_set_nproc_per_node_and_slots():
     m = _manifest("ddp-smoke", "trainjob", {"nnodes": 2, "overrides": {"NPROC_PER_NODE": "4"}})
     assert m.body["spec"]["trainer"]["numProcPerNode"] == 4
     assert "--nproc-per-node=4" in m.body["spec"]["trainer"]["args"]
+
+
+@pytest.mark.parametrize("job", ["torchrun-nccl", "deepspeed", "yolov5-mlu"])
+def test_seed_jobs_keep_their_working_directory_in_a_pytorchjob(job):
+    """The seed jobs run in their mounted code (-w), where the pages' relative paths work."""
+    from kubernetes.client import ApiClient
+
+    body = yaml.safe_load(_manifest(job, "pytorchjob", {"nnodes": 2, "slots": 2}).text())
+    template = body["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]
+    assert _round_trip_kubernetes(ApiClient(), template, "V1PodTemplateSpec") == template
+    workdir = load_job(job).docker_args[load_job(job).docker_args.index("-w") + 1]
+    assert template["spec"]["containers"][0]["workingDir"] == workdir
+    with pytest.raises(UserError, match="cannot be set in a TrainJob") as info:
+        _manifest(job, "trainjob", {"nnodes": 2, "slots": 2})
+    assert info.value.exit_code == 2
 
 
 @pytest.mark.parametrize(("docker", "quantity"), [("8g", "8Gi"), ("512m", "512Mi"), ("1.5G", "1.5Gi"), ("1024", "1024")])

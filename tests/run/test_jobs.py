@@ -170,11 +170,22 @@ def test_unknown_key_is_refused_with_the_valid_keys(tmp_path):
     ("image: x\ncommand: [run]\nsecrets: [OK, bad-name]\n", ":3: secrets.1", "valid variable name"),
     ("image: x\ncommand: [run]\nparams: {node_rank: 1}\n", ":3: params.node_rank", "launch value"),
     ("target: cpuu\ncommand: [run]\n", ":1: target", 'did you mean "cpu"'),
+    ("image: x\ncommand: [run]\nhang_timeout: 10x\n", ":3: hang_timeout", "a duration such as 90s, 10m, 1h30m"),
+    ("image: x\ncommand: [run]\nhang_timeout: 0\n", ":3: hang_timeout", "not more than 0 seconds"),
+    ("image: x\ncommand: [run]\nhang_timeout: [10m]\n", ":3: hang_timeout", "a duration such as 90s"),
 ])
 def test_bad_values_name_line_key_and_what_is_valid(tmp_path, body, where, fragment):
     err = load_error(tmp_path, body)
     assert where in err.message, err.message
     assert fragment in err.message, err.message
+
+
+def test_hang_timeout_is_a_duration_in_seconds(tmp_path):
+    for text, seconds in (("10m", 600.0), ("90", 90.0), ("1h30m", 5400.0)):
+        path = tmp_path / "j.yaml"
+        path.write_text(f"image: x\ncommand: [run]\nhang_timeout: {text}\n")
+        assert jobs.load_job(path).hang_timeout == seconds
+    assert jobs.load_job("ddp-smoke").hang_timeout is None   # no watchdog unless asked
 
 
 def test_missing_command_and_missing_image(tmp_path):
@@ -201,7 +212,7 @@ def test_fail_rank_test_job_is_valid():
 def test_all_problems_of_a_file_are_reported_at_once_in_line_order(tmp_path):
     err = load_error(tmp_path, """
         target: cpuu
-        contract: mpi
+        contract: horovod
         docker_args: [--rm]
         command: ["{rank}"]
         env:
@@ -269,7 +280,8 @@ def test_every_problem_reads_file_line_field_problem_and_what_is_valid(tmp_path)
     path = tmp_path / "job.yaml"
     assert err.message.splitlines() == [
         f"{path}: 1 problem in the job file (nothing was started):",
-        f'{path}:3: contract: unknown contract "mpirun"; valid: one of torchrun or accl-bert',
+        f'{path}:3: contract: unknown contract "mpirun" (did you mean "mpi"?); '
+        'valid: one of torchrun, accl-bert, mpi or deepspeed',
     ]
     err = load_error(tmp_path, "target: cpuu\ncommand: [run]\ndocker_args: [--rm]\n")
     assert all("; valid: " in line for line in err.message.splitlines()[1:]), err.message

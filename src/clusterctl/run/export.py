@@ -13,7 +13,10 @@ What an SSH launch gives a container, and where it goes here
 * the environment: the same layers as :mod:`clusterctl.run.plan` (target env, job env,
   ``--set``; :func:`clusterctl.run.plan.job_environment`).  The rank variables
   (``MASTER_ADDR MASTER_PORT RANK WORLD_SIZE NODE_RANK PET_*``) are left to the operator
-  (:data:`OPERATOR_ENV` says which it sets); ``NNODES`` and ``NPROC_PER_NODE``, the same
+  (:data:`OPERATOR_ENV` says which it sets); a TrainJob's command is wrapped in
+  ``/bin/sh -c 'export RANK="$PET_NODE_RANK" ...; exec "$@"'`` (:func:`contract_args`),
+  because Trainer's torch runtime sets ``PET_*`` only and the job's contract may read
+  ``MASTER_ADDR``, ``NODE_RANK``, ``RANK``, ``WORLD_SIZE``; ``NNODES`` and ``NPROC_PER_NODE``, the same
   on every node, are written.  ``{master_addr}``, ``{master_port}``, ``{node_rank}``,
   ``{node_name}`` in the command become Kubernetes ``$(VAR)`` references to the
   operator's variables; in env values they are refused (Kubernetes expands ``$(VAR)`` in
@@ -28,7 +31,8 @@ What an SSH launch gives a container, and where it goes here
   ``--gpus`` -> ``nvidia.com/gpu`` = slots; ``--ulimit memlock=-1`` -> capability
   IPC_LOCK (Kubernetes sets no ulimits; with IPC_LOCK the memlock limit does not bind);
   ``--cap-add`` -> capabilities; ``--device`` -> a device plugin's resource
-  (:data:`DEVICE_RESOURCES`) or a refusal;
+  (:data:`DEVICE_RESOURCES`) or a refusal; ``-w``/``--workdir`` -> the container's
+  ``workingDir`` (PyTorchJob; a TrainJob's runtime owns its container: refused);
 * mounts -> ``hostPath`` volumes.
 """
 
@@ -54,7 +58,7 @@ from clusterctl.run.jobs import (
     mount_problem,
     placeholders,
 )
-from clusterctl.run.plan import job_environment, nproc_for, split_sets
+from clusterctl.run.plan import job_environment, nproc_for, secret_params, split_sets
 
 KINDS: tuple[str, ...] = ("pytorchjob", "trainjob")
 
@@ -83,6 +87,37 @@ RANK_REFS: dict[str, dict[str, str]] = {
 }
 POD_NAME_VAR = "CLUSTERCTL_POD_NAME"
 
+#: The PET_* variable each launch placeholder is derived from in a pod (what both operators
+#: set, from Trainer's torch plugin: pkg/runtime/framework/plugins/torch/torch.go).
+PET_SOURCES: dict[str, str] = {
+    "{master_addr}": "PET_MASTER_ADDR", "{master_port}": "PET_MASTER_PORT",
+    "{node_rank}": "PET_NODE_RANK", "{nnodes}": "PET_NNODES",
+    "{nproc_per_node}": "PET_NPROC_PER_NODE",
+}
+#: ``$0`` of the contract wrapper (shows in ``ps`` and in the shell's own messages).
+CONTRACT_WRAPPER = "clusterctl-contract"
+
+
+def derived_variables(contract: str, kind: str) -> dict[str, str]:
+    """The contract's rank variables the ``kind`` operator does NOT set, each with the PET_*
+    variable it is derived from in the pod (TrainJob: ``MASTER_ADDR`` <- ``PET_MASTER_ADDR``,
+    ``NODE_RANK`` <- ``PET_NODE_RANK``; accl-bert adds ``RANK`` <- ``PET_NODE_RANK`` and
+    ``WORLD_SIZE`` <- ``PET_NNODES``).  Pure."""
+    wanted = {**BASE_ENV, **CONTRACTS[contract]}
+    return {k: PET_SOURCES[v] for k, v in wanted.items()
+            if k in RANK_VARIABLES and k not in OPERATOR_ENV[kind] and v in PET_SOURCES}
+
+
+def contract_args(args: Sequence[str], derived: Mapping[str, str]) -> list[str]:
+    """``args`` run through ``/bin/sh -c`` that first exports each derived variable from its
+    PET_* source (``RANK="$PET_NODE_RANK"``), then ``exec``s the command unchanged (argv,
+    no second shell parse).  ``$NAME`` is not Kubernetes' ``$(NAME)``: it reaches the
+    shell as written.  Pure."""
+    if not derived:
+        return list(args)
+    exports = " ".join(f'{k}="${v}"' for k, v in derived.items())
+    return ["/bin/sh", "-c", f'export {exports}; exec "$@"', CONTRACT_WRAPPER, *args]
+
 GPU_RESOURCE = "nvidia.com/gpu"
 DEFAULT_RDMA_RESOURCE = "rdma/hca"
 #: Device path prefixes a device plugin provides, with its resource name (None: the RDMA
@@ -96,10 +131,10 @@ CONTAINER = {"pytorchjob": "pytorch", "trainjob": "node"}
 PYTORCHJOB_PORT = 23456    # the operator's default, named pytorchjob-port
 DEFAULT_RUNTIME = "torch-distributed"
 _DNS = re.compile(r"[^a-z0-9-]+")
-_SIZE = re.compile(r"^(\d+(?:\.\d+)?)([bkmgtp]?)b?$", re.IGNORECASE)
+_SIZE = re.compile(r"^(\d+(?:\.\d+)?)([bkmgtp]?)b?\Z", re.IGNORECASE)
 #: docker run flags export understands; the ones taking a value may also be given as two tokens.
 _VALUE_FLAGS = ("--net", "--network", "--ipc", "--shm-size", "--gpus", "--ulimit", "--cap-add",
-                "--device")
+                "--device", "-w", "--workdir")
 
 
 @dataclass(frozen=True)
@@ -129,6 +164,7 @@ class PodSettings:
     resources: dict[str, str] = field(default_factory=dict)
     capabilities: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    workdir: str | None = None         # -w / --workdir: the container's workingDir
 
 
 # --------------------------------------------------------------------------- the builder
@@ -144,6 +180,10 @@ def build_manifest(job: Job, *, kind: str, nnodes: int, slots: int = 1, image: s
     TrainJob refers to; ``rdma_resource``: the resource name of the site's RDMA device
     plugin.  UserError (exit 2) for anything a manifest cannot carry.
     """
+    if job.contract == "mpi":
+        raise UserError(f"{job.where('contract')}: contract mpi (each container starts its node's "
+                        "processes, clusterctl.run.mpi) is not exported yet; valid: launch it over "
+                        "SSH (clusterctl launch JOB --nodes FILE), or export a torchrun job.")
     if kind not in KINDS:
         raise UserError(f'--to {kind!r}: unknown kind{did_you_mean(kind, KINDS)}; valid: {one_of(KINDS)}.')
     if nnodes < 1:
@@ -159,7 +199,8 @@ def build_manifest(job: Job, *, kind: str, nnodes: int, slots: int = 1, image: s
     params, env_sets = split_sets(job, overrides or {})
     nproc = nproc_for(job, slots, env_sets, "--set")
     values = {"nnodes": str(nnodes), "nproc_per_node": str(nproc), "world_size": str(nnodes * nproc),
-              "run_id": name, "backend": (target.backend or "") if target else "", **params}
+              "run_id": name, "backend": (target.backend or "") if target else "",
+              "device": target.device if target else "cpu", **params}
     refs = RANK_REFS[kind]
     _check_templates(job, refs)
     launch, upper = job_environment(job, target, {**values, **dict.fromkeys(refs, "")}, {}, env_sets)
@@ -168,8 +209,11 @@ def build_manifest(job: Job, *, kind: str, nnodes: int, slots: int = 1, image: s
             raise UserError(f"{_origin(job, target, env_sets, key)}: {key} is set by the {kind} operator "
                             f"in each pod; valid: leave it out (the operator sets {', '.join(OPERATOR_ENV[kind])}).")
     secret_name = f"{name}-secrets"
+    _refuse_secret_copies(job, params, upper, env_sets, target, secret_name)
     env = _env_list(job, target, kind, launch, upper, env_sets, secret_name)
     args = [_fill(a, values, refs) for a in job.command]
+    if kind == "trainjob":   # Trainer sets PET_* only: the rest of the contract comes from them
+        args = contract_args(args, derived_variables(job.contract, kind))
     if any("$(" + POD_NAME_VAR + ")" in a for a in args):
         env.insert(0, {"name": POD_NAME_VAR, "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}})
     flags = [_fill(a, values, {}) for a in (target.run.flags if target else [])]
@@ -180,6 +224,12 @@ def build_manifest(job: Job, *, kind: str, nnodes: int, slots: int = 1, image: s
     used_secret = any("secretKeyRef" in e.get("valueFrom", {}) for e in env)
     notes = _notes(job, kind, nnodes, nproc, pod, secret_name if used_secret else None, runtime)
     container = {"name": CONTAINER[kind], "image": image, "args": args, "env": env}
+    if pod.workdir and kind == "trainjob":
+        raise UserError(f"{job.name}: -w {pod.workdir} (the working directory) cannot be set in a "
+                        "TrainJob: its runtime owns the container; valid: --to pytorchjob, or "
+                        "launch over SSH.")
+    if pod.workdir:
+        container["workingDir"] = pod.workdir
     metadata = {"name": name, **({"namespace": namespace} if namespace else {}),
                 "labels": {"app.kubernetes.io/managed-by": "clusterctl", JOB_LABEL: name}}
     if kind == "pytorchjob":
@@ -279,6 +329,22 @@ def _origin(job: Job, target, env_sets: Mapping[str, str], key: str) -> str:
     if key in job.env:
         return job.where(f"env.{key}")
     return f"target {target.name if target else '?'} env {key}"
+
+
+def _refuse_secret_copies(job: Job, params: Mapping[str, str], upper: Mapping[str, str],
+                          env_sets: Mapping[str, str], target, secret_name: str) -> None:
+    """A secret parameter's value copied into a variable of another name (``COPY:
+    "{HF_TOKEN}"``) would be written into the manifest as that variable's value: refused,
+    naming the variable and the parameter, never the value."""
+    hidden = {p: params[p] for p in secret_params(job) if params.get(p)}
+    for key, value in upper.items():
+        source = next((p for p, v in hidden.items() if v in value), None)
+        if source and not is_secret_name(key, job.secrets):
+            raise UserError(
+                f"{_origin(job, target, env_sets, key)}: {key} holds the value of the secret parameter "
+                f"{source}, and a manifest never carries secret values; valid: list {key} under "
+                f"`secrets` and create the Secret: kubectl create secret generic {secret_name} "
+                f"--from-literal={key}=...")
 
 
 def _env_list(job: Job, target, kind: str, launch: dict[str, str], upper: dict[str, str],
@@ -383,6 +449,8 @@ def pod_settings(flags: Sequence[str], devices: Sequence[str], *, slots: int,
             _add_cap(pod, value.upper().removeprefix("CAP_"))
         elif flag == "--device":
             devices = [*devices, value]
+        elif flag in ("-w", "--workdir"):
+            pod.workdir = value
         else:
             raise UserError(f"{where}: docker run flag {flag!r} cannot be exported to Kubernetes; "
                             f"valid: {one_of(_VALUE_FLAGS)} (or launch over SSH).")
@@ -448,11 +516,11 @@ def _notes(job: Job, kind: str, nnodes: int, nproc: int, pod: PodSettings, secre
     if kind == "trainjob":
         notes.append(f"Needs Kubeflow Trainer v2 with the ClusterTrainingRuntime {runtime} (torch); "
                      "volumes and capabilities are runtimePatches of its `node` job.")
-        extras = [k for k in CONTRACTS[job.contract] if k not in OPERATOR_ENV[kind]]
-        if extras:
-            notes.append(f"WARNING: contract {job.contract} reads {', '.join(extras)}, which the torch "
-                         "runtime does not set (it sets PET_* only): map them in the image "
-                         "(e.g. RANK=$PET_NODE_RANK) or export with --to pytorchjob.")
+        derived = derived_variables(job.contract, kind)
+        if derived:
+            notes.append("The torch runtime sets PET_* only; the command runs through /bin/sh, which "
+                         "first exports " + ", ".join(f"{k}=${v}" for k, v in derived.items())
+                         + " (the rest of the launch contract), then execs it.")
         if pod.host_network:
             notes.append("Host networking (docker --net=host): a TrainJob cannot set hostNetwork; "
                          f"the runtime {runtime} must (hostNetwork: true, dnsPolicy: "

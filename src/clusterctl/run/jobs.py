@@ -33,6 +33,16 @@ Keys of a job file (unknown keys are an error)
     * ``accl-bert``: adds ``RANK`` = the NODE rank and ``WORLD_SIZE`` = the
       number of NODES, as the ACCL BERT scripts of seeds/003 expect (unlike
       torch's own RANK/WORLD_SIZE, which count processes).
+    * ``mpi``: what ``mpirun -f hostfile -n N -ppn P`` (MPICH / Intel MPI hydra)
+      gives each process, as seeds/000 and 001 launch oneCCL training: the
+      container starts ``nproc_per_node`` processes itself
+      (:mod:`clusterctl.run.mpi`), each with ``PMI_RANK`` and ``MPI_LOCALRANKID``,
+      and all with ``PMI_SIZE`` = processes in all, ``MPI_LOCALNRANKS`` = this
+      node's, ``PMI_HOSTNAME`` = the node's name.
+    * ``deepspeed``: adds what DeepSpeed's per-node launcher sets beside torchrun's
+      (seeds/002): ``WORLD_SIZE`` = processes in all, ``CROSS_RANK`` = node rank,
+      ``CROSS_SIZE`` = number of nodes, ``LOCAL_SIZE`` = this node's processes;
+      ``RANK``/``LOCAL_RANK`` per process come from torchrun in the command.
 ``command``
     The container command as a list of strings (argv, no shell; ``[sleep, 30]``
     is fine: items are text as written).  Required.
@@ -64,6 +74,12 @@ Keys of a job file (unknown keys are an error)
     argv.  Names containing ``TOKEN``, ``SECRET``, ``PASSWORD`` or ``KEY`` are
     secret without being listed.  A listed secret that no layer sets is taken
     from the environment of the clusterctl process (``export HF_TOKEN=...``).
+``hang_timeout``
+    The hang watchdog, as ``launch --hang-timeout`` (which wins over it): when no rank
+    has written output for this long, clusterctl dumps every rank's Python stacks into
+    ``runs/<id>/stacks/``, names the ranks whose stacks differ from the majority, stops
+    the run and exits 124.  A duration: ``90s``, ``10m``, ``1h30m``, a number alone is
+    seconds.  Optional (default: no watchdog).
 
 Placeholders
 ------------
@@ -73,8 +89,9 @@ Values in ``env``, ``command``, ``docker_args`` and ``mounts`` may contain
 ``{master_addr}`` ``{master_port}`` ``{node_rank}`` ``{nnodes}``
 ``{nproc_per_node}`` (this node's) ``{world_size}`` (sum over nodes)
 ``{node_name}`` ``{run_id}`` ``{backend}`` (the target's torch.distributed
-backend, e.g. ``gloo``, ``accl``; empty without a target), plus every
-``params`` name.
+backend, e.g. ``gloo``, ``accl``; empty without a target), ``{device}`` (what
+each local rank computes on, from the target: ``cpu``, ``cuda``, ``mlu``; ``cpu``
+without a target), plus every ``params`` name.
 
 Write ``{{`` and ``}}`` for literal braces.  An unknown placeholder is an error
 naming the file, line and key.  Values given with ``--set`` are never expanded:
@@ -93,13 +110,15 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from clusterctl.build import targets
 from clusterctl.core import paths
+from clusterctl.core.durations import DURATION_HELP, parse_duration
 from clusterctl.core.errors import UserError, did_you_mean, one_of
+from clusterctl.core.text import control_problem, escaped
 from clusterctl.core.yamlfile import FileProblems, Problems, dotted, parse, read_text, show
 
 #: The launch values every placeholder may name (see the module docstring).
 LAUNCH_VALUES: tuple[str, ...] = (
     "master_addr", "master_port", "node_rank", "nnodes", "nproc_per_node",
-    "world_size", "node_name", "run_id", "backend",
+    "world_size", "node_name", "run_id", "backend", "device",
 )
 
 #: Launch environment every job gets, as templates over LAUNCH_VALUES: what
@@ -123,6 +142,13 @@ CONTRACTS: dict[str, dict[str, str]] = {
     # seeds/003: RANK and WORLD_SIZE count NODES; run_pretraining.sh starts
     # NPROC_PER_NODE processes itself.
     "accl-bert": {"RANK": "{node_rank}", "WORLD_SIZE": "{nnodes}"},
+    # seeds/000, 001: the per-node half of what MPICH/Intel MPI hydra gives each process
+    # (PMI_RANK and MPI_LOCALRANKID differ per process: clusterctl.run.mpi starts them).
+    "mpi": {"PMI_SIZE": "{world_size}", "MPI_LOCALNRANKS": "{nproc_per_node}",
+            "PMI_HOSTNAME": "{node_name}"},
+    # seeds/002: deepspeed.launcher.launch's per-node variables; torchrun gives RANK, LOCAL_RANK.
+    "deepspeed": {"WORLD_SIZE": "{world_size}", "CROSS_RANK": "{node_rank}",
+                  "CROSS_SIZE": "{nnodes}", "LOCAL_SIZE": "{nproc_per_node}"},
 }
 
 #: Substrings that make an environment variable secret without being listed.
@@ -135,7 +161,7 @@ RESERVED_DOCKER_FLAGS: tuple[str, ...] = (
     "--tty", "--env-file", "--label", "-l", "--net", "--network",
 )
 
-_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")  # \Z: "$" would let "NAME\n" through
 
 #: What is valid for each key, appended to validation messages.
 KEY_HELP: dict[str, str] = {
@@ -150,6 +176,7 @@ KEY_HELP: dict[str, str] = {
     "mounts": "a list of HOST:CONTAINER[:ro|rw] strings",
     "params": "a mapping NAME: default value (text)",
     "secrets": "a list of environment variable names",
+    "hang_timeout": DURATION_HELP,
 }
 
 
@@ -174,6 +201,7 @@ class Job:
     mounts: list[str] = field(default_factory=list)
     params: dict[str, str] = field(default_factory=dict)
     secrets: list[str] = field(default_factory=list)
+    hang_timeout: float | None = None   # seconds; None: no hang watchdog
     lines: dict[str, int] = field(default_factory=dict, compare=False, repr=False)
 
     def where(self, key: str) -> str:
@@ -259,6 +287,7 @@ class _Spec(BaseModel):
     mounts: list[str] = []
     params: dict[str, str] = {}
     secrets: list[str] = []
+    hang_timeout: str | int | float | None = None
 
 
 class JobFileError(FileProblems):
@@ -288,11 +317,24 @@ def _validate(path: Path, data: Any, problems: Problems) -> Job:
         _schema_problems(e, problems)
         problems.raise_if_any()
     _check_semantics(spec, problems)
+    fields = spec.model_dump()
+    fields["hang_timeout"] = _hang_timeout(spec.hang_timeout, problems)
     job = Job(name=path.stem, path=path, lines={dotted(k): v for k, v in problems.lines.items() if k},
-              **spec.model_dump())
+              **fields)
     _check_placeholders(job, problems)
     problems.raise_if_any()
     return job
+
+
+def _hang_timeout(value: str | int | float | None, problems: Problems) -> float | None:
+    """The job's hang timeout in seconds (None: none); a problem naming the key when invalid."""
+    if value is None:
+        return None
+    try:
+        return parse_duration(value)
+    except ValueError as e:
+        _add(problems, ("hang_timeout",), str(e))
+        return None
 
 
 def _schema_problems(error: ValidationError, problems: Problems) -> None:
@@ -310,7 +352,7 @@ def _schema_problems(error: ValidationError, problems: Problems) -> None:
         elif e["type"] == "missing":
             _add(problems, loc, "is missing")
         else:
-            _add(problems, loc or ("?",), _friendly(e))
+            _add(problems, loc or ("?",), _friendly(e, show_value=not (loc and loc[0] in ("env", "params"))))
 
 
 def _line_of(lines: dict[str, int], key: str) -> int:
@@ -332,14 +374,42 @@ def _is_union_tag(part: Any) -> bool:
     return isinstance(part, str) and (part in {"int", "str"} or part.startswith(("literal[", "function-")))
 
 
-def _friendly(error: dict) -> str:
+def _friendly(error: dict, *, show_value: bool = True) -> str:
+    """pydantic's message in our words; an env or params value (it may be a secret) is never shown."""
     value = error.get("input")
+    if not show_value and not isinstance(value, (dict, list)) and value is not None:
+        return f"{error['msg'].rstrip('.').lower()} (the value is not shown: it may be a secret)"
     shown = repr(value) if not isinstance(value, (dict, list)) else type(value).__name__
     return f"{error['msg'].rstrip('.').lower()} (got {shown})"
 
 
+#: Fields whose text may hold tab and line feed (free text); every other field is one line.
+_MULTILINE = ("command", "env", "params")
+
+
+def _check_characters(spec: _Spec, problems: Problems) -> None:
+    """NUL and other control characters are refused here, naming the field and the character
+    (never the value: an env value or a parameter may be a secret)."""
+    for key in ("description", "target", "image", "contract"):
+        value = getattr(spec, key)
+        problem = control_problem(value) if isinstance(value, str) else None
+        if problem:
+            _add(problems, (key,), problem)
+    for section in ("command", "docker_args", "mounts"):
+        for i, value in enumerate(getattr(spec, section)):
+            problem = control_problem(value, multiline=section in _MULTILINE)
+            if problem:
+                _add(problems, (section, i), problem)
+    for section in ("env", "params"):
+        for name, value in getattr(spec, section).items():
+            problem = control_problem(value, multiline=True)
+            if problem and _NAME.match(name):
+                _add(problems, (section, name), f"the value {problem}")
+
+
 def _check_semantics(spec: _Spec, problems: Problems) -> None:
-    """Rules a schema cannot say: names, contract, target, reserved flags, mounts."""
+    """Rules a schema cannot say: names, characters, contract, target, reserved flags, mounts."""
+    _check_characters(spec, problems)
     if not spec.target and not spec.image:
         _add(problems, ("target",), "a job needs `target` (a target name) or `image` (an image tag), or both",
              f"target: {KEY_HELP['target']}; image: {KEY_HELP['image']}")
@@ -359,7 +429,7 @@ def _check_semantics(spec: _Spec, problems: Problems) -> None:
                  f"a name other than {one_of(LAUNCH_VALUES)}")
     for i, name in enumerate(spec.secrets):
         if not _NAME.match(name):
-            _add(problems, ("secrets", i), f'"{name}" is not a valid variable name')
+            _add(problems, ("secrets", i), f'"{escaped(name)}" is not a valid variable name')
     for i, arg in enumerate(spec.docker_args):
         if reserved_flag(arg):
             _add(problems, ("docker_args", i), f"`{reserved_flag(arg)}` is set by clusterctl itself "
@@ -444,8 +514,9 @@ def _check_placeholders(job: Job, problems: Problems) -> None:
     for path, template in _templated_fields(job):
         try:
             names = placeholders(template)
-        except ValueError as e:
-            _add(problems, path, f"{e} in {template!r}",
+        except ValueError as e:  # an env value may be a secret: quoted only outside env
+            where = "in the value" if path[0] == "env" else f"in {escaped(template)!r}"
+            _add(problems, path, f"{e} {where}",
                  "{name} placeholders without format specs; write {{ and }} for literal braces")
             continue
         for name in names:
