@@ -19,7 +19,7 @@ INVENTORY ?= inventories/sandbox.yaml
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
 
-.PHONY: help setup venv image render demo demo-down test check lint golden lock bench-push bench-launch clean
+.PHONY: help setup venv image render demo demo-down test check lint golden lock bench-push bench-launch bench-validate bench-collective clean
 
 help:
 	@echo "make demo        set up this machine, build the cpu image, start a $(NODES)-node sandbox, run ddp-smoke on it"
@@ -28,9 +28,10 @@ help:
 	@echo "make image TARGET=cpu|ipex|accl|nccl|cambricon|base   build one target's image"
 	@echo "make test        run the test suite with $(VENV) (machine already set up)"
 	@echo "make lint        ruff + hadolint on every rendered Dockerfile"
-	@echo "make golden      rewrite the golden Dockerfiles and sbatch scripts after a reviewed change"
+	@echo "make golden      rewrite the golden Dockerfiles, sbatch scripts and the nccl smoke dry-run after a reviewed change"
 	@echo "make lock        refresh $(LOCK) from pyproject.toml (needs uv; UV_ARGS=--upgrade for newest versions)"
-	@echo "make bench-push / bench-launch [BENCH_ARGS=...]   benchmarks (root; create their own sandboxes)"
+	@echo "make bench-push / bench-launch / bench-collective [BENCH_ARGS=...]   benchmarks (root; create their own sandboxes)"
+	@echo "make bench-validate [BENCH_ARGS=...]            inventory validation at 1k/10k/100k nodes (no root)"
 
 setup:
 	$(SUDO) env VENV=$(VENV) bash scripts/setup-host
@@ -86,7 +87,8 @@ lint: $(CLUSTERCTL)
 	env PATH="$(abspath $(VENV))/bin:$$PATH" $(VENV)/bin/python -m pytest -q tests/build/test_hadolint.py
 
 golden: $(CLUSTERCTL)
-	UPDATE_GOLDEN=1 $(VENV)/bin/python -m pytest -q tests/build/test_golden.py tests/run/test_slurm_script.py
+	UPDATE_GOLDEN=1 $(VENV)/bin/python -m pytest -q tests/build/test_golden.py tests/run/test_slurm_script.py \
+		tests/run/test_plan.py::test_ddp_smoke_nccl_dry_run_matches_golden
 
 # The lock: every package of the runtime, the dev extra and the build backend
 # (hatchling, from [build-system].requires), pinned with hashes, for every
@@ -103,6 +105,12 @@ bench-push: $(CLUSTERCTL)
 
 bench-launch: $(CLUSTERCTL)
 	$(SUDO) $(VENV)/bin/python benchmarks/launch.py $(BENCH_ARGS)
+
+bench-validate: $(CLUSTERCTL)
+	$(VENV)/bin/python benchmarks/validate.py $(BENCH_ARGS)
+
+bench-collective: $(CLUSTERCTL)
+	$(SUDO) $(VENV)/bin/python benchmarks/collective.py $(BENCH_ARGS)
 
 clean:
 	rm -rf dockerfiles/*/ .pytest_cache

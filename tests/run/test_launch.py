@@ -188,6 +188,51 @@ def test_node_lost_mid_run_is_detected_and_the_run_torn_down(clean_nodes, cpu_im
         assert run_containers(sb, node, result.run_id, running=True) == [], node
 
 
+TICK_JOB = JOBS / "tick.yaml"
+
+
+@pytest.mark.sandbox
+@pytest.mark.docker
+@pytest.mark.slow
+def test_a_link_flap_shorter_than_the_liveness_window_is_no_failure(clean_nodes, cpu_image, runs_dir):
+    """node2's link goes down for FLAP seconds mid-run and comes back: with the same liveness
+    settings as the lost-node test above (lost_after 6 s), the run ends 0 with every line of
+    every node.  FLAP is chosen between TCP's retransmissions (3.0 and 6.2 s after the first
+    lost segment), where the established connection answers only at 6.2 s: a prober that
+    waited for it would call the node lost; a real loss is still detected (test above)."""
+    sb = clean_nodes
+    inventory = load_inventory(sb.inventory_path)
+    job = load_job(TICK_JOB)
+    flap, window = 4.0, 6.0
+    cut: list[float] = []
+
+    def flap_the_link(record: records.RunRecord) -> None:
+        def later():
+            time.sleep(3)
+            sb.link_down("node2")
+            cut.append(time.monotonic())
+            time.sleep(flap)
+            sb.link_up("node2")
+            cut.append(time.monotonic())
+        threading.Thread(target=later, daemon=True).start()
+
+    settings = supervise.Settings(probe_interval=1.0, probe_timeout=3.0, lost_after=window)
+    try:
+        result = launch.launch(job, inventory, image=cpu_image, overrides={"TICKS": "30", "TICK": "0.5"},
+                               settings=settings, on_started=flap_the_link,
+                               stream=open(os.devnull, "w"))  # noqa: SIM115
+    finally:
+        sb.link_up("node2")
+    assert len(cut) == 2 and cut[1] - cut[0] >= flap, cut  # the link really was down that long
+    assert result.exit_code == 0, (result.outcome.first_failure, result.outcome.lost)
+    assert result.outcome.lost == [] and result.outcome.first_failure is None
+    for node in sb.nodes:  # no line lost through the flap, in the node's log file
+        text = (runs_dir / result.run_id / f"{node}.log").read_text()
+        assert [line for line in text.splitlines() if line.startswith("tick")] == \
+            [f"tick {i}" for i in range(30)], node
+        assert run_containers(sb, node, result.run_id, running=True) == [], node
+
+
 @pytest.mark.sandbox
 @pytest.mark.docker
 @pytest.mark.slow
@@ -331,8 +376,10 @@ def test_logs_status_stop_on_a_detached_run_then_on_the_finished_one(clean_nodes
         "node3[2]| node rank 2 of 3 started"]
     assert (runs_dir / "live1" / "node2.log").read_text() == "node rank 1 of 3 started\n"
     st = json.loads(cli("status", "live1", "--json").output)
-    assert {(n["source"], n["state"]) for n in st["nodes"]} == {("record", "exited")}
-    assert st["state"] == "stopped"
+    assert {(n["source"], n["state"]) for n in st["nodes"]} == {("record", "stopped")}
+    assert (st["state"], st["exit_code"]) == ("stopped", 143)
+    assert st["stopped_by"].startswith("clusterctl stop (") and all(
+        n["stopped_by"] == st["stopped_by"] for n in st["nodes"])
 
     # a run that finished in the foreground, then `runs` lists both, newest first
     job = write_job(runs_dir.parent, "hello", cpu_image,
@@ -447,12 +494,94 @@ def test_follow_a_detached_run_to_its_end_then_stop_records_its_outcome(clean_no
     assert res.exit_code == 0, res.output
     for rank in range(3):
         assert f"node{rank + 1}[{rank}]| tick 2 of node rank {rank}" in res.output, res.output
-    st = json.loads(cli("status", "follow1", "--json").output)
-    assert [n["exit_code"] for n in st["nodes"]] == [0, 7, 0] and st["state"] == "running"
-    assert "every container has ended; `clusterctl stop follow1`" in cli("status", "follow1").output
+    st = json.loads(cli("status", "follow1", "--json").output)   # the nodes' word becomes the record
+    assert [n["exit_code"] for n in st["nodes"]] == [0, 7, 0]
+    assert (st["state"], st["exit_code"]) == ("failed", 7)
+    assert records.load("follow1").first_failure.node == "node2"
+    shown = cli("status", "follow1").output
+    assert "failed, exit 7" in shown and "`clusterctl stop follow1` removes them" in shown, shown
     res = cli("stop", "follow1")
-    assert res.exit_code == 0 and res.output.count("removed (had exited)") == 3, res.output
+    assert res.exit_code == 0 and res.output.count("removed (had exited by itself)") == 3, res.output
     record = records.load("follow1")
     assert (record.state, record.exit_code) == ("failed", 7)  # the run's true outcome
     assert [line.split("| ")[1] for line in (runs_dir / "follow1" / "merged.log").read_text().splitlines()
             if line.startswith("node2[1]|")] == [f"tick {i} of node rank 1" for i in range(3)]
+
+
+@pytest.mark.sandbox
+@pytest.mark.docker
+@pytest.mark.slow
+def test_status_of_a_detached_run_that_exited_0_says_succeeded_and_stop_says_how_each_ended(
+        clean_nodes, cpu_image, runs_dir):
+    sb = clean_nodes
+    inv = str(sb.inventory_path)
+    job = write_job(runs_dir.parent, "quick", cpu_image, "print('done')")
+    assert cli("launch", str(job), "--nodes", inv, "--detach", "--run-id", "quick1").exit_code == 0
+    deadline = time.monotonic() + 90
+    while True:
+        st = json.loads(cli("status", "quick1", "--json").output)
+        if st["state"] != "running" or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    assert (st["state"], st["exit_code"]) == ("succeeded", 0), st      # not "running"
+    assert [(n["state"], n["exit_code"], n["source"]) for n in st["nodes"]] == [("exited", 0, "node")] * 3
+    assert "succeeded, exit 0" in cli("status", "quick1").output
+    listed = {r["run_id"]: r for r in json.loads(cli("runs", "--json").output)}
+    assert (listed["quick1"]["state"], listed["quick1"]["exit_code"]) == ("succeeded", 0)
+    res = cli("stop", "quick1")
+    assert res.exit_code == 0 and res.output.count("removed (had exited by itself), exit 0") == 3, res.output
+    assert records.load("quick1").state == "succeeded"
+
+    # a running run: each container's own end, who stopped it, and an exit code in `runs`
+    res = cli("launch", str(FAIL_RANK_JOB), "--nodes", inv, "--image", cpu_image,
+              "--set", "FAIL_RANK=99", "--detach", "--run-id", "halt1")
+    assert res.exit_code == 0, res.output
+    res = cli("stop", "halt1", "--grace", "1")
+    assert res.exit_code == 0, res.output
+    # python as the container's PID 1 ignores SIGTERM: docker kills it after the grace
+    assert res.output.count("stopped and removed (SIGTERM, then SIGKILL after the 1s grace), "
+                            "exit 137 (SIGKILL)") == 3, res.output
+    assert "halt1: stopped by clusterctl stop (" in res.output and "exit 143" in res.output
+    rec = records.load("halt1")
+    assert (rec.state, rec.exit_code) == ("stopped", 143) and rec.stopped_by.startswith("clusterctl stop (")
+    assert [(n.state, n.exit_code) for n in rec.nodes] == [("stopped", 137)] * 3
+    row = next(line for line in cli("runs").output.splitlines() if "halt1" in line)
+    assert "stopped" in row and "143" in row, row
+
+
+@pytest.mark.sandbox
+@pytest.mark.docker
+@pytest.mark.slow
+def test_launch_killed_with_sigkill_then_status_stop_and_runs_tell_the_truth(clean_nodes, cpu_image, runs_dir):
+    """clusterctl itself dies (SIGKILL: no handler, no teardown) while the run goes on."""
+    sb = clean_nodes
+    inv = str(sb.inventory_path)
+    proc = subprocess.Popen([sys.executable, "-m", "clusterctl", "launch", str(FAIL_RANK_JOB), "--nodes",
+                             inv, "--image", cpu_image, "--set", "FAIL_RANK=99", "--run-id", "crash1"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+    merged = runs_dir / "crash1" / "merged.log"
+    deadline = time.monotonic() + 180
+    while not (merged.is_file() and merged.read_text().count("started") == 3):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read().decode()[-2000:]
+        time.sleep(0.5)
+    proc.kill()
+    proc.wait()
+    for node in sb.nodes:      # nobody tore it down: still running everywhere
+        assert len(run_containers(sb, node, "crash1", running=True)) == 1, node
+
+    listed = {r["run_id"]: r for r in json.loads(cli("runs", "--json").output)}
+    assert listed["crash1"]["state"] == "unknown" and f"pid {proc.pid}" in listed["crash1"]["note"]
+    st = json.loads(cli("status", "crash1", "--json").output)
+    assert st["state"] == "unknown"
+    assert [(n["node"], n["state"], n["source"]) for n in st["nodes"]] == [
+        ("node1", "running", "node"), ("node2", "running", "node"), ("node3", "running", "node")]
+
+    res = cli("stop", "crash1")           # finds them by label: launch's memory died with it
+    assert res.exit_code == 0 and res.output.count("stopped and removed") == 3, res.output
+    for node in sb.nodes:
+        assert run_containers(sb, node, "crash1") == [], node
+    rec = records.load("crash1")
+    assert (rec.state, rec.exit_code) == ("stopped", 143) and rec.stopped_by.startswith("clusterctl stop")
+    assert json.loads(cli("runs", "--json").output)[0]["state"] == "stopped"   # never success
+    logs = cli("logs", "crash1").output
+    assert logs.count("started") == 3, logs

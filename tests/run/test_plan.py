@@ -592,3 +592,87 @@ def test_run_record_masks_a_secret_given_with_set_in_clusterctls_own_argv(two_no
     assert "hf_s3cr3t" not in dumped
     assert record.argv[4] == "HF_TOKEN=****" and record.argv[6] == "PHASE=2"
     assert all(n.env["HF_TOKEN"] == "****" for n in record.nodes)
+
+
+# --------------------------------------------------------------------------- smoke on the real backend
+
+def _gpu_nodes(tmp_path):
+    return load_inventory(write(tmp_path, "gpu.yaml", """
+        nodes:
+          - {name: gpu1, host: 10.0.0.21, slots: 4, interface: ib0}
+          - {name: gpu2, host: 10.0.0.22, slots: 4, interface: ib0}
+    """))
+
+
+def test_ddp_smoke_takes_backend_and_device_from_the_target(tmp_path, two_nodes):
+    """cpu: gloo on the CPU as before; the nccl sibling: nccl, one CUDA device per local rank
+    (the script maps LOCAL_RANK to its device), one process per GPU slot."""
+    cpu = make_plan(load_job("ddp-smoke"), two_nodes, run_id="r")
+    assert {(p.env["DDP_SMOKE_BACKEND"], p.env["DDP_SMOKE_DEVICE"]) for p in cpu} == {("gloo", "cpu")}
+    nccl = make_plan(load_job("ddp-smoke-nccl"), _gpu_nodes(tmp_path), run_id="r")
+    for p in nccl:
+        assert (p.env["DDP_SMOKE_BACKEND"], p.env["DDP_SMOKE_DEVICE"]) == ("nccl", "cuda")
+        assert p.nproc == 4 and "--nproc-per-node=4" in p.argv and "--gpus=all" in p.argv
+        assert p.image == targets.resolve("nccl").tag
+    for name, target in (("ipex", ("ccl", "cpu")), ("cambricon", ("cncl", "mlu")), ("accl", ("accl", "cuda"))):
+        t = targets.get_target(name)
+        assert (t.backend, t.device) == target
+
+
+def test_nccl_plan_turns_the_flight_recorder_on_with_a_run_directory_per_node(tmp_path):
+    """No GPU here: the nccl variant is checked as a plan (and a golden dry-run below)."""
+    plans = make_plan(load_job("ddp-smoke-nccl"), _gpu_nodes(tmp_path), run_id="fr-1")
+    for p in plans:
+        assert p.flight_dir == f"/var/tmp/clusterctl/runs/fr-1/{p.node}/flight"
+        i = p.argv.index(f"{p.flight_dir}:/var/run/clusterctl/flight")
+        assert p.argv[i - 1] == "-v"
+        assert p.env["TORCH_NCCL_TRACE_BUFFER_SIZE"] == "2000" and p.env["TORCH_NCCL_DUMP_ON_TIMEOUT"] == "1"
+        assert p.env["TORCH_NCCL_DEBUG_INFO_TEMP_FILE"] == "/var/run/clusterctl/flight/nccl_trace_rank_"
+        assert p.env["TORCH_FR_DUMP_TEMP_FILE"] == "/var/run/clusterctl/flight/nccl_trace_rank_"
+    # the user can turn it off (--set wins over the target's layer); gloo targets have none
+    off = make_plan(load_job("ddp-smoke-nccl"), _gpu_nodes(tmp_path), run_id="fr-1",
+                    overrides={"TORCH_NCCL_TRACE_BUFFER_SIZE": "0"})
+    assert off[0].env["TORCH_NCCL_TRACE_BUFFER_SIZE"] == "0"
+    cpu = make_plan(load_job("ddp-smoke"), _gpu_nodes(tmp_path), run_id="r")
+    assert all(p.flight_dir is None and not any(k.startswith("TORCH_") for k in p.env) for p in cpu)
+    # a Slurm script has nobody to collect the dumps: no mount there
+    assert all(p.flight_dir is None for p in make_plan(load_job("ddp-smoke-nccl"), _gpu_nodes(tmp_path),
+                                                       run_id="r", flight_recorder=False))
+
+
+def test_ddp_smoke_nccl_dry_run_matches_golden(tmp_path):
+    """The whole `launch ddp-smoke-nccl --dry-run --hang-timeout 10m` text (no GPU here: this,
+    not a run, is what checks the nccl variant)."""
+    inv = write(tmp_path, "gpu.yaml", """
+        nodes:
+          - {name: gpu1, host: 10.0.0.21, slots: 2, interface: ib0}
+          - {name: gpu2, host: 10.0.0.22, slots: 2, interface: ib0}
+    """)
+    result = CliRunner().invoke(app, ["launch", "ddp-smoke-nccl", "--nodes", str(inv), "--dry-run",
+                                      "--run-id", "smoke-nccl-1", "--hang-timeout", "10m"])
+    assert result.exit_code == 0, result.output
+    from tests.fixtures.golden import matches_golden
+
+    matches_golden(Path(__file__).parent / "golden", "ddp-smoke-nccl.dry-run.txt", result.stdout,
+                   "launch ddp-smoke-nccl --dry-run")
+
+
+def test_a_hang_timeout_adds_sys_ptrace_and_nothing_else(tmp_path):
+    """py-spy reads the ranks' memory: the containers get that one capability, and only when
+    a hang timeout is set (flag or job key); a bad value names the option or the key."""
+    inv = write(tmp_path, "inv.yaml", "nodes:\n  - {name: n1, host: 10.0.0.1}\n")
+    plain = CliRunner().invoke(app, ["launch", "ddp-smoke", "--nodes", str(inv), "--dry-run"])
+    watched = CliRunner().invoke(app, ["launch", "ddp-smoke", "--nodes", str(inv), "--dry-run",
+                                       "--hang-timeout", "90s"])
+    assert plain.exit_code == watched.exit_code == 0
+    assert "--cap-add=SYS_PTRACE" not in plain.stdout and "--privileged" not in watched.stdout
+    assert watched.stdout.count("--cap-add") == 1 and watched.stdout.count("--cap-add=SYS_PTRACE") == 1
+    job = write(tmp_path, "j.yaml", "target: cpu\ncommand: [sleep, '1']\nhang_timeout: 5m\n")
+    from_key = CliRunner().invoke(app, ["launch", str(job), "--nodes", str(inv), "--dry-run"])
+    assert from_key.stdout.count("--cap-add=SYS_PTRACE") == 1
+    bad = CliRunner().invoke(app, ["launch", "ddp-smoke", "--nodes", str(inv), "--dry-run",
+                                   "--hang-timeout", "soon"])
+    assert bad.exit_code == 2 and "--hang-timeout 'soon' is not a duration; valid: a duration such as 90s" \
+        in bad.output
+    detached = CliRunner().invoke(app, ["launch", str(job), "--nodes", str(inv), "--detach"])
+    assert detached.exit_code == 2 and "a hang timeout needs a followed run" in detached.output

@@ -167,3 +167,72 @@ def test_record_stop_keeps_a_detached_runs_true_outcome(runs_dir):
     records.record_stop(rec, {"node1": [_ended("node1", 137, 4)]}, was_running=True)
     assert records.load("busy").state == "stopped" and records.load("busy").nodes[0].exit_code == 137
 
+
+
+# --------------------------------------------------------------------------- state that tells the truth
+
+def test_describe_exit_names_the_signal_of_128_plus_n():
+    assert records.describe_exit(0) == "exit 0"
+    assert records.describe_exit(7) == "exit 7"
+    assert records.describe_exit(137) == "exit 137 (SIGKILL)"
+    assert records.describe_exit(143) == "exit 143 (SIGTERM)"
+    assert records.describe_exit(255) == "exit 255"
+    assert records.describe_exit(None) == ""
+
+
+def test_a_launcher_that_died_is_told_apart_from_a_live_one(runs_dir):
+    """Real processes: this one (alive) and a child that has exited and been reaped."""
+    import subprocess
+    import sys
+
+    assert records.launcher_gone(records.this_launcher()) is False
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    gone = records.this_launcher().model_copy(update={"pid": child.pid, "start_ticks": 1})
+    assert records.launcher_gone(gone) is True
+    reused = records.this_launcher().model_copy(update={"start_ticks": 1})   # same pid, other process
+    assert records.launcher_gone(reused) is True
+    elsewhere = records.this_launcher().model_copy(update={"host": "another-machine"})
+    assert records.launcher_gone(elsewhere) is None                           # cannot tell from here
+
+    rec = make("orphan", 1, state="running", launcher=gone)
+    assert records.mark_unknown_if_orphaned(rec)
+    saved = records.load("orphan")
+    assert saved.state == "unknown" and f"pid {child.pid}" in saved.note
+    assert records.may_have_containers(saved)
+    alive = make("alive", 2, state="running", launcher=records.this_launcher())
+    assert not records.mark_unknown_if_orphaned(alive) and records.load("alive").state == "running"
+    detached = make("det", 3, state="running", detached=True, launcher=gone)
+    assert not records.mark_unknown_if_orphaned(detached)
+
+
+def test_status_records_the_outcome_once_every_container_has_ended(runs_dir):
+    rec = make("ended", 1, state="running", detached=True)
+    rec.nodes.append(records.NodeRecord(node="node2", host="10.0.0.12", rank=1, container="ended-node2"))
+    rows = [records.NodeStatus(node="node1", rank=0, container="c1", state="exited", exit_code=0,
+                               finished=T0 + timedelta(minutes=3)),
+            records.NodeStatus(node="node2", rank=1, container="c2", state="exited", exit_code=0,
+                               finished=T0 + timedelta(minutes=2))]
+    assert records.record_ended(rec, rows)
+    saved = records.load("ended")
+    assert (saved.state, saved.exit_code, saved.finished) == ("succeeded", 0, T0 + timedelta(minutes=3))
+    rows[1] = rows[1].model_copy(update={"exit_code": 7})
+    rec.state = "running"
+    assert records.record_ended(rec, rows)
+    saved = records.load("ended")
+    assert (saved.state, saved.exit_code, saved.first_failure.node) == ("failed", 7, "node2")
+    rec.state = "running"
+    assert not records.record_ended(rec, [rows[0], rows[1].model_copy(update={"state": "running"})])
+
+
+def test_a_stopped_run_has_an_exit_code_and_says_who_stopped_it(runs_dir):
+    rec = make("stopme", 1, state="running", detached=True)
+    st = _ended("node1", 1, 4).model_copy(update={"name": "stopme-node1"})
+    records.record_stop(rec, {"node1": [st]}, was_running=True, by="clusterctl stop (me@here)",
+                        stopped={"node1": ["stopme-node1"]})
+    saved = records.load("stopme")
+    assert (saved.state, saved.exit_code, saved.stopped_by) == ("stopped", 143, "clusterctl stop (me@here)")
+    assert (saved.nodes[0].state, saved.nodes[0].exit_code, saved.nodes[0].stopped_by) == (
+        "stopped", 1, "clusterctl stop (me@here)")
+    row = records.summary_rows([saved])[0]
+    assert row[3:5] == ["stopped", "143"] and row[-1] == "stopped by clusterctl stop (me@here)"

@@ -10,14 +10,18 @@ exited 0, else the exit code of the FIRST failure (by time); 255 when the first
 failure is a node that stopped answering; 130 after Ctrl-C (143 after SIGTERM),
 once every container of the run was stopped; 2 for bad input or a failed
 preflight (nothing started); 1 when the image could not be pushed or a
-container could not be started (nothing left running).
+container could not be started (nothing left running); 124 when the hang
+watchdog (``--hang-timeout``) found the run hung; 125 when every container
+exited 0 but the output shows a collective-library error (suspicious).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
+import threading
 from pathlib import Path
 from typing import Annotated
 
@@ -30,6 +34,7 @@ from clusterctl.cluster import preflight
 from clusterctl.cluster.inventory import SLURM_WORD, load_inventory
 from clusterctl.cluster.transport import Cluster
 from clusterctl.core.console import err, out, print_table
+from clusterctl.core.durations import DURATION_HELP, parse_duration
 from clusterctl.core.errors import UserError, one_of
 from clusterctl.core.tools import require_binaries
 from clusterctl.run import launch as launching
@@ -37,7 +42,10 @@ from clusterctl.run import logs as logs_mod
 from clusterctl.run import plan, records, supervise
 from clusterctl.run.jobs import load_job
 from clusterctl.run.slurm import options as slurm_options
+from clusterctl.run.slurm import script as slurm_script
 from clusterctl.run.slurm import submit as slurm_submit
+from clusterctl.run.slurm import tasks as slurm_tasks
+from clusterctl.run.slurm import track as slurm_track
 
 #: How ``launch`` starts the containers.
 SCHEDULERS = ("ssh", "slurm")
@@ -56,7 +64,7 @@ def _cluster(nodes: Path | None, record: records.RunRecord) -> Cluster:
 # --------------------------------------------------------------------------- launch
 
 def launch(
-    job: Annotated[str, typer.Argument(help="A shipped job (ddp-smoke, bert) or a job YAML file.",
+    job: Annotated[str, typer.Argument(help="A shipped job (ddp-smoke, ddp-smoke-nccl, bert) or a job YAML file.",
                                        show_default=False)],
     nodes: Annotated[Path | None, nodes_option(
         NODES_HELP + " With --scheduler slurm: the nodes to run on, by their Slurm names.")] = None,
@@ -83,6 +91,11 @@ def launch(
     container: Annotated[str, typer.Option(
         "--container", help="docker (docker run on each node) or pyxis (srun --container-image); "
                             "--scheduler slurm.")] = "docker",
+    hang_timeout: Annotated[str | None, typer.Option(
+        "--hang-timeout", metavar="DURATION",
+        help="When no rank has written output for this long (e.g. 10m, 90s): dump every rank's "
+             "Python stacks (py-spy) into runs/<id>/stacks/, name the odd ranks, stop the run, "
+             "exit 124. Default: the job's hang_timeout, else none.")] = None,
 ) -> None:
     """Run JOB on every node: one `docker run --net=host` container per node with its rank
     environment, all output merged and prefixed, fail-fast; exits with the job's outcome.
@@ -90,17 +103,21 @@ def launch(
     Exit status: 0 all containers exited 0; else the exit code of the first failure (by
     time); 255 the first failure was a node that stopped answering; 130 Ctrl-C (143
     SIGTERM) after stopping every container; 2 bad input or failed preflight (nothing
-    started); 1 push or start failed (nothing left running)."""
+    started); 1 push or start failed (nothing left running); 124 hung (--hang-timeout);
+    125 every container exited 0 but the output shows a collective-library error."""
+    hang = _duration("--hang-timeout", hang_timeout)
     if scheduler not in SCHEDULERS:
         raise UserError(f"--scheduler {scheduler!r} is not a scheduler; valid: {one_of(SCHEDULERS)}.")
     if scheduler == "slurm":
-        not_wired = [f for f, v in (("--detach", detach), ("--json", json_ and not dry_run)) if v]
-        if not_wired:
-            raise UserError(f"{', '.join(not_wired)}: not available with --scheduler slurm yet; "
-                            "launch follows the Slurm job to its end (Ctrl-C cancels it). "
-                            "Nothing was submitted.")
+        if dry_run and json_:
+            raise UserError("--dry-run --json: with --scheduler slurm the plan is one sbatch script; "
+                            "valid: --dry-run (prints it). Nothing was submitted.")
+        if hang is not None:
+            raise UserError("--hang-timeout: not available with --scheduler slurm yet; launch "
+                            "follows the Slurm job to its end (Ctrl-C cancels it). Nothing was submitted.")
         _slurm_launch(job, nodes, set_ or [], image=image, dry_run=dry_run, run_id=run_id,
-                      partition=partition, nnodes=nnodes, time_=time_, container=container)
+                      partition=partition, nnodes=nnodes, time_=time_, container=container,
+                      detach=detach, json_=json_)
         return
     given = [f for f, v in (("--partition", partition), ("--nnodes", nnodes), ("--time", time_),
                             ("--container", None if container == "docker" else container)) if v is not None]
@@ -118,17 +135,18 @@ def launch(
     if run_id:
         records.check_run_id(run_id)
     if dry_run:
-        plans = launching.dry_run(spec, inventory, run_id=run_id, image=image, overrides=overrides)
+        plans = launching.dry_run(spec, inventory, run_id=run_id, image=image, overrides=overrides,
+                                  hang_timeout=hang)
         typer.echo(plan.render_dry_run(plans, json=json_), nl=False)
         return
     result = _launch(spec, inventory, overrides, image=image, detach=detach, run_id=run_id,
-                     accept_new_host_keys=accept_new_host_keys, json_=json_)
+                     accept_new_host_keys=accept_new_host_keys, json_=json_, hang_timeout=hang)
     _report(result, detach=detach, json_=json_)
     raise typer.Exit(result.exit_code)
 
 
 def _slurm_launch(job, nodes, sets, *, image, dry_run, run_id, partition, nnodes, time_,
-                  container) -> None:
+                  container, detach=False, json_=False) -> None:
     """``launch --scheduler slurm``: check everything, then print (``--dry-run``) or submit."""
     spec = load_job(job)
     inventory = load_inventory(nodes) if nodes is not None else None
@@ -151,17 +169,35 @@ def _slurm_launch(job, nodes, sets, *, image, dry_run, run_id, partition, nnodes
     try:
         result = slurm_submit.submit(
             spec, options, inventory=inventory, image=image, overrides=overrides, run_id=run_id,
-            handle_signals=True, stream=sys.stdout, progress=PlainProgress(),
+            detach=detach, handle_signals=True, stream=sys.stderr if json_ else sys.stdout,
+            progress=PlainProgress(err if json_ else None),
             argv=["clusterctl", *sys.argv[1:]], on_submitted=submitted,
             on_note=lambda msg: err.print(f"note: {msg}", markup=False))
     except KeyboardInterrupt:  # before the job was submitted (the push)
         err.print("interrupted before anything was submitted", markup=False)
         raise typer.Exit(supervise.INTERRUPTED_EXIT) from None
-    _report(result, detach=False, json_=False)
+    if detach and not json_:
+        rec = result.record
+        out.print(f"run {rec.run_id} submitted detached as Slurm job {rec.slurm_job}; follow it with "
+                  f"`clusterctl logs {rec.run_id} --follow`, stop it with `clusterctl stop {rec.run_id}`",
+                  markup=False)
+        return
+    _report(result, detach=False, json_=json_)
     raise typer.Exit(result.exit_code)
 
 
-def _launch(spec, inventory, overrides, *, image, detach, run_id, accept_new_host_keys, json_):
+def _duration(option: str, text: str | None) -> float | None:
+    """Seconds of a duration option, or UserError naming the option and a valid example."""
+    if text is None:
+        return None
+    try:
+        return parse_duration(text)
+    except ValueError as e:
+        raise UserError(f"{option} {e}; valid: {DURATION_HELP}.") from None
+
+
+def _launch(spec, inventory, overrides, *, image, detach, run_id, accept_new_host_keys, json_,
+            hang_timeout=None):
     def started(record: records.RunRecord) -> None:
         err.print(f"run {record.run_id}: {len(record.nodes)} containers running "
                   f"(logs in {record.dir})", markup=False)
@@ -170,8 +206,9 @@ def _launch(spec, inventory, overrides, *, image, detach, run_id, accept_new_hos
         return launching.launch(
             spec, inventory, image=image, overrides=overrides, run_id=run_id, detach=detach,
             accept_new_host_keys=accept_new_host_keys or None, handle_signals=True,
-            stream=sys.stderr if json_ else sys.stdout, progress=PlainProgress(),
-            argv=["clusterctl", *sys.argv[1:]], on_started=started)
+            stream=sys.stderr if json_ else sys.stdout, progress=PlainProgress(err if json_ else None),
+            argv=["clusterctl", *sys.argv[1:]], on_started=started, hang_timeout=hang_timeout,
+            on_warning=lambda node, text: err.print(f"{node}: warning: {text}", markup=False))
     except launching.PreflightFailed as e:
         print_table("preflight", preflight.COLUMNS,
                     [[escape(c) for c in row] for row in preflight.table_rows(e.checks)], console=err)
@@ -193,7 +230,12 @@ def _report(result: launching.RunResult, *, detach: bool, json_: bool) -> None:
         return
     for line in result.summary:
         err.print(line, markup=False, highlight=False)
-    verdict = {"succeeded": "succeeded", "interrupted": "interrupted"}.get(rec.state, "FAILED")
+    for node, kept in sorted(rec.flight.items()):
+        what = (f"{len(kept)} file(s) in {rec.dir / 'flight' / node}" if isinstance(kept, list) and kept
+                else "no dump" if isinstance(kept, list) else kept)
+        err.print(f"flight recorder, {node}: {what}", markup=False, highlight=False)
+    verdict = {"succeeded": "succeeded", "interrupted": "interrupted", "hung": "HUNG",
+               "suspicious": "SUSPICIOUS", "stopped": f"stopped by {rec.stopped_by}"}.get(rec.state, "FAILED")
     err.print(f"run {rec.run_id} {verdict} (exit {result.exit_code}); record: {rec.dir}",
               markup=False)
 
@@ -212,10 +254,12 @@ def logs(
     record = records.resolve(run)
     if node is not None:
         record.node(node)  # UserError naming the run's nodes
+    if record.scheduler == "slurm":
+        _slurm_logs(record, node=node, follow=follow, tail=tail)
+        return
     sink = logs_mod.LogSink({n.node: n.rank for n in record.nodes}, stream=sys.stdout)
     sources, unreachable = [], {}
-    # a Slurm run's output reaches runs/<id>/ through the launch that follows it
-    if record.scheduler != "slurm" and records.may_have_containers(record):
+    if records.may_have_containers(record):
         with _cluster(nodes, record) as cluster:
             sources, unreachable = logs_mod.live_containers(cluster, record, node=node)
             if sources:
@@ -234,6 +278,43 @@ def logs(
         err.print(f"no output recorded for run {record.run_id} in {record.dir}", markup=False)
 
 
+def _slurm_logs(record: records.RunRecord, *, node: str | None, follow: bool, tail: int | None) -> None:
+    """A Slurm run's output: runs/<id>/merged.log once launch wrote it, else the job's own
+    output file; ``--follow`` streams it while the job runs, then prints the run's outcome
+    and exits with the run's exit status."""
+    going = record.state in ("starting", "running", "unknown")
+    if going:
+        require_binaries("squeue", "scontrol", packages="slurm-client")
+        slurm_track.settle(record, os.environ, grace=0)   # fits task order, or it ended
+        going = record.state in ("starting", "running", "unknown")
+    sink = logs_mod.LogSink({n.node: n.rank for n in record.nodes}, stream=sys.stdout)
+    if follow and going:
+        stop = threading.Event()
+        try:
+            outcome, _info = slurm_track.follow(record, os.environ, sink, stop_event=stop, node=node)
+        except KeyboardInterrupt:     # leave the job running: this only followed it
+            raise typer.Exit(supervise.INTERRUPTED_EXIT) from None
+        finally:
+            sink.close()
+        record = records.load(record.run_id)
+        for line in supervise.summary_lines(outcome) if outcome and record.state == "failed" else []:
+            err.print(line, markup=False, highlight=False)
+        err.print(f"run {record.run_id}: {run_outcome(record)}", markup=False)
+        raise typer.Exit(record.exit_code or 0)
+    shown = 0 if going else logs_mod.show_from_files(record, sink, node=node, tail=tail)
+    if not shown:        # running, or detached: the job's own output file is the log
+        lines = slurm_track.output_lines(record, node=node)
+        for n, text in logs_mod.tail_per_node(lines, tail):
+            sink.write(n, text)
+        sink.flush()
+        shown = len(lines)
+    if not shown:
+        err.print(f"no output recorded for run {record.run_id} in {record.dir} yet", markup=False)
+    if follow:     # it had ended already: its outcome and exit status, as after following it
+        err.print(f"run {record.run_id}: {run_outcome(record)}", markup=False)
+        raise typer.Exit(record.exit_code or 0)
+
+
 # --------------------------------------------------------------------------- status
 
 def status(run: RunArg = None, nodes: RunNodesOption = None,
@@ -241,36 +322,69 @@ def status(run: RunArg = None, nodes: RunNodesOption = None,
     """Each node's container of a run: state, exit code, start and end (from the nodes,
     else from the run record)."""
     record = records.resolve(run)
+    slurm_note = ""
     if record.scheduler == "slurm":
-        rows = _slurm_status_rows(record)
+        rows, slurm_note = _slurm_status_rows(record)
     else:
+        orphaned = records.launcher_died(record)
         with _cluster(nodes, record) as cluster:
             rows = records.run_status(record, cluster)
+        # what the nodes say now becomes the record: ended containers give the outcome;
+        # a run whose launch died without one is "unknown" until they have ended
+        if not records.record_ended(record, rows) and orphaned:
+            records.mark_unknown_if_orphaned(record)
     if json_:
         typer.echo(json.dumps({"run_id": record.run_id, "state": record.state, "exit_code": record.exit_code,
+                               "stopped_by": record.stopped_by, "note": record.note or None,
+                               **({"slurm": slurm_note} if slurm_note else {}),
                                "nodes": [json.loads(r.model_dump_json()) for r in rows]}, indent=2))
         return
-    outcome = record.state + ("" if record.exit_code is None else f", exit {record.exit_code}")
-    print_table(f"run {escape(record.run_id)} ({escape(record.job)}; {escape(outcome)})",
+    print_table(f"run {escape(record.run_id)} ({escape(record.job)}; {escape(run_outcome(record))})",
                 ["node", "rank", "container state", "exit code", "started (UTC)", "finished (UTC)", "source"],
                 [[escape(c) for c in row] for row in records.status_rows(rows)])
-    if records.containers_ended(record, rows):
-        out.print(f"every container has ended; `clusterctl stop {record.run_id}` records the outcome "
-                  "and removes them", markup=False)
+    if slurm_note:
+        out.print(slurm_note, markup=False)
+    if record.note:
+        out.print(record.note, markup=False)
+    if record.state not in ("starting", "running", "unknown") and any(
+            r.source == "node" for r in rows) and record.scheduler != "slurm":
+        out.print(f"its containers are still on the nodes; `clusterctl stop {record.run_id}` removes "
+                  "them (their output is kept in runs/)", markup=False)
     if record.first_failure:
         f = record.first_failure
         out.print(f"first failure: {f.node}[{f.rank}] "
-                  + ("stopped answering" if f.kind == "lost" else f"exited {f.exit_code}"), markup=False)
+                  + ("stopped answering" if f.kind == "lost" else records.describe_exit(f.exit_code).replace(
+                      "exit", "exited", 1)), markup=False)
 
 
-def _slurm_status_rows(record: records.RunRecord) -> list[records.NodeStatus]:
-    """A Slurm run's nodes as recorded, each row naming the job's state in squeue now."""
+def run_outcome(record: records.RunRecord) -> str:
+    """``failed, exit 7`` / ``stopped by clusterctl stop (root@head), exit 143``: the heading."""
+    words = record.state
+    if record.stopped_by:
+        words += f" by {record.stopped_by}"
+    return words + ("" if record.exit_code is None else f", exit {record.exit_code}")
+
+
+def _slurm_status_rows(record: records.RunRecord) -> tuple[list[records.NodeStatus], str]:
+    """A Slurm run's nodes: the job as sacct (accounting) or scontrol tells it, each node's
+    own exit code from its task's record; settled into the record once the job has ended."""
     require_binaries("squeue", "scontrol", packages="slurm-client")
-    state = slurm_submit.job_nodes(record.slurm_job, os.environ)[0] if record.slurm_job else ""
-    note = f"Slurm job {record.slurm_job}: {state or 'not known to Slurm any more'}"
-    return [records.NodeStatus(node=n.node, rank=n.rank, container=n.container, state=n.state,
-                               exit_code=n.exit_code, started=n.started, finished=n.finished,
-                               source="record", note=note) for n in record.nodes]
+    info = slurm_track.job_info(record.slurm_job, os.environ) if record.slurm_job else None
+    if info is not None:
+        slurm_track.settle(record, os.environ, info=info)
+    note = f"Slurm job {record.slurm_job}: {info.words() if info else 'never submitted'}"
+    tasks = slurm_tasks.read_task_records(record.dir / slurm_script.RECORDS_DIR)
+    rows = []
+    for n in record.nodes:
+        t = tasks.get(n.node)
+        state, code, fin = n.state, n.exit_code, n.finished
+        if t is not None and n.state in ("running", "created"):
+            state, code, fin = "stopped" if t.stopped else "exited", t.exit_code, t.finished
+        rows.append(records.NodeStatus(node=n.node, rank=n.rank, container=n.container, state=state,
+                                       exit_code=code, started=n.started, finished=fin,
+                                       source="task record" if t is not None else "record",
+                                       stopped_by=n.stopped_by))
+    return rows, note
 
 
 # --------------------------------------------------------------------------- stop
@@ -282,11 +396,14 @@ def stop(run: RunArg = None, nodes: RunNodesOption = None,
     in runs/<run-id>/. Exit 1 when a node could not be reached."""
     record = records.resolve(run)
     if record.scheduler == "slurm":
-        require_binaries("squeue", "scancel", packages="slurm-client")
-        out.print(f"stop {record.run_id}: {slurm_submit.cancel(record)}", markup=False)
+        require_binaries("squeue", "scancel", "scontrol", packages="slurm-client")
+        what = slurm_submit.cancel(record, by=f"clusterctl stop ({records.who()})")
+        out.print(f"stop {record.run_id}: {what}", markup=False)
+        out.print(f"run {record.run_id}: {run_outcome(records.load(record.run_id))}", markup=False)
         return
+    by = f"clusterctl stop ({records.who()})"
     with _cluster(nodes, record) as cluster:
-        results = supervise.stop_run(cluster, record, grace=grace)
+        results = supervise.stop_run(cluster, record, grace=grace, by=by)
     rows, failed = [], []
     for n in record.nodes:
         r = results[n.node]
@@ -296,15 +413,25 @@ def stop(run: RunArg = None, nodes: RunNodesOption = None,
         elif not r.containers:
             what = "no container (already removed)"
         else:
-            codes = ", ".join(str(c.exit_code) for c in r.containers)
-            what = ("stopped and removed" if r.was_running else "removed (had exited)") + f", exit {codes}"
+            what = "; ".join(_stopped_words(c, c.name in r.was_running, grace) for c in r.containers)
         rows.append([n.node, str(n.rank), n.container, what])
     print_table(f"stop {escape(record.run_id)}", ["node", "rank", "container", "result"],
                 [[escape(c) for c in row] for row in rows])
+    out.print(f"run {record.run_id}: {run_outcome(record)}", markup=False)
     if failed:
         err.print(f"could not stop the run on {', '.join(failed)}; run `clusterctl stop "
                   f"{record.run_id}` again when the node answers", markup=False)
         raise typer.Exit(1)
+
+
+def _stopped_words(c, was_running: bool, grace: int) -> str:
+    """One container's end in words: who ended it, with its real exit code or signal."""
+    code = records.describe_exit(c.exit_code) or "exit code unknown"
+    if not was_running:
+        return f"removed (had exited by itself), {code}"
+    how = ("SIGTERM, then SIGKILL after the " f"{grace}s grace" if c.exit_code == 137
+           else "SIGTERM")
+    return f"stopped and removed ({how}), {code}"
 
 
 # --------------------------------------------------------------------------- runs
@@ -312,6 +439,12 @@ def stop(run: RunArg = None, nodes: RunNodesOption = None,
 def runs(json_: Annotated[bool, typer.Option("--json", help="The run records as JSON.")] = False) -> None:
     """List recorded runs, newest first."""
     found = records.list_runs()
+    slurm_ok = shutil.which("squeue") is not None and shutil.which("scontrol") is not None
+    for rec in found:        # what is true now, not what was last written
+        if rec.scheduler == "slurm" and slurm_ok:
+            slurm_track.settle(rec, os.environ, grace=0)   # ended jobs get their outcome
+        elif rec.scheduler != "slurm":
+            records.mark_unknown_if_orphaned(rec)            # a followed run whose launch died
     if json_:
         typer.echo(json.dumps([json.loads(r.model_dump_json()) for r in found], indent=2))
         return
@@ -319,7 +452,7 @@ def runs(json_: Annotated[bool, typer.Option("--json", help="The run records as 
         out.print(f"no runs recorded in {records.runs_dir().resolve()}", markup=False)
         return
     print_table("runs (newest first)", ["run", "job", "nodes", "state", "exit", "started (UTC)",
-                                        "finished (UTC)", "first failure"],
+                                        "finished (UTC)", "first failure / stopped by"],
                 [[escape(c) for c in row] for row in records.summary_rows(found)])
 
 

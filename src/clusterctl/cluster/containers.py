@@ -12,7 +12,9 @@ Contract:
 
 * one node: :func:`inspect_containers`, :func:`find_containers`,
   :func:`wait_container` (:class:`ContainerGone`), :func:`follow_logs`,
-  :func:`fetch_logs`, :func:`stop_node` (:class:`NodeStop`);
+  :func:`fetch_logs`, :func:`exec_in_container` (the hang watchdog's stack dumps),
+  :func:`copy_out` / :func:`remove_dir` (a run's mounted directory on the node),
+  :func:`stop_node` (:class:`NodeStop`);
 * many nodes: :func:`stop_containers`, :func:`remove_run_containers`;
 * pure: :func:`parse_docker_time`, :func:`state_from_inspect`
   (:class:`ContainerState`), :func:`docker_logs_argv`, :func:`split_timestamp`.
@@ -37,8 +39,8 @@ JOB_LABEL = f"{LABEL_PREFIX}job"
 NODE_LABEL = f"{LABEL_PREFIX}node"
 RANK_LABEL = f"{LABEL_PREFIX}rank"
 
-_DOCKER_TIME = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d+))?(Z|[+-]\d\d:\d\d)$")
-_TIMESTAMPED = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d+))?Z ?(.*)$", re.S)
+_DOCKER_TIME = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d+))?(Z|[+-]\d\d:\d\d)\Z")
+_TIMESTAMPED = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d+))?Z ?(.*)\Z", re.S)
 _NO_SUCH = "No such container"
 
 
@@ -164,6 +166,27 @@ def fetch_logs(conn, container: str, *, tail: int | None = None) -> list[tuple[s
     conn.stream(docker_logs_argv(container, tail=tail, timestamps=True),
                 lambda chunk: lines.extend(split_timestamp(x) for x in chunk.splitlines()))
     return lines
+
+
+def exec_in_container(conn, container: str, argv: list[str], *, timeout: float = 60.0):
+    """``docker exec CONTAINER argv...`` on the node (argv, no shell); the CommandResult, unchecked."""
+    return conn.run(["docker", "exec", container, *argv], timeout=timeout)
+
+
+def copy_out(conn, path: str, *, timeout: float = 60.0) -> bytes | None:
+    """The files under directory ``path`` on the node as a base64 tar (None when it does not
+    exist); used to collect what containers wrote into a mounted directory."""
+    res = conn.run(["sh", "-c", 'test -d "$1" || exit 3; tar -C "$1" -cf - . | base64 -w0', "sh", path],
+                   timeout=timeout)
+    if res.exit_code == 3:
+        return None
+    res.check()
+    return res.stdout.strip().encode("ascii")
+
+
+def remove_dir(conn, path: str, *, timeout: float = 30.0) -> None:
+    """``rm -rf PATH`` on the node (argv; the caller passes a path it made)."""
+    conn.run(["rm", "-rf", "--", path], timeout=timeout, check=True)
 
 
 # --------------------------------------------------------------------------- stop and remove

@@ -31,7 +31,7 @@ import sys
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TextIO
 
 from clusterctl.cluster import containers, distribute, engine, sshconfig
@@ -39,7 +39,7 @@ from clusterctl.cluster import preflight as pf
 from clusterctl.cluster.transport import Cluster
 from clusterctl.core.deadline import bounded
 from clusterctl.core.errors import ClusterctlError, NodeError, UserError
-from clusterctl.run import logs, plan, records, supervise
+from clusterctl.run import flight, logs, plan, records, supervise, watchdog
 
 START_TIMEOUT = 120.0  # seconds one node's `docker run -d` may take (it may create volumes, devices)
 
@@ -105,28 +105,48 @@ def _ipv4(text: str) -> bool:
         return False
 
 
+def hang_timeout_of(job, given: float | None) -> float | None:
+    """The run's hang timeout: ``--hang-timeout`` when given, else the job's ``hang_timeout``."""
+    return given if given is not None else job.hang_timeout
+
+
+def watchdog_options(hang_timeout: float | None) -> tuple[str, ...]:
+    """The ``docker run`` options the hang watchdog needs (none without a hang timeout)."""
+    return watchdog.PTRACE_OPTIONS if hang_timeout else ()
+
+
 def dry_run(job, inventory, *, run_id: str | None = None, image: str | None = None,
-            overrides: Mapping[str, str] | None = None) -> list[plan.NodePlan]:
+            overrides: Mapping[str, str] | None = None,
+            hang_timeout: float | None = None) -> list[plan.NodePlan]:
     """The plan ``launch`` would run, touching no node (interfaces: the inventory's only)."""
     run_id = records.check_run_id(run_id) if run_id else records.new_run_id(job.name)
     return plan.make_plan(job, inventory, run_id=run_id, image=image, overrides=overrides,
+                          extra_docker_args=watchdog_options(hang_timeout_of(job, hang_timeout)),
                           **local_facts(inventory))
 
 
-def preflight(cluster: Cluster, devices: Mapping[str, Sequence[str]]) -> dict[str, str]:
+def preflight(cluster: Cluster, devices: Mapping[str, Sequence[str]], *,
+              image_ref: str | None = None,
+              on_warning: Callable[[str, str], None] | None = None) -> dict[str, str]:
     """Check every node before anything starts; returns the interface found per node.
 
     SSH, docker, arch, disk, the devices each node's container will get
     (``devices``: node -> ``--device`` specs, :func:`clusterctl.run.plan.node_devices` and
     :func:`~clusterctl.run.plan.job_devices`),
-    the interface, and the master port free on the master.  PreflightFailed naming
-    every problem on every node (exit 2).
+    the interface, the master port free on the master, and what must match across the
+    nodes (:func:`clusterctl.cluster.preflight.apply_consistency`: ``image_ref``'s ID where
+    given, Docker, kernel, driver, clock).  PreflightFailed naming every problem on every
+    node (exit 2); ``on_warning(node, text)`` gets each warning (e.g. a clock skew).
     """
     host_paths = {node: [d.split(":", 1)[0] for d in specs] for node, specs in devices.items()}
     checks = pf.run_preflight(cluster, devices_for=lambda node: host_paths.get(node.name, []),
-                              check_master_port=True)
+                              check_master_port=True, image_ref=image_ref)
     if any(c.problems for c in checks):
         raise PreflightFailed(checks)
+    for c in checks:
+        for warning in c.warnings:
+            if on_warning is not None:
+                on_warning(c.node, warning)
     return pf.interfaces(checks)
 
 
@@ -162,7 +182,8 @@ def new_record(job, inventory, plans: Sequence[plan.NodePlan], run_id: str, *, i
         master_addr=first.env.get("MASTER_ADDR"), master_port=int(first.env.get("MASTER_PORT", 0)) or None,
         detached=detached, argv=[plan.mask_text(a, secrets) for a in argv],
         nodes=[records.NodeRecord(node=p.node, host=p.host, rank=p.rank, container=p.container,
-                               env=plan.mask_env(p.env, p.secrets)) for p in plans],
+                               env=plan.mask_env(p.env, p.secrets), flight_dir=p.flight_dir)
+               for p in plans],
     )
 
 
@@ -171,6 +192,11 @@ def record_outcome(record: records.RunRecord, outcome: supervise.Outcome) -> Non
     record.state = outcome.state
     record.exit_code = outcome.exit_code
     record.finished = records.utcnow()
+    if outcome.state == "interrupted":
+        record.stopped_by = stopped_by(outcome)
+    record.hang = outcome.hang.record() if outcome.hang else None
+    record.flight = {n: v for n, v in outcome.flight.items()}
+    record.collective_errors = [f"{f.node}[{f.rank}]| {f.line}" for f in outcome.collective_errors]
     for n in record.nodes:
         st = outcome.containers.get(n.node)
         n.exit_code = outcome.exit_codes.get(n.node)
@@ -178,11 +204,22 @@ def record_outcome(record: records.RunRecord, outcome: supervise.Outcome) -> Non
             n.state = "lost"
         elif st is not None:
             n.state, n.started, n.finished = st.status, st.started, st.finished
+        if n.node in outcome.stopped:
+            n.state, n.stopped_by = "stopped", stopped_by(outcome)
     f = outcome.first_failure
     if f is not None:
         record.first_failure = records.FailureRecord(
             node=f.node, rank=f.rank, kind=f.kind, exit_code=f.exit_code, time=f.when,
             reason=f.reason, last_lines=outcome.last_lines.get(f.node, []))
+
+
+def stopped_by(outcome: supervise.Outcome) -> str:
+    """Who stopped the containers launch's teardown stopped, in words for the record."""
+    f = outcome.first_failure
+    if outcome.state == "interrupted" or f is None:
+        return f"clusterctl launch ({'Ctrl-C' if outcome.exit_code == supervise.INTERRUPTED_EXIT else 'SIGTERM'})"
+    return f"clusterctl launch (fail-fast after {f.node}[{f.rank}] " + (
+        "was lost)" if f.kind == "lost" else f"exited {f.exit_code})")
 
 
 def mark_running(cluster: Cluster, record: records.RunRecord) -> None:
@@ -230,32 +267,48 @@ def launch(job, inventory, *, image: str | None = None, overrides: Mapping[str, 
            color: bool | None = None, settings: supervise.Settings | None = None,
            stop_event: threading.Event | None = None, handle_signals: bool = False,
            push: bool = True, progress=None, argv: Sequence[str] = (),
-           on_started: Callable[[records.RunRecord], None] | None = None) -> RunResult:
+           on_started: Callable[[records.RunRecord], None] | None = None,
+           on_warning: Callable[[str, str], None] | None = None,
+           hang_timeout: float | None = None) -> RunResult:
     """Run ``job`` on every node of ``inventory``; see the module docstring for the steps.
 
     ``stream``: where the merged log goes (default stdout; pass an
     ``io.StringIO()`` to keep it quiet - runs/<id>/ gets it anyway).
     ``stop_event``: set it to stop the run as Ctrl-C would (the library's way to
     interrupt); ``handle_signals``: SIGINT/SIGTERM set it (the CLI does this).
-    ``on_started(record)`` is called once every container runs.  Returns a
-    RunResult whose ``exit_code`` is the job's true outcome.
+    ``on_started(record)`` is called once every container runs; ``on_warning(node, text)``
+    with each preflight warning (nodes that differ in Docker, kernel, driver; a clock
+    skew).  Without ``push`` the nodes' copies of the image are compared by ID (with push,
+    push itself makes every node's ID the local one).  ``hang_timeout`` (seconds; default:
+    the job's ``hang_timeout``): the hang watchdog (:mod:`clusterctl.run.watchdog`); a
+    followed run only.  Returns a RunResult whose ``exit_code`` is the job's true outcome.
     """
+    hang = hang_timeout_of(job, hang_timeout)
+    if hang and detach:
+        raise UserError("a hang timeout needs a followed run: clusterctl watches the output while "
+                        "it follows it; leave out --detach (or the hang timeout).")
+    settings = replace(settings or supervise.Settings(), hang_timeout=hang)
     run_id = _fresh_run_id(run_id, job)
     stop_event = stop_event or threading.Event()
     facts = local_facts(inventory)
     # bad input (job, --set, image, secrets) is reported before any node is contacted
     ref = plan.check_inputs(job, inventory, run_id=run_id, image=image, overrides=overrides,
-                            master_addr=facts["master_addr"], host_env=facts["host_env"])
+                            master_addr=facts["master_addr"], host_env=facts["host_env"],
+                            extra_docker_args=watchdog_options(hang))
     image_id = local_image_id(ref) if push else None
     with Cluster(inventory, accept_new_host_keys=accept_new_host_keys) as cluster:
         extra = plan.job_devices(job)
         interfaces = preflight(cluster, {n.name: [*plan.node_devices(job, n), *extra]
-                                         for n in inventory.nodes})
+                                         for n in inventory.nodes},
+                               image_ref=None if push else ref, on_warning=on_warning)
         plans = plan.make_plan(job, inventory, run_id=run_id, image=image, interfaces=interfaces,
-                               overrides=overrides, **facts)
+                               overrides=overrides, extra_docker_args=watchdog_options(hang), **facts)
         if push:
             push_image(cluster, plans[0].image, progress)
         record = new_record(job, inventory, plans, run_id, image_id=image_id, detached=detach, argv=argv)
+        if not detach:   # a later command can tell that this process died without an outcome
+            record.launcher = records.this_launcher()
+        record.hang_timeout = hang
         record.save()
         caught: list[str] = []
         with stop_on_signals(stop_event, caught.append) if handle_signals else nullcontext():
@@ -266,9 +319,10 @@ def launch(job, inventory, *, image: str | None = None, overrides: Mapping[str, 
                 return RunResult(run_id, 0, record)
             outcome = follow(cluster, plans, record, stream=stream, color=color, settings=settings,
                              stop_event=stop_event, interrupted=lambda: (caught or ["SIGINT"])[-1])
+        remove_finished(cluster, plans, outcome)
+        outcome.flight = flight.collect(cluster, record, skip=outcome.lost)
         record_outcome(record, outcome)
         record.save()
-        remove_finished(cluster, plans, outcome)
         return RunResult(run_id, outcome.exit_code, record, outcome)
 
 
@@ -323,8 +377,13 @@ def follow(cluster: Cluster, plans: Sequence[plan.NodePlan], record: records.Run
                         stream=sys.stdout if stream is None else stream, color=color,
                         redact=plan.secret_values(plans))
     sources = [logs.Source(p.node, p.rank, p.container) for p in plans]
+
+    def on_hang(silent_for: float, last_output: float) -> watchdog.HangReport:
+        return watchdog.dump_stacks(cluster, sources, record.dir, timeout=settings.hang_timeout,
+                                    silent_for=silent_for, last_output=last_output, image=plans[0].image)
+
     sup = supervise.Supervisor(cluster, sources, logs.Merger(sink), settings=settings,
-                               stop_event=stop_event, stop_reason=interrupted)
+                               stop_event=stop_event, stop_reason=interrupted, on_hang=on_hang)
     try:
         return sup.run()
     except BaseException:

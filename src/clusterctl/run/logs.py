@@ -39,7 +39,7 @@ from clusterctl.run.records import MERGED_LOG, RunRecord
 
 _PALETTE = ("cyan", "magenta", "green", "yellow", "blue", "bright_red", "bright_cyan",
             "bright_magenta", "bright_green", "bright_yellow", "bright_blue", "red")
-_PREFIXED = re.compile(r"^(?P<node>[^\s\[\]|]+)\[(?P<rank>\d+)\]\| ?(?P<text>.*)$")
+_PREFIXED = re.compile(r"^(?P<node>[^\s\[\]|]+)\[(?P<rank>\d+)\]\| ?(?P<text>.*)\Z")
 
 KEEP_LAST = 20  # lines per node kept in memory for the first-failure summary
 
@@ -94,6 +94,8 @@ class LogSink:
         self.stream = stream
         self.color = console.interactive(stream) if color is None and stream is not None else bool(color)
         self.last: dict[str, deque[str]] = {n: deque(maxlen=KEEP_LAST) for n in ranks}
+        # called with (node, rank, text) for every line written (the supervisor reads them)
+        self.observers: list[Callable[[str, int, str], None]] = []
         self._files: dict[str, TextIO] = {}
         self._merged: TextIO | None = None
         if run_dir is not None:
@@ -108,6 +110,8 @@ class LogSink:
         for secret in self.redact:
             text = text.replace(secret, MASK)
         self.last.setdefault(node, deque(maxlen=KEEP_LAST)).append(text)
+        for observe in self.observers:
+            observe(node, rank, text)
         pre = prefix(node, rank)
         if node in self._files:
             self._files[node].write(text + "\n")
@@ -223,10 +227,10 @@ def lines_from_files(record: RunRecord, *, node: str | None = None,
             if (node is None or n.node == node) and record.log_path(n.node).is_file():
                 text = record.log_path(n.node).read_text(encoding="utf-8", errors="replace")
                 items += [(n.node, t) for t in text.splitlines()]
-    yield from _tail_per_node(items, tail)
+    yield from tail_per_node(items, tail)
 
 
-def _tail_per_node(items: list[tuple[str, str]], tail: int | None) -> list[tuple[str, str]]:
+def tail_per_node(items: list[tuple[str, str]], tail: int | None) -> list[tuple[str, str]]:
     if tail is None:
         return items
     counts: dict[str, int] = {}
@@ -248,20 +252,24 @@ def save_node_log(record: RunRecord, node: str, lines: Iterable[str]) -> Path:
     return path
 
 
-def keep_stopped_output(record: RunRecord, lines: dict[str, list[tuple[str, str]]]) -> None:
+def keep_stopped_output(record: RunRecord, lines: dict[str, list[tuple[str, str]]], *,
+                        replace: bool = False) -> None:
     """Keep what stopped containers wrote (node -> (timestamp key, text)) in runs/<id>/.
 
     Only for nodes whose log launch did not already write while following: each
     gets ``<node>.log``, and their lines, merged by time, are appended to
     merged.log (nodes stopped by a later ``stop``, one was unreachable, join it).
+    ``replace``: the files launch wrote are incomplete (it was killed): every node's log and
+    merged.log are rewritten whole from what the containers wrote.
     """
-    saved = {node: got for node, got in lines.items() if not record.log_path(node).exists()}
+    saved = {node: got for node, got in lines.items()
+             if replace or not record.log_path(node).exists()}
     for node, got in saved.items():
         save_node_log(record, node, [t for _, t in got])
     if not saved:
         return
     ranks = {n.node: n.rank for n in record.nodes}
-    with open(record.dir / MERGED_LOG, "a", encoding="utf-8") as f:
+    with open(record.dir / MERGED_LOG, "w" if replace else "a", encoding="utf-8") as f:
         for node, t in merge_timestamped(saved):
             f.write(prefix(node, ranks[node]) + t + "\n")
 

@@ -50,8 +50,10 @@ io.clusterctl.rank=..`` + ``--add-host`` per node whose address is known
 (:func:`host_entries`) + target flags + job ``docker_args`` + ``-v`` per job
 mount + ``--device=`` per target/inventory device + ``extra_docker_args`` +
 ``-e NAME=VALUE`` per non-secret variable + (``--env-file /dev/stdin`` when
-there are secrets) + IMAGE + command.  No ``--rm``: the container stays after
-it exits so its exit status and logs can be read; the launcher removes it.
+there are secrets) + IMAGE + command (``contract: mpi``: wrapped by
+:func:`clusterctl.run.mpi.spawn_command`, which starts the node's processes).
+No ``--rm``: the container stays after it exits so its exit status and logs can
+be read; the launcher removes it.
 
 Secrets
 -------
@@ -79,6 +81,8 @@ from dataclasses import dataclass, field, replace
 from clusterctl.build import targets
 from clusterctl.cluster.containers import JOB_LABEL, NODE_LABEL, RANK_LABEL, RUN_LABEL
 from clusterctl.core.errors import UserError
+from clusterctl.core.text import control_problem, escaped
+from clusterctl.run import mpi
 from clusterctl.run.jobs import (
     BASE_ENV,
     CONTRACTS,
@@ -86,13 +90,14 @@ from clusterctl.run.jobs import (
     expand,
     is_secret_name,
     mount_problem,
+    placeholders,
     reserved_flag,
 )
 
 MASK = "****"
 #: The env file on ``docker run``'s stdin that carries secret values.
 ENV_FILE_STDIN = "/dev/stdin"
-_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")  # \Z: "$" would let "NAME\n" through
 _CONTAINER_UNSAFE = re.compile(r"[^a-zA-Z0-9_.-]")
 
 
@@ -123,6 +128,8 @@ class NodePlan:
     options: list[str] = field(default_factory=list)  # docker run options between the labels and -e
     command: list[str] = field(default_factory=list)  # the container command, placeholders filled
     hosts: list[str] = field(default_factory=list)    # the --add-host options (:func:`host_entries`)
+    hidden: frozenset[str] = field(default=frozenset(), repr=False)  # every secret value (masked anywhere)
+    flight_dir: str | None = None  # the node's directory mounted for flight recorder dumps, or None
 
     @property
     def command_line(self) -> str:
@@ -140,14 +147,21 @@ def parse_sets(items: Iterable[str]) -> dict[str, str]:
     out: dict[str, str] = {}
     for item in items:
         name, sep, value = item.partition("=")
-        if not sep:
-            raise UserError(f"--set {item!r}: expected NAME=VALUE (e.g. --set PHASE=2); "
-                            "the value may be empty (NAME=) and may contain anything.")
+        if not sep:  # a name without its value, or a value (maybe a secret) without its name
+            shown = repr(item) if _NAME.match(item) else f"(an item of {len(item)} characters, not shown: it may be a secret)"
+            raise UserError(f"--set {shown}: expected NAME=VALUE "
+                            "(e.g. --set PHASE=2); the value may be empty (NAME=).")
         if not _NAME.match(name):
-            raise UserError(f"--set {item!r}: {name!r} is not a valid variable name; valid: "
-                            "letters, digits and _, not starting with a digit (e.g. BATCH_SIZE).")
+            raise UserError(f"--set {escaped(name)!r}=...: {escaped(name)!r} is not a valid variable name; "
+                            "valid: letters, digits and _, not starting with a digit (e.g. BATCH_SIZE).")
+        problem = control_problem(value, multiline=True)
+        if problem:
+            raise UserError(f"--set {name}=...: the value {problem}; valid: text without NUL or control "
+                            "characters other than tab and line feed (the value is not shown: it may "
+                            "be a secret).")
         out[name] = value
     return out
+
 
 
 def container_name(run_id: str, node: str) -> str:
@@ -203,6 +217,8 @@ class _Node:
     secrets: frozenset[str]
     options: list[str]             # docker run options between the labels and the -e list
     stdin: bytes | None
+    hidden: frozenset[str] = frozenset()   # every secret value of this node (to mask anywhere)
+    first_rank: str = "0"          # global rank of this node's first process (contract mpi)
 
 
 def check_inputs(job: Job, inventory, *, run_id: str, image: str | None = None,
@@ -229,7 +245,8 @@ def make_plan(job: Job, inventory, *, run_id: str, image: str | None = None,
               host_env: Mapping[str, str] | None = None,
               master_addr: str | None = None,
               addresses: Mapping[str, str] | None = None,
-              runtime: Mapping[str, str] | None = None) -> list[NodePlan]:
+              runtime: Mapping[str, str] | None = None,
+              flight_recorder: bool = True) -> list[NodePlan]:
     """One NodePlan per inventory node, in rank order.  Pure: nothing is contacted or read.
 
     Every fact comes in as an argument: ``image`` replaces the job's/target's
@@ -246,14 +263,26 @@ def make_plan(job: Job, inventory, *, run_id: str, image: str | None = None,
     runs (``node_rank``, ``nnodes``, ``master_addr``, ...) with the caller's stand-ins
     (:mod:`clusterctl.run.slurm` renders them as shell variables); a MASTER_ADDR or
     MASTER_PORT from the inventory env or ``--set`` still wins.
+    ``flight_recorder``: on a target with a ``flight_recorder`` (nccl), turn it on
+    (:func:`flight_dir`); launch collects the dumps.
     UserError (exit 2) on anything unusable.
     """
     hosts = host_entries(addresses or {})
     launch, nodes = _resolve(job, inventory, run_id=run_id, image=image, overrides=overrides,
                              extra_docker_args=extra_docker_args, host_env=host_env,
                              master_addr=master_addr, runtime=runtime)
-    return [_node_plan(launch, n, n.node.interface or (interfaces or {}).get(n.node.name), hosts)
+    return [_node_plan(launch, n, n.node.interface or (interfaces or {}).get(n.node.name), hosts,
+                       flight_recorder)
             for n in nodes]
+
+
+#: Where a run keeps its files on a node (flight recorder dumps), removed when it ends.
+NODE_RUN_ROOT = "/var/tmp/clusterctl/runs"
+
+
+def flight_dir(run_id: str, node: str) -> str:
+    """The directory on ``node`` that its container's flight recorder dumps go to."""
+    return f"{NODE_RUN_ROOT}/{run_id}/{_CONTAINER_UNSAFE.sub('-', node)}/flight"
 
 
 def host_entries(addresses: Mapping[str, str]) -> list[str]:
@@ -278,6 +307,7 @@ def _resolve(job: Job, inventory, *, run_id: str, image: str | None,
              runtime: Mapping[str, str] | None = None) -> tuple[_Launch, list[_Node]]:
     """The inputs of every node, checked: each UserError the plan can raise is raised here."""
     params, env_sets = split_sets(job, overrides or {})
+    _check_secret_placeholders(job)
     target = targets.get_target(job.target) if job.target else None
     image = image or job.image or (targets.resolve(job.target).tag if job.target else None)
     _check_image(job, image)
@@ -296,6 +326,7 @@ def _resolve(job: Job, inventory, *, run_id: str, image: str | None,
         "world_size": str(sum(nprocs)),
         "run_id": run_id,
         "backend": (target.backend or "") if target else "",
+        "device": target.device if target else "cpu",
         "master_addr": master_addr or inventory.master.host,
         "master_port": str(inventory.master_port),
     }
@@ -307,14 +338,52 @@ def _resolve(job: Job, inventory, *, run_id: str, image: str | None,
         values["master_port"] = upper.get("MASTER_PORT", values["master_port"])
         launch_env, upper_env = job_environment(job, target, values, node.env, env_sets)
         secrets = _secret_names(job, {**launch_env, **upper_env}, upper_env, host_env or {})
+        env = {**launch_env, **upper_env}
+        hidden = _secret_texts(job, params, env, secrets)
+        secrets |= _tainted(env, hidden)
         stdin = None
         if secrets:
-            env = {**launch_env, **upper_env}
             stdin = _env_file(job, {k: env[k] for k in env if k in secrets})
         options = _docker_options(job, target, node, values, launch.extra_docker_args)
         resolved.append(_Node(node, rank, nproc, values, launch_env, upper_env,
-                              frozenset(secrets), options, stdin))
+                              frozenset(secrets), options, stdin, frozenset(hidden),
+                              first_rank=(runtime or {}).get("first_rank", str(sum(nprocs[:rank])))))
     return launch, resolved
+
+
+def secret_params(job: Job) -> list[str]:
+    """The job's parameters whose values are secret: listed under ``secrets`` or named like
+    one (TOKEN, SECRET, PASSWORD, KEY)."""
+    return [name for name in job.params if is_secret_name(name, job.secrets)]
+
+
+def _secret_texts(job: Job, params: Mapping[str, str], env: Mapping[str, str],
+                  secrets: Iterable[str]) -> set[str]:
+    """Every secret value of one node: its secret variables' and the job's secret parameters'
+    (a parameter may be copied into any other variable through a placeholder)."""
+    found = {env[k] for k in secrets if env.get(k)}
+    return found | {params[p] for p in secret_params(job) if params.get(p)}
+
+
+def _tainted(env: Mapping[str, str], hidden: set[str]) -> set[str]:
+    """Variables whose value holds a secret value, whatever their name: a secret copied into
+    ``COPY: "{HF_TOKEN}"`` is as secret as HF_TOKEN, so it goes through the env file and is
+    masked wherever the plan is shown."""
+    return {k for k, v in env.items() if v and any(h in v for h in hidden)}
+
+
+def _check_secret_placeholders(job: Job) -> None:
+    """A secret parameter may fill env values (they go through the env file) but not the
+    command, docker_args or mounts: those are docker run's argv, visible in process listings
+    and ``docker inspect`` on the node.  The message names the place, never the value."""
+    hidden = set(secret_params(job))
+    for section in ("command", "docker_args", "mounts"):
+        for i, template in enumerate(getattr(job, section)):
+            used = sorted(hidden & set(placeholders(template)))
+            if used:
+                raise UserError(f"{job.where(f'{section}.{i}')}: {{{used[0]}}} is a secret parameter and "
+                                f"would be on docker run's command line; valid: pass it through env "
+                                f"(env: {{{used[0]}: \"{{{used[0]}}}\"}}) and read it from the environment.")
 
 
 def split_sets(job: Job, overrides: Mapping[str, str]) -> tuple[dict[str, str], dict[str, str]]:
@@ -348,22 +417,32 @@ def job_environment(job: Job, target, values: Mapping[str, str], node_env: Mappi
     return launch, {**target_env, **job_env, **node_env, **env_sets}
 
 
-def _node_plan(launch: _Launch, n: _Node, iface: str | None, hosts: list[str]) -> NodePlan:
-    """Assemble one node's plan from its checked inputs, the interface it uses and the
-    cluster's ``--add-host`` options."""
+def _node_plan(launch: _Launch, n: _Node, iface: str | None, hosts: list[str],
+               flight_recorder: bool = True) -> NodePlan:
+    """Assemble one node's plan from its checked inputs, the interface it uses, the
+    cluster's ``--add-host`` options and the flight recorder (target layer, before the
+    job's env, so a job, node or ``--set`` may change or turn it off)."""
     job, node = launch.job, n.node
     nic = {"GLOO_SOCKET_IFNAME": iface, "NCCL_SOCKET_IFNAME": iface} if iface else {}
-    env = {**n.launch_env, **nic, **n.upper_env}
+    recorder = launch.target.flight_recorder if launch.target is not None and flight_recorder else None
+    flight, options, fr_env = None, list(n.options), {}
+    if recorder is not None:
+        flight = flight_dir(launch.run_id, node.name)
+        options += ["-v", f"{flight}:{recorder.dir}"]
+        fr_env = recorder.environment()
+    env = {**n.launch_env, **nic, **fr_env, **n.upper_env}
     name = container_name(launch.run_id, node.name)
     labels = run_labels(launch.run_id, job.name, node.name, str(n.rank))
     command = [expand(a, n.values) for a in job.command]
-    argv = docker_run_argv(name=name, labels=labels, options=[*hosts, *n.options], env=env,
+    if job.contract == "mpi":       # the container starts the node's processes as mpirun would
+        command = mpi.spawn_command(n.first_rank, n.nproc, command)
+    argv = docker_run_argv(name=name, labels=labels, options=[*hosts, *options], env=env,
                            secrets=n.secrets, image=launch.image, command=command)
     return NodePlan(node=node.name, host=node.host, rank=n.rank, env=env, argv=argv,
                     container=name, run_id=launch.run_id, job=job.name, image=launch.image,
                     nproc=n.nproc, labels=labels, secrets=n.secrets, stdin=n.stdin,
-                    devices=node_devices(job, node), options=list(n.options), command=command,
-                    hosts=list(hosts))
+                    devices=node_devices(job, node), options=options, command=command,
+                    hosts=list(hosts), hidden=n.hidden, flight_dir=flight)
 
 
 def run_labels(run_id: str, job: str, node: str, rank: str) -> dict[str, str]:
@@ -403,6 +482,10 @@ def _check_image(job: Job, image: str | None) -> None:
     if not image:
         raise UserError(f"{job.path}: job {job.name} has no image: give `image` or `target` in "
                         "the job, or --image.")
+    problem = control_problem(image)
+    if problem:
+        raise UserError(f"image '{escaped(image)}' {problem}; valid: an image reference such as "
+                        "clusterctl/cpu:2.13.0.")
     if image.startswith("-") or any(c.isspace() for c in image):
         raise UserError(f"image {image!r} is not an image reference (it starts with '-' or "
                         "contains whitespace); valid: e.g. clusterctl/cpu:2.13.0.")
@@ -488,12 +571,13 @@ def mask_text(text: str, values: Iterable[str]) -> str:
 def secret_values(plans: Iterable[NodePlan]) -> list[str]:
     """Every secret value of the plans, for masking other text (log lines, clusterctl's own
     command line with ``--set TOKEN=...`` in run.json) with :func:`mask_text`."""
-    return sorted({p.env[k] for p in plans for k in p.secrets if p.env.get(k)})
+    return sorted({p.env[k] for p in plans for k in p.secrets if p.env.get(k)}
+                  | {v for p in plans for v in p.hidden if v})
 
 
 def masked(plan: NodePlan) -> NodePlan:
     """The plan as it may be shown or recorded: secret values masked, no stdin."""
-    secret_values = [plan.env[k] for k in plan.secrets if k in plan.env]
+    secret_values = sorted({plan.env[k] for k in plan.secrets if k in plan.env} | set(plan.hidden))
     return replace(plan, env=mask_env(plan.env, plan.secrets),
                    argv=[mask_text(a, secret_values) for a in plan.argv],
                    options=[mask_text(a, secret_values) for a in plan.options],
@@ -528,6 +612,6 @@ def render_dry_run(plans: Sequence[NodePlan], json: bool = False) -> str:
 __all__ = [
     "MASK", "NodePlan", "check_inputs", "container_name", "docker_run_argv", "host_entries",
     "job_devices", "job_environment", "make_plan", "mask_env", "mask_text", "masked", "node_devices",
-    "nproc_for", "parse_sets", "plan_record", "render_dry_run", "run_labels", "secret_values",
-    "split_sets",
+    "nproc_for", "parse_sets", "plan_record", "render_dry_run", "run_labels", "secret_params",
+    "secret_values", "split_sets",
 ]

@@ -20,10 +20,13 @@ half-written record, even while ``launch`` is still updating it.
 
 from __future__ import annotations
 
+import getpass
 import json
 import os
 import re
 import secrets
+import signal
+import socket
 import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
@@ -40,7 +43,7 @@ MERGED_LOG = "merged.log"
 
 # A run id becomes a directory name, a docker label value and part of container
 # names, so it is restricted to what is valid in all three.
-_RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+_RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}\Z")  # \Z: "$" would let "id\n" through
 
 
 def utcnow() -> datetime:
@@ -77,6 +80,73 @@ class FailureRecord(BaseModel):
     last_lines: list[str] = Field(default_factory=list)
 
 
+def describe_exit(code: int | None) -> str:
+    """``exit 137 (SIGKILL)``: a container's real exit code, with the signal it means when it
+    is 128 + a signal number (how a shell, docker and srun report a death by signal)."""
+    if code is None:
+        return ""
+    if 128 < code < 128 + 65:
+        try:
+            return f"exit {code} ({signal.Signals(code - 128).name})"
+        except ValueError:
+            pass
+    return f"exit {code}"
+
+
+def who() -> str:
+    """Who is asking, for the record: ``user@host``."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = str(os.getuid())
+    return f"{user}@{socket.gethostname()}"
+
+
+class Launcher(BaseModel):
+    """The ``clusterctl launch`` process that follows a run: when it is gone and the record
+    still says running, nobody is following the run and its outcome is unknown until the
+    nodes are asked (``status``, ``stop``)."""
+
+    host: str
+    boot_id: str = ""
+    pid: int
+    start_ticks: int | None = None   # /proc/<pid>/stat field 22: a reused pid differs here
+
+
+def _boot_id() -> str:
+    try:
+        return open("/proc/sys/kernel/random/boot_id").read().strip()
+    except OSError:
+        return ""
+
+
+def _start_ticks(pid: int) -> int | None:
+    try:
+        stat = open(f"/proc/{pid}/stat").read()
+    except OSError:
+        return None
+    try:
+        return int(stat.rsplit(")", 1)[1].split()[19])   # field 22 (after "pid (comm)")
+    except (IndexError, ValueError):
+        return None
+
+
+def this_launcher() -> Launcher:
+    pid = os.getpid()
+    return Launcher(host=socket.gethostname(), boot_id=_boot_id(), pid=pid, start_ticks=_start_ticks(pid))
+
+
+def launcher_gone(launcher: Launcher | None) -> bool | None:
+    """True when ``launcher`` surely no longer runs (same machine and boot, and its pid is gone
+    or now another process); None when this machine cannot tell (another host)."""
+    if launcher is None or launcher.host != socket.gethostname():
+        return None
+    if launcher.boot_id and launcher.boot_id != _boot_id():
+        return True      # this machine rebooted since
+    ticks = _start_ticks(launcher.pid)
+    return ticks is None or (launcher.start_ticks is not None and ticks != launcher.start_ticks)
+
+
 class NodeRecord(BaseModel):
     """One node's part of a run."""
 
@@ -86,9 +156,11 @@ class NodeRecord(BaseModel):
     container: str
     env: dict[str, str] = Field(default_factory=dict)  # masked: secrets never stored
     state: str = "created"  # created | running | exited | stopped | lost | unknown
-    exit_code: int | None = None
+    exit_code: int | None = None  # the container's own exit code (128 + N: ended by signal N)
     started: datetime | None = None
     finished: datetime | None = None
+    stopped_by: str | None = None  # who stopped this container (None: it ended on its own)
+    flight_dir: str | None = None  # the node's directory of flight recorder dumps (nccl), until collected
 
 
 class RunRecord(BaseModel):
@@ -102,7 +174,9 @@ class RunRecord(BaseModel):
     master_addr: str | None = None
     master_port: int | None = None
     detached: bool = False
-    state: str = "starting"  # starting | running | succeeded | failed | interrupted | start-failed | stopped
+    # starting | running | succeeded | failed | hung | suspicious | interrupted | start-failed
+    # | stopped | unknown
+    state: str = "starting"
     exit_code: int | None = None
     started: datetime = Field(default_factory=utcnow)
     finished: datetime | None = None
@@ -111,6 +185,13 @@ class RunRecord(BaseModel):
     argv: list[str] = Field(default_factory=list)  # the clusterctl command line, for the record
     scheduler: str = "ssh"  # ssh | slurm (older run.json files have none: ssh)
     slurm_job: str | None = None  # the Slurm job id of a slurm run
+    stopped_by: str | None = None  # who stopped the run ("clusterctl stop by root@head", "scancel"...)
+    launcher: Launcher | None = None  # the launch process following the run (None: detached/older)
+    note: str = ""  # why the state is what it is, when that is not obvious (state unknown...)
+    hang_timeout: float | None = None  # seconds of silence the watchdog allowed (None: no watchdog)
+    hang: dict | None = None  # what the hang watchdog found (clusterctl.run.watchdog.HangReport.record)
+    collective_errors: list[str] = Field(default_factory=list)  # "node[rank]| line" of a suspicious run
+    flight: dict[str, list[str] | str] = Field(default_factory=dict)  # node -> flight/<node>/ files, or why none
 
     @property
     def dir(self) -> Path:
@@ -212,9 +293,25 @@ def summary_rows(records: list[RunRecord]) -> list[list[str]]:
             r.run_id, r.job, str(len(r.nodes)), r.state,
             "" if r.exit_code is None else str(r.exit_code),
             _short_time(r.started), _short_time(r.finished),
-            "" if r.first_failure is None else f"{r.first_failure.node}[{r.first_failure.rank}]",
+            _why(r),
         ])
     return rows
+
+
+def _why(r: RunRecord) -> str:
+    """The ``runs`` table's last column: the first failure, a hang, a collective error in the
+    output of a run that exited 0, who stopped the run, or a note."""
+    if r.first_failure is not None:
+        f = r.first_failure
+        return f"{f.node}[{f.rank}] " + ("lost" if f.kind == "lost" else describe_exit(f.exit_code))
+    if r.hang:
+        odd = [f"{o['node']} rank {o['rank']}" for o in r.hang.get("odd_ranks", [])]
+        return "hang" + (": " + ", ".join(odd) if odd else "")
+    if r.collective_errors:
+        return "collective error in output"
+    if r.stopped_by:
+        return f"stopped by {r.stopped_by}"
+    return r.note
 
 
 def _short_time(t: datetime | None) -> str:
@@ -233,30 +330,79 @@ def may_have_containers(record: RunRecord) -> bool:
     A followed run that ended had its containers removed by launch; a detached
     run, one still starting or running, or one with a lost node may still have some.
     """
-    return record.detached or record.state in ("starting", "running") or any(
-        n.state == "lost" for n in record.nodes)
+    return record.detached or record.state in ("starting", "running", "unknown") or any(
+        n.state in ("lost", "unknown") for n in record.nodes)
 
 
-def record_stop(record: RunRecord, final: dict[str, list[ContainerState]], was_running: bool) -> None:
+def record_stop(record: RunRecord, final: dict[str, list[ContainerState]], was_running: bool,
+                *, by: str | None = None, stopped: dict[str, list[str]] | None = None) -> None:
     """Put what ``clusterctl stop`` found in the record and save it.
 
     ``final``: node -> its containers' last states (before removal);
-    ``was_running``: some container was still running and was stopped.  A
-    run that was stopped is "stopped"; a detached run that had ended by itself
-    gets its true outcome, the first failure by time.
+    ``was_running``: some container was still running and was stopped;
+    ``stopped``: node -> the names of the containers that were stopped (the rest had ended
+    on their own); ``by``: who stopped them.  A run that was stopped is "stopped", with
+    :data:`STOPPED_EXIT` and ``stopped_by``; each container keeps its real exit code.  A run
+    whose containers had all ended by themselves gets its true outcome, the first failure by
+    time.
     """
+    stopped = stopped or {}
     for n in record.nodes:
         if final.get(n.node):
             st = final[n.node][0]
             n.state, n.exit_code, n.started, n.finished = st.status, st.exit_code, st.started, st.finished
+            if st.name in stopped.get(n.node, []):
+                n.state, n.stopped_by = "stopped", by
     if was_running:
         record.state, record.finished = "stopped", record.finished or utcnow()
-    elif record.state in ("starting", "running") and all(n.exit_code is not None for n in record.nodes):
-        failed = sorted((n for n in record.nodes if n.exit_code), key=lambda n: n.finished or utcnow())
-        record.state = "failed" if failed else "succeeded"
-        record.exit_code = failed[0].exit_code if failed else 0
-        record.finished = max((n.finished for n in record.nodes if n.finished), default=utcnow())
+        record.exit_code = STOPPED_EXIT if record.exit_code is None else record.exit_code
+        record.stopped_by = record.stopped_by or by
+    elif record.state in ("starting", "running", "unknown") and all(
+            n.exit_code is not None for n in record.nodes):
+        settle_ended(record)
     record.save()
+
+
+#: The exit status recorded for a run stopped on request (128 + SIGTERM, as `launch` exits
+#: after SIGTERM): each container's own code stays in its node's record.
+STOPPED_EXIT = 143
+
+
+def settle_ended(record: RunRecord) -> None:
+    """Every container of ``record`` has ended on its own (each node's exit code and finish
+    time are in it): the run's outcome is the first failure by finish time, else success."""
+    failed = sorted((n for n in record.nodes if n.exit_code), key=lambda n: n.finished or utcnow())
+    record.state = "failed" if failed else "succeeded"
+    record.exit_code = failed[0].exit_code if failed else 0
+    record.note = ""
+    record.finished = max((n.finished for n in record.nodes if n.finished), default=utcnow())
+    if failed:
+        f = failed[0]
+        record.first_failure = record.first_failure or FailureRecord(
+            node=f.node, rank=f.rank, kind="exit", exit_code=f.exit_code or 1,
+            time=f.finished or record.finished)
+
+
+def launcher_died(record: RunRecord) -> bool:
+    """The record says a followed run is going, but the launch that followed it is gone
+    (killed: SIGKILL, a crash, the machine rebooted): nobody will record its outcome."""
+    return (not record.detached and record.state in ("starting", "running")
+            and launcher_gone(record.launcher) is True)
+
+
+def mark_unknown_if_orphaned(record: RunRecord) -> bool:
+    """Record state "unknown" for a followed run whose launch process died (see
+    :func:`launcher_died`); True when it did.  ``status`` and ``stop`` ask the nodes and
+    record the real outcome then."""
+    if not launcher_died(record):
+        return False
+    launcher = record.launcher
+    record.state = "unknown"
+    record.note = (f"the launch following it (pid {launcher.pid} on {launcher.host}) ended without "
+                   "recording an outcome; `clusterctl status` asks the nodes, `clusterctl stop` "
+                   "stops and removes its containers")
+    record.save()
+    return True
 
 
 # --- status: the nodes' word first, the record's when a node cannot tell -------------------
@@ -273,6 +419,7 @@ class NodeStatus(BaseModel):
     finished: datetime | None = None
     source: str = "node"  # "node": read from the node now; "record": from run.json
     note: str = ""
+    stopped_by: str | None = None  # from the record: who stopped this container
 
 
 def run_status(record: RunRecord, cluster, *, timeout: float = 15.0) -> list[NodeStatus]:
@@ -303,7 +450,7 @@ def run_status(record: RunRecord, cluster, *, timeout: float = 15.0) -> list[Nod
             note = f"node not answering: {getattr(found, 'reason', found)}"
         rows.append(NodeStatus(node=n.node, rank=n.rank, container=n.container, state=n.state,
                                exit_code=n.exit_code, started=n.started, finished=n.finished,
-                               source="record", note=note))
+                               source="record", note=note, stopped_by=n.stopped_by))
     return rows
 
 
@@ -312,13 +459,30 @@ def _in_inventory(cluster, name: str) -> bool:
 
 
 def containers_ended(record: RunRecord, rows: list[NodeStatus]) -> bool:
-    """Every container of a run the record still calls starting/running has ended on its
-    node (as the nodes say now): ``clusterctl stop`` would record the outcome."""
-    return record.state in ("starting", "running") and bool(rows) and all(
+    """Every container of a run the record still calls starting/running/unknown has ended on
+    its node (as the nodes say now): its outcome can be recorded."""
+    return record.state in ("starting", "running", "unknown") and bool(rows) and all(
         r.source == "node" and r.state in ("exited", "dead") for r in rows)
 
 
+def record_ended(record: RunRecord, rows: list[NodeStatus]) -> bool:
+    """When every container has ended (:func:`containers_ended`), put each one's exit code and
+    times and the run's true outcome in the record (``status`` does this: a run whose
+    containers all exited 0 is "succeeded", not "running").  True when it did."""
+    if not containers_ended(record, rows):
+        return False
+    by_node = {r.node: r for r in rows}
+    for n in record.nodes:
+        r = by_node.get(n.node)
+        if r is not None:
+            n.state, n.exit_code, n.started, n.finished = r.state, r.exit_code, r.started, r.finished
+    settle_ended(record)
+    record.save()
+    return True
+
+
 def status_rows(rows: list[NodeStatus]) -> list[list[str]]:
-    return [[r.node, str(r.rank), r.state, "" if r.exit_code is None else str(r.exit_code),
+    return [[r.node, str(r.rank), r.state, describe_exit(r.exit_code)[5:],
              _short_time(r.started), _short_time(r.finished),
-             r.source + (f" ({r.note})" if r.note else "")] for r in rows]
+             r.source + (f" ({r.note})" if r.note else "")
+             + (f"; stopped by {r.stopped_by}" if r.stopped_by else "")] for r in rows]

@@ -14,10 +14,20 @@ peer failed; the rank that failed first is buried in the logs.  So:
   container's own ``FinishedAt`` on its node, or a lost node's last sign of
   life - not the first one noticed, nor the first node in the inventory.
 
-Exit status of a run: 0 when every container exited 0; the first failure's
-exit code; ``NODE_LOST_EXIT`` (255, as ssh reports a lost connection) when the
-first failure is a node that stopped answering; 130 on Ctrl-C (SIGINT) and 143
-on SIGTERM, after stopping every container.
+With a hang timeout (``Settings.hang_timeout``), the supervisor also watches the
+merged output: when no rank has written a line for that long, the run is *hung*:
+the caller's ``on_hang`` (:func:`clusterctl.run.watchdog.dump_stacks`) dumps and
+compares every rank's stacks while the containers still run, then every container
+is stopped.  Every line is also given to :func:`clusterctl.run.suspicious.classify`:
+a run whose containers all exit 0 after a collective-library error in its output
+is *suspicious*, not succeeded.
+
+Exit status of a run: 0 when every container exited 0 and no collective error was
+seen; the first failure's exit code; ``NODE_LOST_EXIT`` (255, as ssh reports a
+lost connection) when the first failure is a node that stopped answering;
+``HANG_EXIT`` (124) when the watchdog found the run hung; ``SUSPICIOUS_EXIT``
+(125) when every container exited 0 but the output shows a collective-library
+error; 130 on Ctrl-C (SIGINT) and 143 on SIGTERM, after stopping every container.
 
 Contract: :class:`Supervisor` (``run()`` -> :class:`Outcome`), the pure
 :func:`failures_by_time` / :func:`first_failure` / :func:`run_exit_code` /
@@ -45,9 +55,11 @@ from clusterctl.cluster.containers import (
     stop_node,
     wait_container,
 )
+from clusterctl.cluster.transport import sshd_answers
 from clusterctl.core.deadline import bounded
-from clusterctl.run import records
+from clusterctl.run import flight, records, suspicious
 from clusterctl.run.logs import Merger, Source, keep_stopped_output, start_followers
+from clusterctl.run.watchdog import HANG_EXIT, HangReport
 
 NODE_LOST_EXIT = 255
 INTERRUPTED_EXIT = 130
@@ -139,6 +151,7 @@ class Settings:
     stop_grace: int = 3  # `docker stop --time`: SIGTERM, then SIGKILL after this
     stop_timeout: float = 20.0  # deadline of one node's stop call
     drain_timeout: float = 5.0  # wait for the streams' last lines after the end
+    hang_timeout: float | None = None  # no output from any rank for this long: the run is hung
 
 
 @dataclass
@@ -155,6 +168,10 @@ class Outcome:
     not_stopped: dict[str, str] = field(default_factory=dict)  # node -> why it could not be stopped
     teardown_seconds: float | None = None
     last_lines: dict[str, list[str]] = field(default_factory=dict)
+    stopped: list[str] = field(default_factory=list)  # nodes whose container the teardown stopped
+    hang: HangReport | None = None  # the watchdog found the run hung
+    collective_errors: list[suspicious.Finding] = field(default_factory=list)
+    flight: dict[str, list[str] | str] = field(default_factory=dict)  # node -> flight recorder dumps kept
 
 
 @dataclass(frozen=True)
@@ -172,7 +189,10 @@ class Supervisor:
 
     def __init__(self, cluster, sources: list[Source], merger: Merger, *,
                  settings: Settings | None = None, stop_event: threading.Event | None = None,
-                 stop_reason: Callable[[], str] | None = None) -> None:
+                 stop_reason: Callable[[], str] | None = None,
+                 on_hang: Callable[[float, float], HangReport] | None = None) -> None:
+        """``on_hang(silent_for, last_output)``: called once when the run is found hung (with
+        ``settings.hang_timeout``), before the teardown; returns what it found."""
         self.cluster = cluster
         self.sources = {s.node: s for s in sources}
         self.merger = merger
@@ -185,6 +205,19 @@ class Supervisor:
         self._exit_codes: dict[str, int] = {}
         self._failures: list[Failure] = []
         self._lost: set[str] = set()
+        self.on_hang = on_hang
+        self._last_output = time.time()  # the containers are running: the silence starts now
+        self._hung_for: float | None = None
+        self._collective: list[suspicious.Finding] = []
+        merger.sink.observers.append(self._observe)
+
+    def _observe(self, node: str, rank: int, text: str) -> None:
+        """Every output line: it ends the silence, and may show a collective-library error."""
+        self._last_output = time.time()
+        if len(self._collective) < suspicious.KEEP:
+            library = suspicious.classify(text)
+            if library is not None:
+                self._collective.append(suspicious.Finding(node, rank, library, text))
 
     # --- threads -------------------------------------------------------------------------
 
@@ -205,7 +238,9 @@ class Supervisor:
         """Prober: a bounded SSH round trip every probe_interval; silence means lost.
 
         Liveness is judged at the SSH level (:func:`ping`, answered by sshd
-        itself), never by a docker command: a busy node's dockerd may take many
+        itself; when it goes unanswered, sshd's banner on a fresh TCP connection,
+        so a link flap shorter than ``lost_after`` is no failure even while TCP
+        backs off on the established connection), never by a docker command: a busy node's dockerd may take many
         seconds to answer ``docker inspect``, and that must not kill a healthy
         run.  Every ``state_every`` probes the container state is read too, as a
         backup for the waiter (its news is lost if its channel broke); that read
@@ -213,23 +248,49 @@ class Supervisor:
         """
         s = self.settings
         last_ok = time.time()
+        silent_since: float | None = None  # when the first unanswered probe was sent
         reason = ""
+        address: list[tuple[str, int] | None] = [None]  # the node's sshd, for a fresh connection
+        answered = threading.Event()
+        outstanding: list[threading.Thread] = []
+
+        def round_trip() -> None:
+            try:
+                conn = self.cluster.connection(src.node)
+                ping(conn)
+                address[0] = conn.sshd_address() or address[0]
+                answered.set()
+            except Exception as e:  # noqa: BLE001 - any failure to answer counts as silence
+                nonlocal reason
+                reason = str(e) or e.__class__.__name__
+
         n = 0
         while not self._done.is_set():
             n += 1
-            try:  # connecting again (after a dead connection) is bounded too
-                bounded(lambda: ping(self.cluster.connection(src.node)), s.probe_timeout,
-                        name=f"ping-{src.node}")
-                last_ok = time.time()
-            except Exception as e:  # noqa: BLE001 - any failure to answer counts as silence
-                reason = str(e) or e.__class__.__name__
-            if time.time() - last_ok >= s.lost_after:
+            sent = time.time()
+            if not any(t.is_alive() for t in outstanding):  # one round trip at a time per node
+                outstanding[:] = [threading.Thread(target=round_trip, name=f"ping-{src.node}", daemon=True)]
+                answered.clear()
+                outstanding[0].start()
+            if answered.wait(s.probe_timeout if silent_since is None else 0):
+                last_ok, silent_since = time.time(), None
+            else:
+                silent_since = silent_since or sent
+                reason = reason or f"no reply within {s.probe_timeout:g}s"
+                # After a link flap the established connection answers only at TCP's next
+                # retransmission (its backoff doubles: 3, 6, 12 s ...); sshd's banner on a
+                # fresh connection, tried every probe_interval / 4, is a sign of life as good
+                # as a round trip, so a flap shorter than lost_after is no failure.
+                if address[0] is not None and sshd_answers(address[0], s.probe_timeout,
+                                                            connect_timeout=max(0.2, s.probe_interval / 4)):
+                    last_ok, silent_since = time.time(), None
+            if silent_since is not None and time.time() - silent_since >= s.lost_after:
                 self._events.put(_Event("lost", src.node, at=last_ok, reason=(
-                    f"no reply for {time.time() - last_ok:.0f}s ({reason})")))
+                    f"no reply for {time.time() - silent_since:.0f}s ({reason})")))
                 return
-            if n % s.state_every == 0:
+            if n % s.state_every == 0 and silent_since is None:
                 self._check_state(src)
-            self._done.wait(s.probe_interval)
+            self._done.wait(s.probe_interval if silent_since is None else max(0.05, s.probe_interval / 4))
 
     # --- main loop -----------------------------------------------------------------------
 
@@ -253,6 +314,10 @@ class Supervisor:
                 return
             if len(self._exit_codes) == len(self.sources):
                 return  # everyone exited 0
+            limit = self.settings.hang_timeout
+            if limit and time.time() - self._last_output >= limit:
+                self._hung_for = time.time() - self._last_output
+                return  # hung: nobody wrote anything for hang_timeout
 
     def _check_state(self, src: Source) -> None:
         """Backup exit detection: the container's state, read in the background."""
@@ -297,8 +362,17 @@ class Supervisor:
     def _finish(self, followers: dict[str, threading.Thread]) -> Outcome:
         s = self.settings
         cut = time.time()  # containers that ended before this ended on their own
-        teardown = bool(self._failures) or self.stop_event.is_set()
+        hang = None
+        if self._hung_for is not None and self.on_hang is not None:
+            try:  # while the ranks still run; whatever goes wrong, the run is still torn down
+                hang = self.on_hang(self._hung_for, self._last_output)
+            except Exception as e:  # noqa: BLE001 - reported in the summary, never a traceback
+                hang = HangReport(timeout=s.hang_timeout or 0.0, silent_for=self._hung_for,
+                                  last_output=self._last_output, detected=time.time(),
+                                  error=str(e) or e.__class__.__name__)
+        teardown = bool(self._failures) or self.stop_event.is_set() or self._hung_for is not None
         not_stopped: dict[str, str] = {}
+        to_stop: list[str] = []
         t0 = time.monotonic()
         if teardown:
             to_stop = [n for n in self.sources if n not in self._exit_codes and n not in self._lost]
@@ -320,11 +394,19 @@ class Supervisor:
         code = run_exit_code(first, interrupted)
         exit_codes = {n: self._exit_codes.get(n, st.exit_code if st else None) for n, st in states.items()}
         state = "interrupted" if interrupted else ("succeeded" if code == 0 else "failed")
+        if self._hung_for is not None and not interrupted:
+            # what the stopped containers did after the hang was declared is our teardown
+            code, state, first, failures = HANG_EXIT, "hung", None, []
+        elif code == 0 and not interrupted and self._collective:
+            code, state = suspicious.SUSPICIOUS_EXIT, "suspicious"
         for n in self._lost:
             not_stopped.setdefault(n, "node unreachable: its container may still be running")
+        failed_first = {f.node for f in failures if f.time <= cut}
         return Outcome(code, state, first, failures, exit_codes, states, sorted(self._lost),
                        not_stopped, teardown_seconds,
-                       {n: list(d) for n, d in self.merger.sink.last.items()})
+                       {n: list(d) for n, d in self.merger.sink.last.items()},
+                       [n for n in to_stop if n not in failed_first],
+                       hang, list(self._collective))
 
     def _join(self, followers: dict[str, threading.Thread], timeout: float) -> None:
         """Give the log streams a moment to deliver the last lines (a lost node's never comes)."""
@@ -363,6 +445,13 @@ def _quiet(fn, *args):
 def summary_lines(outcome: Outcome, *, tail: int = 20) -> list[str]:
     """The end-of-run report: the first failure (node, rank, exit code, its last lines), then the rest."""
     first = outcome.first_failure
+    if outcome.state == "hung":
+        lines = outcome.hang.summary_lines() if outcome.hang else ["HANG: no rank wrote output "
+                                                                    "for the hang timeout"]
+        return lines + [f"every container of the run was stopped{_teardown_note(outcome)}; "
+                        f"exit status {HANG_EXIT} means hung"] + _not_stopped_lines(outcome)
+    if outcome.state == "suspicious":
+        return suspicious.summary_lines(outcome.collective_errors)
     if first is None:
         if outcome.state == "interrupted":
             return ["run interrupted: every container of the run was stopped"
@@ -397,14 +486,20 @@ def _not_stopped_lines(outcome: Outcome) -> list[str]:
 
 # --- `clusterctl stop`: stop and remove a run's containers everywhere, keep their logs -------
 
-def stop_run(cluster, record: records.RunRecord, *, grace: int = 3, timeout: float = 30.0) -> dict[str, NodeStop]:
+def stop_run(cluster, record: records.RunRecord, *, grace: int = 3, timeout: float = 30.0,
+             by: str | None = None) -> dict[str, NodeStop]:
     """Stop and remove ``record``'s containers on every node (idempotent), then update runs/.
 
     Each node's output is saved to ``runs/<id>/<node>.log`` first (when launch
     was not following it) so ``clusterctl logs`` still works after the
-    containers are gone.  A node that does not answer within ``timeout`` is
-    reported in its NodeStop.error.
+    containers are gone; flight recorder dumps (nccl) are collected into
+    ``runs/<id>/flight/<node>/`` and the run's directory on the node removed.  A node that
+    does not answer within ``timeout`` is reported in its NodeStop.error.  ``by``: who
+    stops it, for the record.  A run whose launch was killed (the record says running, its
+    launch process is gone) gets its logs rewritten whole from the containers: the launch's
+    files end where it died.
     """
+    orphaned = records.launcher_died(record) or record.state == "unknown"
     names = {n.name for n in cluster.inventory.nodes}
     targets = [n.node for n in record.nodes if n.node in names]
 
@@ -417,7 +512,10 @@ def stop_run(cluster, record: records.RunRecord, *, grace: int = 3, timeout: flo
         results[node] = r if isinstance(r, NodeStop) else NodeStop(node, error=getattr(r, "reason", str(r)))
     for n in record.nodes:
         results.setdefault(n.node, NodeStop(n.node, error="not in this inventory"))
-    keep_stopped_output(record, {n: r.lines for n, r in results.items() if r.containers})
+    keep_stopped_output(record, {n: r.lines for n, r in results.items() if r.containers},
+                        replace=orphaned)
+    record.flight.update(flight.collect(cluster, record, skip=[n for n, r in results.items() if r.error]))
     records.record_stop(record, {n: r.containers for n, r in results.items()},
-                        was_running=any(r.was_running for r in results.values()))
+                        was_running=any(r.was_running for r in results.values()), by=by,
+                        stopped={n: r.was_running for n, r in results.items()})
     return results
