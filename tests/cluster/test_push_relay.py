@@ -11,12 +11,15 @@ arriving (``bytes_sent``).
 from __future__ import annotations
 
 import hashlib
+import glob
 import io
 import os
+import secrets
 import subprocess
 import tarfile
 import threading
 import time
+import types
 
 import pytest
 from typer.testing import CliRunner
@@ -25,6 +28,7 @@ from clusterctl.cli import app
 from clusterctl.cluster import distribute
 from clusterctl.cluster.distribute import relay
 from clusterctl.cluster.inventory import load_inventory
+from clusterctl.core.errors import NodeError
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.docker, pytest.mark.slow]
 
@@ -236,6 +240,41 @@ def test_push_exit_status_is_1_and_names_the_failed_node(docker_client, sandbox3
     assert "Traceback" not in text
     for node in (nodes[0], nodes[2]):
         assert _node_id(sandbox3, node, scratch.ref) == scratch.id
+
+
+def test_a_setup_whose_answer_was_lost_leaves_nothing_on_that_node(
+        docker_client, sandbox3, scratch, monkeypatch):
+    """The node made its directory but the head never heard back (an answer lost, a timeout):
+    the push's last sweep still removes it, found by the push's own token."""
+    nodes = list(sandbox3.nodes)
+    victim = nodes[2]
+    tokens: list[str] = []
+
+    def token_hex(n):
+        tokens.append(secrets.token_hex(n))
+        return tokens[-1]
+
+    monkeypatch.setattr(relay, "secrets", types.SimpleNamespace(token_hex=token_hex))
+    made: list[str] = []
+    real_setup = relay._setup
+
+    def setup(conn, cluster, names, token):
+        run = real_setup(conn, cluster, names, token)
+        if conn.name == victim:
+            made.append(run.dir)
+            raise NodeError(victim, "the answer to setup was lost (made by the test)")
+        return run
+
+    monkeypatch.setattr(relay, "_setup", setup)
+    for node in nodes:
+        sandbox3.node_docker(node, "rmi", "-f", scratch.id, check=False)
+    results = {r.node: r for r in distribute.push_image(
+        scratch.ref, load_inventory(sandbox3.inventory_path), strategy="relay")}
+    assert made and made[0].startswith(f"/tmp/clusterctl-push.{tokens[0]}.")
+    assert not results[victim].ok and "answer to setup was lost" in results[victim].error
+    assert results[nodes[0]].ok and results[nodes[1]].ok, results
+    assert glob.glob(f"/tmp/clusterctl-push.{tokens[0]}.*") == []
+    assert _node_id(sandbox3, nodes[1], scratch.ref) == scratch.id
 
 
 def test_unknown_strategy_is_exit_2(sandbox3):

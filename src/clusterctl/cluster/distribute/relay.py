@@ -43,6 +43,7 @@ keeps half an image: the next push to it works.
 from __future__ import annotations
 
 import re
+import secrets
 import select
 import shlex
 import shutil
@@ -133,7 +134,8 @@ exit $rc
 HOP_SCRIPT = 'cut -d" " -f5 /proc/$$/stat > "$1/hop"; : > "$1/fed"; exec cat > "$1/in"'
 
 SETUP_SCRIPT = r"""
-d=$(mktemp -d /tmp/clusterctl-push.XXXXXXXXXX) || exit 1
+case "$1" in *[!0-9a-f]*|'') exit 2 ;; esac
+d=$(mktemp -d "/tmp/clusterctl-push.$1.XXXXXXXXXX") || exit 1
 mkfifo "$d/in" && cat > "$d/known_hosts" || { rm -rf "$d"; exit 1; }
 command -v zstd > /dev/null && echo "zstd" || echo "no-zstd"
 echo "$d"
@@ -149,6 +151,20 @@ if [ "$2" = kill ]; then
   done
 fi
 rm -rf "$d"
+"""
+
+# After the last round, on every node the push still reaches: stop and remove whatever of this
+# push ($1: its token) is left, whichever way a round ended (a setup whose answer was lost, a
+# cleanup that timed out).  A node the head cannot reach stops and cleans up itself ($STALL).
+SWEEP_SCRIPT = r"""
+case "$1" in *[!0-9a-f]*|'') exit 2 ;; esac
+for d in /tmp/clusterctl-push."$1".*; do
+  [ -d "$d" ] || continue
+  for f in "$d/pgid" "$d/hop"; do
+    p=$(cat "$f" 2>/dev/null) && [ -n "$p" ] && kill -TERM "-$p" 2>/dev/null
+  done
+  rm -rf "$d"
+done
 """
 
 _BYTES = re.compile(r"^(?:clusterctl-alive )?(\d+) bytes")
@@ -197,19 +213,26 @@ def relay_push(cluster, client, image: SourceImage, plans: dict[str, NodePlan],
             compress, why = False, f"not measured: {e}"
     for name in streaming:
         plans[name].result.compression = f"{'zstd' if compress else 'none'} ({why})"
+    token = secrets.token_hex(6)
+    lost: set[str] = set()
     round_no = 0
-    while remaining:
-        round_no += 1
-        starved = _round(cluster, client, image, plans, remaining, layout, progress,
-                         compress=compress, width=width, round_no=round_no, results=results)
-        remaining = [n for n in remaining if n in starved]
+    try:
+        while remaining:
+            round_no += 1
+            starved = _round(cluster, client, image, plans, remaining, layout, progress,
+                             compress=compress, width=width, round_no=round_no, results=results,
+                             token=token, lost=lost)
+            remaining = [n for n in remaining if n in starved]
+    finally:
+        reachable = [n for n in streaming if n not in lost and cluster.is_connected(n)]
+        cluster.map(lambda conn: _sweep(conn, token), reachable)
     return results
 
 
 def _round(cluster, client, image, plans, names, layout, progress, *, compress, width,
-           round_no, results) -> set[str]:
+           round_no, results, token, lost) -> set[str]:
     runs: dict[str, _NodeRun] = {}
-    setup = cluster.map(lambda conn: _setup(conn, cluster, names), names)
+    setup = cluster.map(lambda conn: _setup(conn, cluster, names, token), names)
     for name in names:
         value = setup[name]
         if isinstance(value, NodeError):
@@ -252,6 +275,7 @@ def _round(cluster, client, image, plans, names, layout, progress, *, compress, 
         for agent in agents:
             agent.close()
         cluster.map(lambda conn: _cleanup(runs[conn.name]), list(runs))
+        lost.update(name for name, run in runs.items() if run.lost)
     for name in plan.nodes:
         run = runs[name]
         if name in starved:
@@ -270,7 +294,7 @@ def _hop_target(conn) -> tuple[str, str, str]:
     return port, user, host
 
 
-def _setup(conn, cluster, names: list[str]) -> _NodeRun:
+def _setup(conn, cluster, names: list[str], token: str) -> _NodeRun:
     """The node's temporary directory with its fifo and the host keys of the round's nodes."""
     lines = []
     for other in names:
@@ -281,8 +305,8 @@ def _setup(conn, cluster, names: list[str]) -> _NodeRun:
         port, _, host = _hop_target(cluster.connection(other))
         name = host if port == "22" else f"[{host}]:{port}"
         lines.append(f"{name} {key.get_name()} {key.get_base64()}\n")
-    r = conn.run(["sh", "-c", SETUP_SCRIPT], stdin="".join(lines).encode(), timeout=60,
-                 check=True)
+    r = conn.run(["sh", "-c", SETUP_SCRIPT, "clusterctl-relay-setup", token],
+                 stdin="".join(lines).encode(), timeout=60, check=True)
     flag, _, path = r.stdout.strip().partition("\n")
     if not path.startswith("/tmp/clusterctl-push."):
         raise NodeError(conn.name, f"could not make a temporary directory: {r.stdout!r}")
@@ -546,6 +570,13 @@ def _cleanup(run: _NodeRun) -> None:
                      timeout=30)
     except NodeError:
         pass  # a lost node: its command removes its directory itself when it ends
+
+
+def _sweep(conn, token: str) -> None:
+    try:
+        conn.run(["sh", "-c", SWEEP_SCRIPT, "clusterctl-relay-sweep", token], timeout=30)
+    except NodeError:
+        pass  # lost since: its own command stops and cleans up after STALL seconds
 
 
 def _finish(run: _NodeRun, image: SourceImage, plan: NodePlan,

@@ -117,6 +117,12 @@ class Cluster:
                 self._connections[node.name] = conn
         return conn.open()
 
+    def is_connected(self, name) -> bool:
+        """Whether the node's connection is open now (never opens one)."""
+        with self._lock:
+            conn = self._connections.get(self._node(name).name)
+        return conn is not None and conn.connected
+
     def map(self, fn: Callable[[NodeConnection], T],
             nodes: Iterable | None = None) -> dict[str, T | NodeError]:
         """Run fn(connection) on each node in parallel, at most ``fanout`` at a time.
