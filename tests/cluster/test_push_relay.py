@@ -10,8 +10,8 @@ arriving (``bytes_sent``).
 
 from __future__ import annotations
 
-import hashlib
 import glob
+import hashlib
 import io
 import os
 import secrets
