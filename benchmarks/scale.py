@@ -98,13 +98,16 @@ class Tally:
     misattributed: int = 0              # prefix names another node than the line's own
     garbled: int = 0                    # neither a chatty line nor clusterctl's own text
     other: int = 0                      # clusterctl's own lines (run started, summary...)
+    done: int = 0                       # each node's last line, "chatty done node=..."
 
     def add(self, text: str, prefix_rank: int | None = None) -> None:
         m = _CHATTY.match(text)
         if m is None:
-            if "chatty" in text or text.startswith("xx"):
-                self.garbled += 1
-            elif not text.startswith("chatty done"):
+            if text.startswith("chatty done node=") and " seq=" not in text:
+                self.done += 1
+            elif "chatty" in text or "seq=" in text or text.startswith("xx"):
+                self.garbled += 1       # by hand: two nodes' output interleaved mid-line
+            else:
                 self.other += 1
             return
         rank, seq = int(m.group(1)), int(m.group(2))

@@ -169,8 +169,8 @@ CHATTY_NODES_RATE, CHATTY_SECONDS = 2000, 10
 CHATTY_PAD = 400          # ~430-byte lines: 60,000 of them are ~26 MB of text
 #: growth of clusterctl's resident memory allowed while the reader stalls: the merge
 #: queue (4096 lines) and the streams' SSH windows (256 KiB each) are ~2 MB here; an
-#: unbounded buffer of the whole backlog grows by far more than this (the old design
-#: grew by ~40 MB in this very test)
+#: unbounded buffer of the whole backlog grows by far more than this (the design before
+#: issue 12 grew by 37 MB in this very test, this one by 4 MB)
 GROWTH_BOUND_MB = 16
 
 
