@@ -19,7 +19,7 @@ INVENTORY ?= inventories/sandbox.yaml
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
 
-.PHONY: help setup venv image render demo demo-down test check lint golden lock bench-push bench-launch bench-validate bench-collective clean
+.PHONY: help setup venv image render demo demo-down test check lint golden lock bench-push bench-launch bench-validate bench-collective bench-scale clean
 
 help:
 	@echo "make demo        set up this machine, build the cpu image, start a $(NODES)-node sandbox, run ddp-smoke on it"
@@ -32,6 +32,7 @@ help:
 	@echo "make lock        refresh $(LOCK) from pyproject.toml (needs uv; UV_ARGS=--upgrade for newest versions)"
 	@echo "make bench-push / bench-launch / bench-collective [BENCH_ARGS=...]   benchmarks (root; create their own sandboxes)"
 	@echo "make bench-validate [BENCH_ARGS=...]            inventory validation at 1k/10k/100k nodes (no root)"
+	@echo "make bench-scale [BENCH_ARGS=...]               a chatty job on 16 nodes: clusterctl's memory, every line counted (root)"
 
 setup:
 	$(SUDO) env VENV=$(VENV) bash scripts/setup-host
@@ -111,6 +112,9 @@ bench-validate: $(CLUSTERCTL)
 
 bench-collective: $(CLUSTERCTL)
 	$(SUDO) $(VENV)/bin/python benchmarks/collective.py $(BENCH_ARGS)
+
+bench-scale: $(CLUSTERCTL)
+	$(SUDO) $(VENV)/bin/python benchmarks/scale.py $(BENCH_ARGS)
 
 clean:
 	rm -rf dockerfiles/*/ .pytest_cache

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import threading
+import time
 
 from clusterctl.cluster.containers import split_timestamp
 from clusterctl.run import logs
@@ -97,3 +98,61 @@ def test_lines_from_files_without_merged_log_reads_node_files(tmp_path, monkeypa
     rec = _record(tmp_path, monkeypatch)
     logs.save_node_log(rec, "node2", ["x", "y"])
     assert list(logs.lines_from_files(rec)) == [("node2", "x"), ("node2", "y")]
+
+
+def test_a_full_merge_queue_makes_producers_wait_and_loses_nothing(tmp_path):
+    """Backpressure, not buffering: with the writer stopped, a producer fills the bounded
+    queue and then waits in put; once the writer drains again every line arrives, once,
+    in order (issue 12: a chatty job must not grow clusterctl's memory, nor lose lines)."""
+    out = io.StringIO()
+    sink = logs.LogSink({"n1": 0}, run_dir=tmp_path, stream=out, color=False)
+    merger = logs.Merger(sink, max_lines=50)
+    produced: list[int] = []
+
+    def produce() -> None:
+        cb = merger.callback("n1")
+        for k in range(2000):
+            cb(f"line {k}")
+            produced.append(k)
+
+    t = threading.Thread(target=produce, daemon=True)
+    t.start()
+    deadline = time.monotonic() + 10
+    while merger.queue.qsize() < 50 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.2)
+    assert merger.queue.qsize() == 50 and len(produced) <= 51 and t.is_alive()  # waiting, not buffering
+    while t.is_alive() or merger.queue.qsize():
+        merger.drain(timeout=0.01)
+    sink.close()
+    assert out.getvalue().splitlines() == [f"n1[0]| line {k}" for k in range(2000)]
+    assert (tmp_path / "n1.log").read_text().splitlines() == [f"line {k}" for k in range(2000)]
+
+
+def test_drain_with_a_budget_returns_while_producers_keep_up(tmp_path):
+    """A flood of lines must not keep the supervisor's drain from returning (its failures and
+    Ctrl-C wait behind it): with a budget, drain returns although the queue never empties."""
+    sink = logs.LogSink({"n1": 0}, stream=io.StringIO(), color=False)
+    merger = logs.Merger(sink, max_lines=100)
+    stop = threading.Event()
+
+    def flood() -> None:
+        k = 0
+        while not stop.is_set():
+            merger.put("n1", f"line {k}")
+            k += 1
+
+    t = threading.Thread(target=flood, daemon=True)
+    t.start()
+    got: list[int] = []
+    drainer = threading.Thread(target=lambda: got.append(merger.drain(timeout=1.0, budget=0.2)),
+                               daemon=True)
+    try:
+        t0 = time.monotonic()
+        drainer.start()
+        drainer.join(10)
+        took = time.monotonic() - t0
+        assert not drainer.is_alive(), "drain kept writing while the producer kept up"
+    finally:
+        stop.set()
+    assert got and got[0] > 0 and took < 5.0, (got, took)

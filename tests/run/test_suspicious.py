@@ -64,3 +64,39 @@ def test_findings_keep_the_first_lines_and_the_summary_names_exit_125():
                               "collective-library error (gloo); exit status 125")
     assert text[1] == f"  node2[1]| {ERRORS[5][1]}" and len(text) == 6
     assert summary_lines([]) == []
+
+
+# What a slower node's torchrun agent printed after ddp-smoke SUCCEEDED on 16 sandbox nodes
+# (issue 12): node rank 0's agent, which hosts the store, had left the exit barrier and
+# exited; the agent logs the store's error and exits 0.  No collective was involved.
+_P = "E1123 12:29:04.933000 1 torch/distributed/elastic/agent/server/api.py:1008]"
+EXIT_BARRIER_REPORT = [
+    "[W1123 12:29:04.902775167 TCPStore.cpp:138] [c10d] recvValueWithTimeout failed on SocketImpl("
+    "fd=4, addr=[node8]:50574, remote=[node1]:29500): Failed to recv, got 0 bytes. Connection was "
+    "likely closed. Did the remote server shutdown or crash?",
+    "Exception raised from recvBytes at /__w/pytorch/pytorch/torch/csrc/distributed/c10d/Utils.hpp:787 "
+    "(most recent call first):",
+    "frame #2: c10::DistNetworkError::DistNetworkError(c10::SourceLocation, std::__cxx11::basic_string"
+    "<char, std::char_traits<char>, std::allocator<char> >) + 0x72 (0x7f872a392022 in /usr/local/lib/"
+    "python3.11/dist-packages/torch/lib/libc10.so)",
+    f"{_P} Error waiting on exit barrier. Elapsed: 0.10817790031433105 seconds",
+    f"{_P} Traceback (most recent call last):",
+    f"{_P}     store.wait([last_member_key])",
+    f"{_P} torch.distributed.DistNetworkError: Failed to recv, got 0 bytes. Connection was likely "
+    "closed. Did the remote server shutdown or crash?",
+]
+
+
+def test_torchruns_exit_barrier_report_is_no_collective_error():
+    assert findings([("node8", 7, t) for t in EXIT_BARRIER_REPORT]) == []
+
+
+def test_the_same_error_outside_the_exit_barrier_still_counts():
+    # without the report's first line, the traceback's last line is an error like any other
+    assert [f.library for f in findings([("node8", 7, EXIT_BARRIER_REPORT[-1])])] == ["torch.distributed"]
+    # the report marks its own node's lines, not another node's
+    lines = [("node8", 7, t) for t in EXIT_BARRIER_REPORT[:4]] + [("node2", 1, EXIT_BARRIER_REPORT[-1])]
+    assert [f.node for f in findings(lines)] == ["node2"]
+    # nor a later record of the same node (another time stamp)
+    later = EXIT_BARRIER_REPORT[-1].replace("12:29:04.933000", "12:31:00.000001")
+    assert len(findings([("node8", 7, t) for t in [*EXIT_BARRIER_REPORT, later]])) == 1

@@ -31,6 +31,7 @@ from datetime import datetime
 
 from pydantic import BaseModel
 
+from clusterctl.cluster.transport import STREAM_WINDOW_SIZE
 from clusterctl.core.deadline import bounded
 
 LABEL_PREFIX = "io.clusterctl."
@@ -156,8 +157,13 @@ def split_timestamp(line: str) -> tuple[str, str]:
 
 
 def follow_logs(conn, container: str, on_line: Callable[[str], None], *, tail: int | None = None) -> None:
-    """Stream ``docker logs --follow`` of ``container`` to ``on_line`` until it ends."""
-    conn.stream(docker_logs_argv(container, follow=True, tail=tail), on_line)
+    """Stream ``docker logs --follow`` of ``container`` to ``on_line`` until it ends.
+
+    A small SSH window (STREAM_WINDOW_SIZE): while ``on_line`` waits (the merged
+    output's backpressure), at most that much output waits here; the rest stays in the
+    container's log on the node."""
+    conn.stream(docker_logs_argv(container, follow=True, tail=tail), on_line,
+                window_size=STREAM_WINDOW_SIZE)
 
 
 def fetch_logs(conn, container: str, *, tail: int | None = None) -> list[tuple[str, str]]:

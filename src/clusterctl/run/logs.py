@@ -8,7 +8,14 @@ keep after a run) and the prefixed lines, in arrival order, to
 
 Producers (one thread per node, streaming ``docker logs -f`` over SSH) only put
 lines on a queue; a single consumer writes them, so lines never interleave
-mid-line and files need no locks.
+mid-line and files need no locks.  The queue is bounded (:data:`QUEUE_LINES`): when
+the consumer falls behind (a chatty job, a terminal slower than the nodes), a
+producer waits in ``put``, stops reading its SSH channel, the channel's window
+fills and ``docker logs`` on the node waits in turn; the lines wait in the
+container's log file on the node.  So clusterctl's memory stays bounded however
+much the job prints, and no line is dropped: backpressure, never loss.  The
+consumer writes in slices (:data:`DRAIN_SECONDS`), so a flood of lines never
+keeps the supervisor from noticing a failure or Ctrl-C.
 
 Contract: :class:`LogSink` and :class:`Merger` (the stream), :func:`start_followers`
 (live, one thread per node), :func:`live_containers` / :func:`show_from_nodes` /
@@ -42,6 +49,10 @@ _PALETTE = ("cyan", "magenta", "green", "yellow", "blue", "bright_red", "bright_
 _PREFIXED = re.compile(r"^(?P<node>[^\s\[\]|]+)\[(?P<rank>\d+)\]\| ?(?P<text>.*)\Z")
 
 KEEP_LAST = 20  # lines per node kept in memory for the first-failure summary
+# Lines between the node streams and the writer.  With 16 nodes x 625 lines/s this is
+# about 0.4 s of output, a few MB; a full queue makes the streams wait (backpressure).
+QUEUE_LINES = 4096
+DRAIN_SECONDS = 0.2  # the supervisor's drain() writes for at most this long, then looks around
 
 
 def prefix(node: str, rank: int) -> str:
@@ -123,16 +134,19 @@ class LogSink:
     def _emit(self, pre: str, text: str, rank: int) -> None:
         if self.color:
             console.out.print(Text.assemble((pre, style_for(rank)), text), soft_wrap=True)
-        else:
+        else:  # flushed by flush(), once per batch of lines: a write per line costs a syscall
             self.stream.write(pre + text + "\n")
-            self.stream.flush()
 
     def flush(self) -> None:
         for f in (*self._files.values(), self._merged):
             if f is not None:
                 f.flush()
+        if self.stream is not None and not self.color:
+            self.stream.flush()
 
     def close(self) -> None:
+        if self.stream is not None and not self.color:
+            self.stream.flush()
         for f in (*self._files.values(), self._merged):
             if f is not None:
                 f.close()
@@ -141,11 +155,17 @@ class LogSink:
 
 
 class Merger:
-    """Thread-safe funnel: producer threads ``put`` lines, one consumer ``drain``s them to a sink."""
+    """Thread-safe funnel: producer threads ``put`` lines, one consumer ``drain``s them to a sink.
 
-    def __init__(self, sink: LogSink) -> None:
+    The queue holds at most ``max_lines`` lines (0: unbounded, the design before issue 12,
+    kept for benchmarks/scale.py's comparison); ``put`` waits while it is full, which is
+    the backpressure that bounds memory (see the module docstring).  Only producer
+    threads may ``put``: the consumer would wait for itself.
+    """
+
+    def __init__(self, sink: LogSink, *, max_lines: int | None = None) -> None:
         self.sink = sink
-        self.queue: queue.Queue[Line] = queue.Queue()
+        self.queue: queue.Queue[Line] = queue.Queue(QUEUE_LINES if max_lines is None else max_lines)
 
     def put(self, node: str, text: str) -> None:
         self.queue.put(Line(node, text))
@@ -157,16 +177,23 @@ class Merger:
                 self.put(node, part)
         return on_line
 
-    def drain(self, timeout: float = 0.0) -> int:
-        """Write every queued line (waiting up to ``timeout`` for the first); returns how many."""
+    def drain(self, timeout: float = 0.0, *, budget: float | None = None) -> int:
+        """Write queued lines (waiting up to ``timeout`` for the first); returns how many.
+
+        Without ``budget``, until the queue is empty.  With it, for at most about
+        ``budget`` seconds: producers may refill the queue as fast as it empties, and a
+        caller with other duties (the supervisor: failures, Ctrl-C) must get its turn."""
         n = 0
         try:
             item = self.queue.get(timeout=timeout) if timeout > 0 else self.queue.get_nowait()
         except queue.Empty:
             return 0
+        end = None if budget is None else time.monotonic() + budget
         while True:
             self.sink.write(item.node, item.text)
             n += 1
+            if end is not None and n % 256 == 0 and time.monotonic() >= end:
+                break
             try:
                 item = self.queue.get_nowait()
             except queue.Empty:

@@ -18,7 +18,7 @@ With a hang timeout (``Settings.hang_timeout``), the supervisor also watches the
 merged output: when no rank has written a line for that long, the run is *hung*:
 the caller's ``on_hang`` (:func:`clusterctl.run.watchdog.dump_stacks`) dumps and
 compares every rank's stacks while the containers still run, then every container
-is stopped.  Every line is also given to :func:`clusterctl.run.suspicious.classify`:
+is stopped.  Every line is also given to :class:`clusterctl.run.suspicious.Scanner`:
 a run whose containers all exit 0 after a collective-library error in its output
 is *suspicious*, not succeeded.
 
@@ -58,7 +58,13 @@ from clusterctl.cluster.containers import (
 from clusterctl.cluster.transport import sshd_answers
 from clusterctl.core.deadline import bounded
 from clusterctl.run import flight, records, suspicious
-from clusterctl.run.logs import Merger, Source, keep_stopped_output, start_followers
+from clusterctl.run.logs import (
+    DRAIN_SECONDS,
+    Merger,
+    Source,
+    keep_stopped_output,
+    start_followers,
+)
 from clusterctl.run.watchdog import HANG_EXIT, HangReport
 
 NODE_LOST_EXIT = 255
@@ -150,7 +156,7 @@ class Settings:
     state_every: int = 5  # every Nth probe also reads the container state (backup for the waiter)
     stop_grace: int = 3  # `docker stop --time`: SIGTERM, then SIGKILL after this
     stop_timeout: float = 20.0  # deadline of one node's stop call
-    drain_timeout: float = 5.0  # wait for the streams' last lines after the end
+    drain_timeout: float = 5.0  # after the end, wait for the streams' last lines until none came for this long
     hang_timeout: float | None = None  # no output from any rank for this long: the run is hung
 
 
@@ -209,13 +215,14 @@ class Supervisor:
         self._last_output = time.time()  # the containers are running: the silence starts now
         self._hung_for: float | None = None
         self._collective: list[suspicious.Finding] = []
+        self._scanner = suspicious.Scanner()
         merger.sink.observers.append(self._observe)
 
     def _observe(self, node: str, rank: int, text: str) -> None:
         """Every output line: it ends the silence, and may show a collective-library error."""
         self._last_output = time.time()
         if len(self._collective) < suspicious.KEEP:
-            library = suspicious.classify(text)
+            library = self._scanner.classify(node, text)
             if library is not None:
                 self._collective.append(suspicious.Finding(node, rank, library, text))
 
@@ -308,7 +315,7 @@ class Supervisor:
 
     def _follow(self) -> None:
         while True:
-            self.merger.drain(timeout=0.1)
+            self.merger.drain(timeout=0.1, budget=DRAIN_SECONDS)
             self._handle_events()
             if self.stop_event.is_set() or self._failures:
                 return
@@ -409,12 +416,22 @@ class Supervisor:
                        hang, list(self._collective))
 
     def _join(self, followers: dict[str, threading.Thread], timeout: float) -> None:
-        """Give the log streams a moment to deliver the last lines (a lost node's never comes)."""
-        deadline = time.monotonic() + timeout
-        for node, t in followers.items():
-            if node not in self._lost:
-                t.join(max(0.0, deadline - time.monotonic()))
-        self.merger.drain()
+        """Write the log streams' last lines (a lost node's never come).
+
+        The streams may still hold a backlog when the containers have ended (the merged
+        output is written more slowly than the nodes printed: a chatty job, a slow
+        terminal; the backpressure of :class:`~clusterctl.run.logs.Merger` kept it on the
+        nodes), so this waits as long as lines keep coming, and gives up on the streams
+        only after ``timeout`` seconds in which none arrived."""
+        pending = [t for node, t in followers.items() if node not in self._lost]
+        last_line = time.monotonic()
+        while pending and time.monotonic() - last_line < timeout:
+            if self.merger.drain(timeout=0.05, budget=DRAIN_SECONDS):
+                last_line = time.monotonic()
+            pending = [t for t in pending if t.is_alive()]
+        # the rest of the queue: the streams have ended, or are silent
+        while self.merger.drain(budget=DRAIN_SECONDS):
+            pass
 
     def _final_states(self) -> dict[str, ContainerState | None]:
         """Every reachable node's container state at the end (bounded; lost nodes: None)."""

@@ -4,7 +4,8 @@ A training script that catches an exception, or a launcher that swallows a worke
 failure, can leave every process exiting 0 after NCCL (or gloo, oneCCL, CNCL) reported
 an error - SkyPilot #4421: a job shown as succeeded after an NCCL error on a worker.
 clusterctl reads every output line anyway (:mod:`clusterctl.run.logs`), so the
-supervisor gives each to :func:`classify`; when all containers exit 0 but a line
+supervisor gives each to a :class:`Scanner` (:func:`classify` with each node's context: the
+lines of torchrun's exit-barrier report are none); when all containers exit 0 but a line
 matched, the run ends *suspicious* (exit :data:`SUSPICIOUS_EXIT`), not succeeded, and
 the matching lines are in the summary and ``run.json``.
 
@@ -61,19 +62,53 @@ class Finding:
     line: str
 
 
+# A C++ stack frame of a torch exception ("frame #2: c10::DistNetworkError::DistNetworkError(...")
+# names a function, the error class's constructor among them; it reports nothing itself (the
+# exception's own message line does).
+_CPP_FRAME = re.compile(r"^frame #[0-9]+: ")
+# torchrun's exit barrier: once every local worker has SUCCEEDED, each node's agent waits in a
+# store barrier hosted by node rank 0's agent, which exits as soon as the barrier is complete.
+# A slower agent (16 nodes on a busy machine) then logs "Error waiting on exit barrier" with the
+# store's DistNetworkError, and exits 0 - after the training, not in a collective.  Its lines
+# share one glog prefix (level, date, time, pid, file:line), which marks the whole report.
+_GLOG_PREFIX = re.compile(r"^([IWEF][0-9]{4} [0-9:.]+ +[0-9]+ \S+:[0-9]+\])")
+_EXIT_BARRIER = re.compile(r"\] Error waiting on exit barrier\b")
+
+
 def classify(text: str) -> str | None:
     """The library whose error ``text`` (one output line) shows, else None."""
+    if _CPP_FRAME.match(text):
+        return None
     for library, pattern in PATTERNS:
         if pattern.search(text):
             return library
     return None
 
 
+class Scanner:
+    """:func:`classify` over each node's lines in order, with the context one line lacks: the
+    lines of torchrun's exit-barrier report (see ``_EXIT_BARRIER``) are no collective error."""
+
+    def __init__(self) -> None:
+        self._exit_barrier: dict[str, str] = {}  # node -> the glog prefix of its report
+
+    def classify(self, node: str, text: str) -> str | None:
+        m = _GLOG_PREFIX.match(text)
+        if m is not None:
+            if _EXIT_BARRIER.search(text):
+                self._exit_barrier[node] = m.group(1)
+                return None
+            if self._exit_barrier.get(node) == m.group(1):
+                return None
+        return classify(text)
+
+
 def findings(lines: Iterable[tuple[str, int, str]], keep: int = KEEP) -> list[Finding]:
     """The first ``keep`` lines of (node, rank, text) that show a collective error."""
     found: list[Finding] = []
+    scanner = Scanner()
     for node, rank, text in lines:
-        library = classify(text)
+        library = scanner.classify(node, text)
         if library is not None:
             found.append(Finding(node, rank, library, text))
             if len(found) >= keep:

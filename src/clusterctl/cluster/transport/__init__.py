@@ -38,6 +38,7 @@ from clusterctl.cluster.transport.connection import (
     DEAD_PEER_TIMEOUT,
     DEFAULT_CONNECT_TIMEOUT,
     KEEPALIVE_INTERVAL,
+    STREAM_WINDOW_SIZE,
     WINDOW_SIZE,
     NodeConnection,
     send_signal,
@@ -55,7 +56,7 @@ from clusterctl.cluster.transport.hostkeys import (
 
 __all__ = [
     "DEAD_PEER_TIMEOUT", "DEFAULT_CONNECT_TIMEOUT", "DEFAULT_FANOUT", "KEEPALIVE_INTERVAL",
-    "WINDOW_SIZE", "Cluster", "CommandResult", "HostKeyChanged", "HostKeyUnknown",
+    "STREAM_WINDOW_SIZE", "WINDOW_SIZE", "Cluster", "CommandResult", "HostKeyChanged", "HostKeyUnknown",
     "KnownHostsPolicy", "NodeConnection", "command_line", "default_known_hosts",
     "describe_error", "fingerprint", "record_host_key", "send_signal", "sshd_answers",
 ]
