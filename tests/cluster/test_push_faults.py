@@ -104,35 +104,11 @@ def _files_on_node(sandbox3, node: str, ref: str, names) -> dict[str, str]:
         subprocess.run([*docker, "rm", "-f", cid], capture_output=True)
 
 
-def _leftovers(sandbox3) -> list[str]:
-    """Relay directories of THIS sandbox left in /tmp (the nodes share the machine's /tmp
-    with other sessions' sandboxes: a directory is ours when its known_hosts names our nodes)."""
-    ours = set(sandbox3.nodes.values())
-    found = []
-    for d in Path("/tmp").glob("clusterctl-push.*"):
-        try:
-            hosts = {line.split()[0].strip("[]").split("]:")[0]
-                     for line in (d / "known_hosts").read_text().splitlines() if line.strip()}
-        except OSError:
-            hosts = set()
-        if not hosts or hosts & ours:
-            found.append(str(d))
-    netns = {os.stat(f"/run/netns/{sandbox3.netns(n)}").st_ino for n in sandbox3.nodes}
-    for proc in Path("/proc").iterdir():
-        try:
-            if proc.name.isdigit() and b"clusterctl-relay" in (proc / "cmdline").read_bytes() \
-                    and os.stat(proc / "ns" / "net").st_ino in netns:
-                found.append(f"process {proc.name}")
-        except OSError:
-            continue  # ended meanwhile
-    return found
-
-
 def _no_leftovers(sandbox3, wait: float = 60.0) -> list[str]:
     deadline = time.monotonic() + wait
-    while _leftovers(sandbox3) and time.monotonic() < deadline:
+    while sandbox3.relay_leftovers() and time.monotonic() < deadline:
         time.sleep(1)
-    return _leftovers(sandbox3)
+    return sandbox3.relay_leftovers()
 
 
 def _store_ids(sandbox3, node: str) -> set[str]:
