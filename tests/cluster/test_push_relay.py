@@ -15,7 +15,6 @@ import hashlib
 import io
 import os
 import secrets
-import subprocess
 import tarfile
 import threading
 import time
@@ -69,15 +68,6 @@ def _forget(docker_client, sandbox3, *images) -> None:
             pass
 
 
-def _leftovers() -> list[str]:
-    """What a relay push could leave on a node (the nodes share this file system and
-    process table): its temporary directories and its processes."""
-    dirs = [p for p in os.listdir("/tmp") if p.startswith("clusterctl-push.")]
-    ps = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
-    procs = [line for line in ps.splitlines() if "clusterctl-relay" in line]
-    return dirs + procs
-
-
 def _digest(path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
@@ -110,7 +100,7 @@ def test_relay_push_feeds_the_nodes_through_each_other_and_the_head_sends_once(
     for node in nodes:
         assert _node_id(sandbox3, node, image.ref) == image.id
     # nothing left behind: no directory, no process, no key
-    assert _leftovers() == []
+    assert sandbox3.relay_leftovers() == []
     assert _digest(authorized) == before
 
     again = distribute.push_image(image.ref, load_inventory(sandbox3.inventory_path),
@@ -216,9 +206,9 @@ def test_relay_node_whose_link_dies_mid_stream_is_named_and_the_rest_finish(
         assert result.exit_code == 0, result.output
         assert _node_id(sandbox3, relay_node, image.ref) == image.id
         deadline = time.monotonic() + 120  # the lost node's own command ends and cleans up
-        while _leftovers() and time.monotonic() < deadline:
+        while sandbox3.relay_leftovers() and time.monotonic() < deadline:
             time.sleep(1)
-        assert _leftovers() == []
+        assert sandbox3.relay_leftovers() == []
     finally:
         _forget(docker_client, sandbox3, image)
 

@@ -230,6 +230,12 @@ def _traces(name: str) -> list[str]:
     state, data = sandbox.state_base() / name, sandbox.data_base() / name
     left += [f"dir {p}" for p in (state, data) if p.exists()]
     left += [f"process {p}" for p in sandbox.processes_using(state)]
+    mounts = Path("/proc/self/mountinfo").read_text().splitlines()
+    left += [f"mount {line.split()[4]}" for line in mounts
+             if line.split()[4].startswith((f"{state}/", f"{data}/")) or line.split()[4] in (str(state), str(data))]
+    for backing in Path("/sys/block").glob("loop*/loop/backing_file"):
+        if backing.read_text().strip().startswith(f"{data}/"):
+            left += [f"loop device {backing.parent.parent.name} of {backing.read_text().strip()}"]
     return left
 
 
@@ -338,6 +344,33 @@ def test_up_grow_shape_crash_and_down_leave_nothing(life_sandbox, sandbox3, tmp_
     # the other sandbox was not touched
     assert all(sandbox.port_open(ip) for ip in sandbox3.nodes.values())
     assert _traces(sandbox3.name)  # still up
+
+
+def test_a_small_data_root_is_a_disk_of_its_own_and_down_after_a_crash_removes_it(life_sandbox):
+    """limit_data_root: the node's dockerd on a loop-mounted ext4 of the size asked for;
+    undone, the node's own store is back; after a crash (dockerd killed, its bind mount
+    stacked on the loop mount, the state file lost) down leaves no mount and no loop device."""
+    sandbox.up(1, name=LIFE_NAME, subnet=LIFE_SUBNET, inventory_path=life_sandbox)
+    node = sandbox.load(LIFE_NAME).node("node1")
+    root = node.daemon.data_root
+    sandbox.node_docker(LIFE_NAME, "node1", "volume", "create", "mine", check=True)
+    sandbox.limit_data_root(LIFE_NAME, "node1", "64M")
+    st = os.statvfs(root)
+    assert 48 << 20 <= st.f_blocks * st.f_frsize <= 64 << 20  # ext4 keeps some for itself
+    assert sandbox.node_docker(LIFE_NAME, "node1", "info", "--format", "{{.DockerRootDir}}",
+                               check=True).stdout.strip() == str(root)
+    assert sandbox.node_docker(LIFE_NAME, "node1", "volume", "ls", "-q", check=True).stdout.split() == []
+    assert any(t.startswith("loop device") for t in _traces(LIFE_NAME))
+    sandbox.limit_data_root(LIFE_NAME, "node1", None)
+    assert not any(t.startswith("loop device") for t in _traces(LIFE_NAME))
+    assert not sandbox.storage.image_file(node).exists()
+    assert sandbox.node_docker(LIFE_NAME, "node1", "volume", "ls", "-q", check=True).stdout.split() == ["mine"]
+
+    sandbox.limit_data_root(LIFE_NAME, "node1", "64M")
+    assert sandbox.kill_dockerd(LIFE_NAME, "node1")
+    (sandbox.state_base() / LIFE_NAME / "sandbox.json").unlink()
+    assert sandbox.down(LIFE_NAME)
+    assert _traces(LIFE_NAME) == []
 
 
 def test_down_cleans_debris_without_a_state_file(life_sandbox):

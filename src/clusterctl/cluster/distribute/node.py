@@ -10,7 +10,9 @@ connection.  Contract:
 * :class:`PushResult` - how the image got to the node;
 * :class:`PushProgress` - the events a caller (the CLI's display) receives,
   from worker threads; :class:`NoProgress` ignores them;
-* :func:`node_has_image`, :func:`node_chain_ids` - what the node's engine holds.
+* :func:`node_has_image`, :func:`node_chain_ids` - what the node's engine holds;
+* :func:`load_failure` - a failed ``docker load`` in the user's terms: the node's
+  daemon stopped during it, or its disk is full (and where), else docker's words.
 
 A node failing is a result (``status == "failed"`` with the node's own
 words), never an exception: the other nodes carry on.
@@ -150,6 +152,51 @@ def tag_on_node(conn, image: SourceImage) -> None:
         conn.run(["docker", "tag", image.id, image.ref], timeout=120, check=True)
 
 
+#: what the docker CLI says when its daemon goes away under it (killed, stopped, restarted)
+#: (not "unexpected EOF": a truncated input stream says that too, with the daemon fine)
+_DAEMON_GONE = re.compile(r"(error during connect|cannot connect to the docker daemon|"
+                          r"is the docker daemon running|connection reset by peer|"
+                          r"use of closed network connection)", re.I)
+_NO_SPACE = re.compile(r"no space left on device", re.I)
+
+
+def _daemon_answers(conn) -> bool:
+    try:
+        return conn.run(["docker", "version", "--format", "{{.Server.Version}}"], timeout=30).ok
+    except NodeError:
+        return False
+
+
+def _data_root(conn) -> str | None:
+    try:
+        r = conn.run(["docker", "info", "--format", "{{.DockerRootDir}}"], timeout=30)
+    except NodeError:
+        return None
+    return r.stdout.strip() if r.ok and r.stdout.strip() else None
+
+
+def load_failure(conn, exit_code: int, stderr: str) -> NodeError:
+    """Why ``docker load`` failed on the node, as a NodeError a user can act on.
+
+    Disk full: docker's ENOSPC, with the daemon's data root to free space in.
+    Daemon stopped: the CLI lost its daemon mid-load (or none answers now).
+    Asks the node (``docker version``/``docker info``) only once a load failed."""
+    words = " ".join(stderr.split())
+    if len(words) > 300:
+        words = "..." + words[-300:]
+    said = f" (docker load exited {exit_code}: {words or 'no message'})"
+    if _NO_SPACE.search(stderr):
+        root = _data_root(conn)
+        where = f" in the docker data root {root}" if root else ""
+        return NodeError(conn.name, f"no space left on device{where} during docker load; free "
+                         f"space there and push again{said}")
+    if _DAEMON_GONE.search(stderr) or not _daemon_answers(conn):
+        now = "it answers again now" if _daemon_answers(conn) else "it is not running now"
+        return NodeError(conn.name, f"docker daemon stopped during docker load ({now}); start "
+                         f"it and push again{said}")
+    return NodeError(conn.name, f"docker load exited {exit_code}: {words or 'no message'}")
+
+
 def _loaded_id(stdout: str) -> str | None:
     m = re.search(r"Loaded image ID: (sha256:[0-9a-f]{64})", stdout)
     return m.group(1) if m else None
@@ -214,7 +261,7 @@ def _stream_to_node(conn, image: SourceImage, plan: NodePlan, source: SharedSave
         raise NodeError(conn.name, f"the local image stream broke: {e}") from None
     result = conn.wait_channel(chan, argv)
     if not result.ok:
-        result.check()
+        raise load_failure(conn, result.exit_code, result.stderr)
     if broken is not None:
         raise NodeError(conn.name, f"sending the image failed: {broken}")
     loaded = _loaded_id(result.stdout)

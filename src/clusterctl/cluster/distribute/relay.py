@@ -62,6 +62,7 @@ from clusterctl.cluster.distribute.node import (
     NodePlan,
     PushProgress,
     PushResult,
+    load_failure,
     node_has_image,
     tag_on_node,
 )
@@ -589,8 +590,7 @@ def _finish(run: _NodeRun, image: SourceImage, plan: NodePlan,
         if run.lost:
             raise NodeError(run.name, run.lost)
         if run.exit_code != 0:
-            tail = "; ".join(run.stderr_tail) or "no message"
-            raise NodeError(run.name, f"docker load exited {run.exit_code}: {tail}")
+            raise load_failure(run.conn, run.exit_code, "\n".join(run.stderr_tail))
         m = _LOADED.search(run.stdout)
         loaded = m.group(1) if m else None
         if loaded != image.id:

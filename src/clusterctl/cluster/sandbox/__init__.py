@@ -16,13 +16,15 @@ The package, lowest layer first (each module imports only those above it):
 - ``processes``: host tools, a node's dockerd in its netns, pidfiles, cgroups, killing;
 - ``network``: bridge, netns, veth pairs, forward rule, tc shaping, link up/down;
 - ``sshd``: keys, each node's sshd, the sandbox's known_hosts;
+- ``storage``: a node's data root on a small loop-mounted file system; unmounting, loop devices;
 - ``inventory_file``: the inventory ``up`` writes and ``down`` removes;
 - ``slurm``: ``up --slurm``'s Slurm cluster: slurm.conf (pure), munged, slurmctld, a slurmd per node;
 - ``lifecycle``: validation, locking, ``up``, ``down``, ``status``.
 
 Contract (what the CLI, benchmarks and tests use): ``up``, ``down``, ``status``,
 ``load``, ``names``; failure-test helpers ``stop_sshd``, ``start_sshd``,
-``set_link``, ``shape_link``, ``node_docker``, ``port_open``; the model ``Sandbox``/``SandboxNode``
+``set_link``, ``shape_link``, ``node_docker``, ``port_open``, ``kill_dockerd``,
+``restart_dockerd``, ``limit_data_root``; the model ``Sandbox``/``SandboxNode``
 and the defaults ``DEFAULT_NAME``, ``DEFAULT_SUBNET``, ``DEFAULT_INVENTORY``; for Slurm
 (``up(..., with_slurm=True)``): ``Sandbox.slurm_conf`` (the path for ``SLURM_CONF``),
 ``SLURM_PARTITION``, ``slurm_node_states``, ``render_slurm_conf``.
@@ -67,21 +69,26 @@ from clusterctl.cluster.sandbox.processes import (
     CGROUP_ROOT,
     NODE_DOCKERD_ARGS,
     in_netns,
+    kill_dockerd,
     node_docker,
     processes_using,
+    restart_dockerd,
 )
 from clusterctl.cluster.sandbox.slurm import PARTITION as SLURM_PARTITION
 from clusterctl.cluster.sandbox.slurm import node_states as slurm_node_states
 from clusterctl.cluster.sandbox.slurm import render_conf as render_slurm_conf
 from clusterctl.cluster.sandbox.sshd import port_open, sshd_running, start_sshd, stop_sshd
+from clusterctl.cluster.sandbox.storage import limit_data_root
 
 __all__ = [
     "CGROUP_ROOT", "DEFAULT_INVENTORY", "DEFAULT_NAME", "DEFAULT_SUBNET", "INTERFACE",
     "INVENTORY_MARKER", "MAX_NODES", "NODE_DOCKERD_ARGS", "NODE_OFFSET", "SSH_USER",
     "NodeStatus", "SLURM_PARTITION", "Sandbox", "SandboxNode", "SandboxStatus",
     "check_bandwidth", "check_name", "check_nodes", "check_slots", "data_base", "down",
-    "free_subnet", "in_netns", "inventory_text", "load", "names", "node_docker", "node_for",
+    "free_subnet", "in_netns", "inventory_text", "kill_dockerd", "limit_data_root", "load", "names",
+    "node_docker", "node_for",
     "parse_subnet", "port_open", "processes_using", "render_slurm_conf", "require_environment",
+    "restart_dockerd",
     "set_link", "shape_link", "slurm_node_states",
     "sshd_running", "start_sshd", "state_base", "status", "stop_sshd", "up", "write_inventory",
 ]

@@ -5,7 +5,8 @@ nodes and a smaller one removes the extra ones; a sandbox that did not exist
 before and fails to come up is removed again.  ``down`` derives everything from
 the name, not only from the state file, so it also cleans up after a crash or a
 lost /run: daemons by pidfile, then whatever is left in each netns, in the node's
-cgroup or names the node's directory.  Up and down of one name are serialised by
+cgroup or names the node's directory, then mounts and loop devices (a small data
+root, see ``storage``).  Up and down of one name are serialised by
 a lock file.
 
 Contract: :func:`up`, :func:`down`, :func:`status` (:class:`SandboxStatus`,
@@ -22,14 +23,13 @@ import fcntl
 import ipaddress
 import re
 import shutil
-import subprocess
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from clusterctl.cluster import dockerd
-from clusterctl.cluster.sandbox import network, processes, slurm, sshd
+from clusterctl.cluster.sandbox import network, processes, slurm, sshd, storage
 from clusterctl.cluster.sandbox.inventory_file import (
     check_inventory_ours,
     check_inventory_writable,
@@ -228,7 +228,9 @@ def _remove_node(node: SandboxNode) -> None:
     processes.terminate(processes.processes_using(node.dir))
     processes.remove_cgroups(node.cgroup)
     _remove_tree(node.dir)
-    _remove_tree(node.daemon.data_root)
+    _remove_tree(node.daemon.data_root)  # unmounts a small data root (limit_data_root) first
+    storage.detach_loops(storage.image_file(node))
+    storage.image_file(node).unlink(missing_ok=True)
 
 
 def _remove_nodes(nodes: list[SandboxNode]) -> None:
@@ -238,24 +240,11 @@ def _remove_nodes(nodes: list[SandboxNode]) -> None:
             list(pool.map(_remove_node, nodes))
 
 
-def _unmount_under(path: Path) -> None:
-    """Lazily unmount what a killed dockerd left mounted below ``path`` (deepest first)."""
-    prefix = str(path) + "/"
-    mounts = []
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/self/mountinfo").read_text().splitlines():
-            target = line.split()[4].replace("\\040", " ")
-            if target.startswith(prefix) or target == str(path):
-                mounts.append(target)
-    for target in sorted(set(mounts), key=len, reverse=True):
-        subprocess.run(["umount", "-l", target], capture_output=True)
-
-
 def _remove_tree(path: Path) -> None:
     if path.is_symlink() or path.is_file():
         path.unlink()
     elif path.exists():
-        _unmount_under(path)
+        storage.unmount_all(path)  # what a killed dockerd left mounted, a loop mount
         shutil.rmtree(path, ignore_errors=True)
 
 
@@ -303,6 +292,7 @@ def _teardown(name: str) -> bool:
     for path in (state_base() / name, data_base() / name):
         found = found or path.exists()
         _remove_tree(path)
+    storage.detach_loops(data_base() / name)  # a loop device still held when it was unmounted
     (state_base() / f".{name}.lock").unlink(missing_ok=True)
     return found
 

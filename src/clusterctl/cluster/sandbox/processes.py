@@ -7,6 +7,7 @@ separate machines, and puts its containers in the node's cgroup, where ``down``
 finds them even after the daemon died.
 
 Contract: :func:`run` (a host tool, failures as messages), :func:`start_dockerd`,
+for failure tests :func:`kill_dockerd` / :func:`restart_dockerd` by sandbox and node name,
 :func:`node_docker`, :func:`in_netns`, :func:`stop_pid`, :func:`terminate`,
 :func:`netns_pids`, :func:`processes_using`, :func:`cgroup_dirs`, :func:`remove_cgroups`.
 Imports only the model of the sandbox package.
@@ -67,6 +68,24 @@ def start_dockerd(node: SandboxNode) -> None:
         raise NodeError(node.name, e.message) from None
     except OSError as e:  # its state or data directory cannot be made
         raise NodeError(node.name, f"cannot start dockerd: {e}") from None
+
+
+def kill_dockerd(name: str, node: str) -> bool:
+    """SIGKILL a node's dockerd, as a crash would (its containerd lives on, and the next
+    dockerd takes it over); True when one was running."""
+    n = load(name).node(node)
+    pid = dockerd.read_pid(n.daemon.pidfile)
+    if pid is None:
+        return False
+    terminate([pid], grace=0)
+    with contextlib.suppress(ChildProcessError):  # started by this process: no zombie left
+        os.waitpid(pid, os.WNOHANG)
+    return True
+
+
+def restart_dockerd(name: str, node: str) -> None:
+    """(Re)start a node's dockerd: the counterpart of kill_dockerd (one running is kept)."""
+    start_dockerd(load(name).node(node))
 
 
 def node_docker(name: str, node: str, *args: str, check: bool = False) -> subprocess.CompletedProcess:
