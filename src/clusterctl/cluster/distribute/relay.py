@@ -88,17 +88,20 @@ NODE_SCRIPT = r"""
 d=$1; z=$2; fed=$3; shift 3
 trap 'rm -rf "$d"' EXIT
 trap 'exit 143' TERM
+trap 'exit 129' HUP
 cut -d' ' -f5 /proc/$$/stat > "$d/pgid"
 : > "$d/progress"
 # every 2 s: tell the head how far dd got; stop everything when the stream stalls for
-# $STALL s before it is complete (a dead feeder or head) or the head's session is gone
+# $STALL s before it is complete (a dead feeder or head) or the head's session is gone.
+# The stall is measured on the clock, not in rounds of this loop: on a busy node a round
+# takes longer than 2 s, and counting rounds let a stalled node wait minutes past $STALL.
 { trap '' PIPE
-  last=-1; idle=0
+  last=-1; since=$(date +%s)
   while sleep 2 < /dev/null > /dev/null 2>&1; do
     now=$(wc -c < "$d/progress") || break
-    if [ "$now" = "$last" ]; then idle=$((idle + 2)); else idle=0; last=$now; fi
-    grep -q "records out" "$d/progress" && idle=0
-    [ "$idle" -ge "$STALL" ] && break
+    t=$(date +%s) || break
+    if [ "$now" != "$last" ] || grep -q "records out" "$d/progress"; then since=$t; last=$now; fi
+    [ $((t - since)) -ge "$STALL" ] && break
     echo "clusterctl-alive $(tr '\r' '\n' < "$d/progress" | grep bytes | tail -n 1)" >&2 || break
   done
   kill -TERM 0; } < /dev/null > /dev/null &
