@@ -1,25 +1,42 @@
 """Benchmark: how fast `launch` gets a job running, and how fast it tears one down.
 
-Prints two figures on a sandbox of real emulated nodes (own sshd + dockerd each):
+Prints, on a sandbox of real emulated nodes (own sshd + dockerd each; the nodes
+share this machine's cores, 2 on the reference machine, so every figure that waits
+on them grows with node count for that reason alone):
 
-* seconds from calling launch() to every container running, for 1, 2 and 4
-  nodes (preflight + start; the image is already on the nodes, so no push),
-  split into preflight-and-plan and start;
-* seconds from a rank's failure (its container's FinishedAt on its node) to
-  the last other container stopped, on 4 nodes.
+* launch -> every container running at 1, 4, 8 and 16 nodes (detached, the image
+  already on the nodes, so no push), with the two kinds of work kept apart:
+
+  - host work: CPU seconds of the clusterctl process itself (all its threads:
+    ``time.process_time``), for preflight+plan and for the start calls.  This is the
+    honest figure for "work on the machine running clusterctl": it does not count
+    the nodes' sshd, docker CLI and dockerd, which in the sandbox run on the same
+    cores but are not clusterctl's work;
+  - wall seconds of each phase, which is mostly waiting on the nodes (node work);
+
+  each for this design and for the previous one (paramiko's 0.1 s reader wake-up per
+  connection), alternated in the same run, with T(16)/T(1);
+* the same host work for the whole ``clusterctl launch --detach`` process (imports
+  included: what a user's machine spends on one command), from its rusage;
+* rank failure -> last other container stopped, at 4 and 16 nodes, split into
+  detection (the failing container's FinishedAt to the follow loop seeing it) and the
+  stop calls (``docker stop`` on every other node in parallel), for this design (a
+  1 s fail-fast grace, ``Settings.fail_grace``) and the previous one (the 3 s grace
+  of an interactive stop), alternated.  The job's ranks are python as the
+  container's PID 1, which ignores SIGTERM: they cost exactly the grace.
 
 Run as root (the sandbox creates network namespaces and daemons), with the
 local engine up and an image that has python3 (default: the base target's tag,
 which `make demo` builds on the way to the cpu image):
 
     sudo make bench-launch        # or: sudo .venv/bin/python benchmarks/launch.py
-        [--image REF] [--repeat 3]
+        [--image REF] [--repeat 2] [--nodes 1,4,8,16]
 
 It creates its own sandbox (name "blaunch", 10.213.63.0/24; change with
 --name/--subnet) and removes it at the end, also on failure or Ctrl-C.  Bad
-input (an image the engine lacks, --repeat below 1, a malformed --name or
---subnet, not root, no engine) is one message saying what is valid and exit
-status 2, before the sandbox is made.
+input (an image the engine lacks, --repeat below 1, bad --nodes, a malformed
+--name or --subnet, not root, no engine) is one message saying what is valid and
+exit status 2, before the sandbox is made.
 """
 
 from __future__ import annotations
@@ -27,11 +44,15 @@ from __future__ import annotations
 import argparse
 import io
 import os
+import resource
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
@@ -39,13 +60,16 @@ import yaml
 from clusterctl.build import targets
 from clusterctl.cluster import distribute, engine, sandbox
 from clusterctl.cluster.inventory import load_inventory
-from clusterctl.cluster.transport import Cluster
+from clusterctl.cluster.transport import Cluster, connection
 from clusterctl.core.errors import ClusterctlError
 from clusterctl.run import launch, records, supervise
 from clusterctl.run.jobs import load_job
 
 REPO = Path(__file__).resolve().parent.parent
 JOB = REPO / "tests" / "fixtures" / "jobs" / "fail-rank.yaml"   # moved with the test fixtures
+OLD_READER_WAKEUP = 0.1    # paramiko's own (Transport._active_check_timeout), the previous design
+OLD_FAIL_GRACE = supervise.Settings.stop_grace   # the previous design stopped with the same grace
+SHARED = "(nodes share this machine's cores)"
 
 
 def inventory_for(full: Path, n: int, out: Path) -> Path:
@@ -56,44 +80,100 @@ def inventory_for(full: Path, n: int, out: Path) -> Path:
     return out
 
 
-def time_to_running(inv_path: Path, image: str) -> tuple[float, float]:
-    """(seconds to all running, of which preflight and plan) for one detached launch, then stop."""
+@contextmanager
+def design(old: bool):
+    """The transport as the previous design had it (``old``) or as it is now."""
+    saved = connection.READER_WAKEUP
+    connection.READER_WAKEUP = OLD_READER_WAKEUP if old else saved
+    try:
+        yield
+    finally:
+        connection.READER_WAKEUP = saved
+
+
+@dataclass
+class Launch:
+    wall: float          # launch() called -> every container running
+    wall_pre: float      # of which preflight + plan
+    cpu: float           # CPU seconds of this process over the same span
+    cpu_pre: float       # of which preflight + plan
+
+    @property
+    def wall_start(self) -> float:
+        return self.wall - self.wall_pre
+
+    @property
+    def cpu_start(self) -> float:
+        return self.cpu - self.cpu_pre
+
+
+def time_to_running(inv_path: Path, image: str) -> Launch:
+    """One detached launch, timed by wall clock and by this process's CPU, then stopped."""
     inventory = load_inventory(inv_path)
     job = load_job(JOB)
-    marks: dict[str, float] = {}
+    marks: dict[str, tuple[float, float]] = {}
     real_start = launch.start_all
 
     def timed_start(*a, **kw):
-        marks["start"] = time.monotonic()
+        marks["start"] = (time.monotonic(), time.process_time())
         return real_start(*a, **kw)
 
+    def running(_record) -> None:
+        marks.setdefault("running", (time.monotonic(), time.process_time()))
+
     launch.start_all = timed_start
-    t0 = time.monotonic()
+    t0, c0 = time.monotonic(), time.process_time()
     try:
         result = launch.launch(job, inventory, image=image, overrides={"FAIL_RANK": "99"},
-                               detach=True, push=False,
-                               on_started=lambda rec: marks.setdefault("running", time.monotonic()))
+                               detach=True, push=False, on_started=running)
     finally:
         launch.start_all = real_start
     with Cluster(inventory) as cluster:
         supervise.stop_run(cluster, result.record, grace=0)
-    return marks["running"] - t0, marks["start"] - t0
+    (t1, c1), (ts, cs) = marks["running"], marks["start"]
+    return Launch(t1 - t0, ts - t0, c1 - c0, cs - c0)
 
 
-def time_to_teardown(inv_path: Path, image: str) -> tuple[float, float]:
-    """(failure -> last container stopped by node clocks, teardown call seconds), 4 nodes."""
+def process_cpu(inv_path: Path, image: str, env: dict[str, str]) -> tuple[float, float]:
+    """(CPU s, wall s) of a whole ``clusterctl launch --detach`` process, then the run stopped."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.monotonic()
+    res = subprocess.run([sys.executable, "-m", "clusterctl", "launch", str(JOB), "--nodes", str(inv_path),
+                          "--image", image, "--set", "FAIL_RANK=99", "--detach", "--json"],
+                         capture_output=True, text=True, env=env)
+    wall = time.monotonic() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if res.returncode != 0:
+        raise ClusterctlError(f"clusterctl launch --detach exited {res.returncode}: {res.stderr.strip()[-400:]}")
+    run_id = yaml.safe_load(res.stdout)["run_id"]
+    with Cluster(load_inventory(inv_path)) as cluster:
+        supervise.stop_run(cluster, records.load(run_id), grace=0)
+    return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), wall
+
+
+@dataclass
+class Teardown:
+    node_clock: float    # failing container's FinishedAt -> last other container's FinishedAt
+    detection: float     # failing container's FinishedAt -> the follow loop saw it
+    stop_calls: float    # the parallel docker stop calls
+
+
+def time_to_teardown(inv_path: Path, image: str, grace: int) -> Teardown:
+    """A followed run whose last rank fails after 4 s; where the teardown's time went.
+
+    Detection compares a node's clock with this machine's: in the sandbox they are the
+    same clock (the nodes are namespaces of this machine)."""
     inventory = load_inventory(inv_path)
     last = str(len(inventory.nodes) - 1)
     result = launch.launch(load_job(JOB), inventory, image=image, push=False, stream=io.StringIO(),
-                           overrides={"FAIL_RANK": last, "FAIL_AFTER": "4"})
+                           overrides={"FAIL_RANK": last, "FAIL_AFTER": "4"},
+                           settings=supervise.Settings(fail_grace=grace))
     out = result.outcome
     assert out.first_failure is not None and out.exit_code == 3, supervise.summary_lines(out)
     stopped = [st.finished.timestamp() for n, st in out.containers.items()
                if st is not None and st.finished and n != out.first_failure.node]
-    return max(stopped) - out.first_failure.time, out.teardown_seconds or 0.0
-
-
-NODES = 4   # the sandbox's size: the teardown figure is taken on 4 nodes
+    failed = out.first_failure.time
+    return Teardown(max(stopped) - failed, (out.noticed_at or failed) - failed, out.teardown_seconds or 0.0)
 
 
 def repeats(text: str) -> int:
@@ -103,11 +183,22 @@ def repeats(text: str) -> int:
     return int(text)
 
 
+def node_counts(text: str) -> list[int]:
+    """``--nodes``: comma-separated whole numbers from 1 to 64, 1 first (the ratios' base)."""
+    parts = text.split(",")
+    if not all(p.isdigit() and 1 <= int(p) <= 64 for p in parts) or parts[0] != "1":
+        raise argparse.ArgumentTypeError(f'"{text}": give node counts like 1,4,8,16 '
+                                         "(whole numbers 1 to 64, starting with 1)")
+    return sorted({int(p) for p in parts})
+
+
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--image", default=targets.resolve("base").tag,
                     help="local image with python3 (default: the base target's tag)")
-    ap.add_argument("--repeat", type=repeats, default=3, help="runs per figure")
+    ap.add_argument("--repeat", type=repeats, default=2, help="runs per figure and design")
+    ap.add_argument("--nodes", type=node_counts, default=[1, 4, 8, 16],
+                    help="node counts for the launch figures (default 1,4,8,16)")
     ap.add_argument("--name", default="blaunch", help="sandbox name")
     ap.add_argument("--subnet", default="10.213.63.0/24", help="sandbox subnet")
     return ap
@@ -116,7 +207,7 @@ def parser() -> argparse.ArgumentParser:
 def check(args: argparse.Namespace) -> None:
     """Every problem with the input or this machine, before the sandbox exists (exit 2)."""
     sandbox.check_name(args.name)
-    sandbox.parse_subnet(args.subnet, NODES)
+    sandbox.parse_subnet(args.subnet, max(args.nodes))
     sandbox.require_environment("benchmarks/launch.py")
     distribute.source_image(engine.client(), args.image)   # no engine, or no such image
 
@@ -131,34 +222,89 @@ def main(argv: list[str] | None = None) -> int:
         return e.exit_code
 
 
+def med(values) -> float:
+    return statistics.median(list(values))
+
+
 def run(args: argparse.Namespace) -> int:
     tmp = Path(tempfile.mkdtemp(prefix="bench-launch-"))
     os.environ["CLUSTERCTL_RUNS"] = str(tmp / "runs")
+    size = max(args.nodes)
     try:
-        print(f"sandbox {args.name}: {NODES} nodes ...", flush=True)
-        sb = sandbox.up(NODES, name=args.name, subnet=args.subnet, inventory_path=tmp / "all.yaml")
+        print(f"sandbox {args.name}: {size} nodes, sharing this machine's {os.cpu_count()} cores ...", flush=True)
+        sb = sandbox.up(size, name=args.name, subnet=args.subnet, inventory_path=tmp / "all.yaml")
         full = Path(sb.inventory_path)
         t = time.monotonic()
         with Cluster(load_inventory(full)) as cluster:
             launch.push_image(cluster, args.image)
-        print(f"image {args.image} pushed to {NODES} nodes in {time.monotonic() - t:.1f}s (not counted)")
-        print("\nlaunch -> all containers running (detached launch, image present):")
-        print(f"{'nodes':>5} {'median s':>9} {'min s':>7} {'preflight+plan s':>17}")
-        for n in (1, 2, 4):
-            inv = inventory_for(full, n, tmp / f"n{n}.yaml")
-            samples = [time_to_running(inv, args.image) for _ in range(args.repeat)]
-            totals = [s[0] for s in samples]
-            print(f"{n:>5} {statistics.median(totals):>9.2f} {min(totals):>7.2f} "
-                  f"{statistics.median(s[1] for s in samples):>17.2f}", flush=True)
-        print("\nrank failure -> last other container stopped (4 nodes):")
-        for _ in range(args.repeat):
-            node_clock, call = time_to_teardown(full, args.image)
-            print(f"  {node_clock:.2f}s by the nodes' clocks (teardown call {call:.2f}s)", flush=True)
+        print(f"image {args.image} pushed to {size} nodes in {time.monotonic() - t:.1f}s (not counted)")
+        invs = {n: inventory_for(full, n, tmp / f"n{n}.yaml") for n in args.nodes}
+        launches(args, invs)
+        whole_process(args, invs)
+        teardowns(args, full, invs)
         print(f"\n(run records in {records.runs_dir()}, removed with the sandbox)")
     finally:
         sandbox.down(args.name)
         shutil.rmtree(tmp, ignore_errors=True)
     return 0
+
+
+def launches(args: argparse.Namespace, invs: dict[int, Path]) -> None:
+    print(f"\nlaunch -> all containers running (detached, image present), median of {args.repeat};"
+          f"\nhost = CPU s of the clusterctl process (all threads); wall = mostly waiting on the nodes {SHARED}")
+    print(f"{'nodes':>5} {'design':>6} {'host CPU s':>10} {'preflight+plan':>14} {'start':>6}"
+          f" {'wall s':>7} {'preflight+plan':>14} {'start':>6}")
+    got: dict[tuple[int, bool], list[Launch]] = {}
+    for n, inv in invs.items():
+        for _ in range(args.repeat):
+            for old in (False, True):   # alternated: both designs see the same load
+                with design(old):
+                    got.setdefault((n, old), []).append(time_to_running(inv, args.image))
+        for old in (False, True):
+            s = got[(n, old)]
+            print(f"{n:>5} {'old' if old else 'new':>6} {med(x.cpu for x in s):>10.3f} "
+                  f"{med(x.cpu_pre for x in s):>14.3f} {med(x.cpu_start for x in s):>6.3f} "
+                  f"{med(x.wall for x in s):>7.2f} {med(x.wall_pre for x in s):>14.2f} "
+                  f"{med(x.wall_start for x in s):>6.2f}", flush=True)
+    lo, hi = min(invs), max(invs)
+    for old in (False, True):
+        a, b = got[(lo, old)], got[(hi, old)]
+        print(f"T({hi})/T({lo}) {'old' if old else 'new'}: host CPU {med(x.cpu for x in b) / med(x.cpu for x in a):.1f}x"
+              f" (preflight+plan {med(x.cpu_pre for x in b) / med(x.cpu_pre for x in a):.1f}x),"
+              f" wall {med(x.wall for x in b) / med(x.wall for x in a):.1f}x {SHARED}")
+    new, old = got[(hi, False)], got[(hi, True)]
+    print(f"new/old host CPU at {hi} nodes: {med(x.cpu for x in new) / med(x.cpu for x in old):.2f}")
+
+
+def whole_process(args: argparse.Namespace, invs: dict[int, Path]) -> None:
+    print("\nwhole `clusterctl launch --detach` process (imports included), median of "
+          f"{args.repeat}:\n{'nodes':>5} {'CPU s':>6} {'wall s':>7}")
+    env = {**os.environ, "CLUSTERCTL_PLAIN": "1"}
+    cpu = {}
+    for n, inv in invs.items():
+        s = [process_cpu(inv, args.image, env) for _ in range(args.repeat)]
+        cpu[n] = med(c for c, _ in s)
+        print(f"{n:>5} {cpu[n]:>6.2f} {med(w for _, w in s):>7.2f}", flush=True)
+    lo, hi = min(invs), max(invs)
+    print(f"T({hi})/T({lo}): CPU {cpu[hi] / cpu[lo]:.2f}x")
+
+
+def teardowns(args: argparse.Namespace, full: Path, invs: dict[int, Path]) -> None:
+    print("\nrank failure -> last other container stopped (node clocks), median of "
+          f"{args.repeat};\nnew: fail-fast grace {supervise.Settings.fail_grace}s, old: {OLD_FAIL_GRACE}s "
+          "(the ranks ignore SIGTERM: python as PID 1)")
+    print(f"{'nodes':>5} {'design':>6} {'failure->stopped s':>18} {'detection s':>11} {'stop calls s':>12}")
+    for n in sorted({min(4, max(invs)), max(invs)}):
+        inv = invs.get(n) or inventory_for(full, n, full.parent / f"n{n}.yaml")
+        got: dict[bool, list[Teardown]] = {}
+        for _ in range(args.repeat):
+            for old in (False, True):
+                grace = OLD_FAIL_GRACE if old else supervise.Settings.fail_grace
+                got.setdefault(old, []).append(time_to_teardown(inv, args.image, grace))
+        for old in (False, True):
+            s = got[old]
+            print(f"{n:>5} {'old' if old else 'new':>6} {med(x.node_clock for x in s):>18.2f} "
+                  f"{med(x.detection for x in s):>11.2f} {med(x.stop_calls for x in s):>12.2f}", flush=True)
 
 
 if __name__ == "__main__":

@@ -154,6 +154,44 @@ def test_failing_rank_ends_the_run_with_its_code(clean_nodes, cpu_image, runs_di
         assert run_containers(sb, node, record.run_id, running=True) == [], node
 
 
+GRACEFUL = """import os, signal, sys, time
+rank = int(os.environ["NODE_RANK"])
+def term(signum, frame):
+    print("rank %d got SIGTERM" % rank)
+    time.sleep(2.5)
+    print("rank %d flushed" % rank)
+    sys.exit(0)
+signal.signal(signal.SIGTERM, term)
+print("rank %d started" % rank)
+if rank == 0:
+    time.sleep(4)
+    sys.exit(3)
+time.sleep(3600)
+"""
+
+
+@pytest.mark.sandbox
+@pytest.mark.docker
+@pytest.mark.slow
+def test_fail_fast_gives_the_others_sigterm_then_kills_them_after_the_fail_grace(
+        clean_nodes, cpu_image, runs_dir, tmp_path):
+    """A rank fails: the others get SIGTERM (their handler runs) and SIGKILL after fail_grace
+    (1 s), not after the 3 s an interactive stop gives: their 2.5 s "flush" never ends."""
+    sb = clean_nodes
+    job = load_job(write_job(tmp_path, "graceful", cpu_image, GRACEFUL))
+    result = launch.launch(job, load_inventory(sb.inventory_path), stream=open(os.devnull, "w"),  # noqa: SIM115
+                           settings=supervise.Settings(fail_grace=1))
+    out = result.outcome
+    print(f"teardown {out.teardown_seconds:.2f}s, detection {out.noticed_at - out.first_failure.time:.2f}s")
+    assert result.exit_code == 3 and out.first_failure.node == "node1", supervise.summary_lines(out)
+    for node, rank in (("node2", 1), ("node3", 2)):
+        text = (runs_dir / result.run_id / f"{node}.log").read_text()
+        assert f"rank {rank} got SIGTERM" in text, text           # SIGTERM reached the program
+        assert f"rank {rank} flushed" not in text, text           # killed after the 1 s grace
+        assert out.exit_codes[node] == 137, out.exit_codes
+        assert run_containers(sb, node, result.run_id) == [], node
+
+
 @pytest.mark.sandbox
 @pytest.mark.docker
 @pytest.mark.slow

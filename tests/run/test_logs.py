@@ -58,6 +58,22 @@ def test_merger_keeps_each_threads_lines_whole_and_in_order(tmp_path):
     assert len(sink.last["n5"]) == logs.KEEP_LAST
 
 
+def test_wake_ends_a_waiting_drain_at_once_and_writes_nothing(tmp_path):
+    """The supervisor's news (a rank exited) must not wait behind drain's timeout for output."""
+    out = io.StringIO()
+    sink = logs.LogSink({"n1": 0}, run_dir=tmp_path, stream=out, color=False)
+    merger = logs.Merger(sink)
+    threading.Timer(0.2, merger.wake).start()
+    t0 = time.monotonic()
+    assert merger.drain(timeout=30) == 0
+    assert time.monotonic() - t0 < 10          # woken, not timed out
+    merger.put("n1", "after the wake")
+    merger.wake()
+    assert merger.drain(timeout=30) == 1       # lines queued with a wake are still written
+    sink.close()
+    assert out.getvalue() == "n1[0]| after the wake\n"
+
+
 def test_colour_on_a_terminal_keeps_text_verbatim(capsys):
     """Coloured output goes through rich; markup-like text must come out as written."""
     sink = logs.LogSink({"node1": 0}, stream=io.StringIO(), color=True)

@@ -96,6 +96,10 @@ def launch(
         help="When no rank has written output for this long (e.g. 10m, 90s): dump every rank's "
              "Python stacks (py-spy) into runs/<id>/stacks/, name the odd ranks, stop the run, "
              "exit 124. Default: the job's hang_timeout, else none.")] = None,
+    fail_grace: Annotated[int, typer.Option(
+        "--fail-grace", min=0, metavar="SECONDS",
+        help="After a rank fails, the other containers get SIGTERM and this many seconds "
+             "before SIGKILL (the run is doomed already; Ctrl-C gives 3).")] = supervise.Settings.fail_grace,
 ) -> None:
     """Run JOB on every node: one `docker run --net=host` container per node with its rank
     environment, all output merged and prefixed, fail-fast; exits with the job's outcome.
@@ -140,7 +144,8 @@ def launch(
         typer.echo(plan.render_dry_run(plans, json=json_), nl=False)
         return
     result = _launch(spec, inventory, overrides, image=image, detach=detach, run_id=run_id,
-                     accept_new_host_keys=accept_new_host_keys, json_=json_, hang_timeout=hang)
+                     accept_new_host_keys=accept_new_host_keys, json_=json_, hang_timeout=hang,
+                     settings=supervise.Settings(fail_grace=fail_grace))
     _report(result, detach=detach, json_=json_)
     raise typer.Exit(result.exit_code)
 
@@ -197,7 +202,7 @@ def _duration(option: str, text: str | None) -> float | None:
 
 
 def _launch(spec, inventory, overrides, *, image, detach, run_id, accept_new_host_keys, json_,
-            hang_timeout=None):
+            hang_timeout=None, settings=None):
     def started(record: records.RunRecord) -> None:
         err.print(f"run {record.run_id}: {len(record.nodes)} containers running "
                   f"(logs in {record.dir})", markup=False)
@@ -208,6 +213,7 @@ def _launch(spec, inventory, overrides, *, image, detach, run_id, accept_new_hos
             accept_new_host_keys=accept_new_host_keys or None, handle_signals=True,
             stream=sys.stderr if json_ else sys.stdout, progress=PlainProgress(err if json_ else None),
             argv=["clusterctl", *sys.argv[1:]], on_started=started, hang_timeout=hang_timeout,
+            settings=settings,
             on_warning=lambda node, text: err.print(f"{node}: warning: {text}", markup=False))
     except launching.PreflightFailed as e:
         print_table("preflight", preflight.COLUMNS,

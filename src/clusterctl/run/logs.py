@@ -154,6 +154,9 @@ class LogSink:
         self._merged = None
 
 
+_WAKE = Line("", "")   # queued by Merger.wake: no output, only a reason to stop waiting
+
+
 class Merger:
     """Thread-safe funnel: producer threads ``put`` lines, one consumer ``drain``s them to a sink.
 
@@ -169,6 +172,16 @@ class Merger:
 
     def put(self, node: str, text: str) -> None:
         self.queue.put(Line(node, text))
+
+    def wake(self) -> None:
+        """Make a ``drain`` that waits for a line return now (news other than output arrived).
+
+        Never waits: when the queue is full the consumer is draining anyway and looks
+        at its news after its budget."""
+        try:
+            self.queue.put_nowait(_WAKE)
+        except queue.Full:
+            pass
 
     def callback(self, node: str) -> Callable[[str], None]:
         """An ``on_line`` for one node's stream: splits chunks into lines."""
@@ -190,8 +203,9 @@ class Merger:
             return 0
         end = None if budget is None else time.monotonic() + budget
         while True:
-            self.sink.write(item.node, item.text)
-            n += 1
+            if item is not _WAKE:
+                self.sink.write(item.node, item.text)
+                n += 1
             if end is not None and n % 256 == 0 and time.monotonic() >= end:
                 break
             try:

@@ -9,7 +9,9 @@ peer failed; the rank that failed first is buried in the logs.  So:
   call is bounded in time: a node whose link is down never answers, and nothing
   here may wait on it without a deadline);
 * the first non-zero exit or lost node ends the follow; every other container
-  of the run is stopped in parallel with a short grace time;
+  of the run is stopped in parallel: SIGTERM, then SIGKILL after
+  ``Settings.fail_grace`` (1 s: the run is doomed, see :class:`Settings`);
+  Ctrl-C, SIGTERM and a hang give ``Settings.stop_grace`` (3 s);
 * the failure reported is the one that happened FIRST by time - the
   container's own ``FinishedAt`` on its node, or a lost node's last sign of
   life - not the first one noticed, nor the first node in the inventory.
@@ -154,7 +156,12 @@ class Settings:
     probe_timeout: float = 6.0  # one probe's deadline
     lost_after: float = 15.0  # no SSH answer for this long: the node is lost
     state_every: int = 5  # every Nth probe also reads the container state (backup for the waiter)
-    stop_grace: int = 3  # `docker stop --time`: SIGTERM, then SIGKILL after this
+    stop_grace: int = 3  # `docker stop --time` on Ctrl-C / SIGTERM / hang: SIGTERM, then SIGKILL after this
+    # `docker stop --time` when a rank failed (fail-fast): the run is doomed already (its
+    # peers wait on a collective that can never complete), so the others get SIGTERM and a
+    # short grace to flush, not the interactive stop's.  A program that ignores SIGTERM (a
+    # python without a handler as the container's PID 1) costs exactly this long.
+    fail_grace: int = 1
     stop_timeout: float = 20.0  # deadline of one node's stop call
     drain_timeout: float = 5.0  # after the end, wait for the streams' last lines until none came for this long
     hang_timeout: float | None = None  # no output from any rank for this long: the run is hung
@@ -178,6 +185,10 @@ class Outcome:
     hang: HangReport | None = None  # the watchdog found the run hung
     collective_errors: list[suspicious.Finding] = field(default_factory=list)
     flight: dict[str, list[str] | str] = field(default_factory=dict)  # node -> flight recorder dumps kept
+    # where the time from a failure to the teardown went (epoch seconds, this machine's
+    # clock): when the follow loop saw the end, and when the stop calls returned
+    noticed_at: float | None = None
+    stopped_at: float | None = None
 
 
 @dataclass(frozen=True)
@@ -228,18 +239,23 @@ class Supervisor:
 
     # --- threads -------------------------------------------------------------------------
 
+    def _news(self, ev: _Event) -> None:
+        """Queue an event and wake the follow loop at once (it waits for output lines)."""
+        self._events.put(ev)
+        self.merger.wake()
+
     def _wait(self, src: Source) -> None:
         """Waiter: ``docker wait`` returns the exit code as soon as the container ends."""
         try:
             code = wait_container(self.cluster.connection(src.node), src.container)
         except ContainerGone:
-            self._events.put(_Event("exit", src.node, exit_code=NODE_LOST_EXIT,
+            self._news(_Event("exit", src.node, exit_code=NODE_LOST_EXIT,
                                     reason="the container was removed on the node by someone else"))
             return
         except Exception:  # noqa: BLE001 - the prober judges an unreachable node
             return
         if code is not None:
-            self._events.put(_Event("exit", src.node, exit_code=code))
+            self._news(_Event("exit", src.node, exit_code=code))
 
     def _probe(self, src: Source) -> None:
         """Prober: a bounded SSH round trip every probe_interval; silence means lost.
@@ -292,7 +308,7 @@ class Supervisor:
                                                             connect_timeout=max(0.2, s.probe_interval / 4)):
                     last_ok, silent_since = time.time(), None
             if silent_since is not None and time.time() - silent_since >= s.lost_after:
-                self._events.put(_Event("lost", src.node, at=last_ok, reason=(
+                self._news(_Event("lost", src.node, at=last_ok, reason=(
                     f"no reply for {time.time() - silent_since:.0f}s ({reason})")))
                 return
             if n % s.state_every == 0 and silent_since is None:
@@ -335,7 +351,7 @@ class Supervisor:
             except Exception:  # noqa: BLE001 - slow or failing: the next round tries again
                 return
             if states:  # nothing found may just be a busy daemon: the waiter sees a removal
-                self._events.put(_Event("state", src.node, state=states[0]))
+                self._news(_Event("state", src.node, state=states[0]))
 
         threading.Thread(target=read, name=f"state-{src.node}", daemon=True).start()
 
@@ -383,9 +399,12 @@ class Supervisor:
         t0 = time.monotonic()
         if teardown:
             to_stop = [n for n in self.sources if n not in self._exit_codes and n not in self._lost]
+            fail_fast = self._hung_for is None and not self.stop_event.is_set()
             not_stopped = stop_containers(self.cluster, {n: self.sources[n].container for n in to_stop},
-                                          grace=s.stop_grace, timeout=s.stop_timeout)
+                                          grace=s.fail_grace if fail_fast else s.stop_grace,
+                                          timeout=s.stop_timeout)
         teardown_seconds = time.monotonic() - t0 if teardown else None
+        stopped_at = time.time() if teardown else None
         self._join(followers, s.drain_timeout)
         states = self._final_states()
         # News that arrives now is about containers we stopped (or late news that
@@ -413,7 +432,7 @@ class Supervisor:
                        not_stopped, teardown_seconds,
                        {n: list(d) for n, d in self.merger.sink.last.items()},
                        [n for n in to_stop if n not in failed_first],
-                       hang, list(self._collective))
+                       hang, list(self._collective), noticed_at=cut, stopped_at=stopped_at)
 
     def _join(self, followers: dict[str, threading.Thread], timeout: float) -> None:
         """Write the log streams' last lines (a lost node's never come).
