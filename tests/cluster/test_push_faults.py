@@ -28,6 +28,7 @@ from typer.testing import CliRunner
 from clusterctl.cli import app
 from clusterctl.cluster import distribute
 from clusterctl.cluster.distribute import relay
+from tests.fixtures.images import random_layers_image
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.docker, pytest.mark.slow]
 
@@ -38,20 +39,7 @@ runner = CliRunner()
 
 
 def _build(client, tag: str) -> tuple[distribute.SourceImage, dict[str, str]]:
-    """FROM scratch, one COPY layer of random bytes per size; returns the image and the
-    sha256 of every file, to read back from a node."""
-    files = {f"f{i}-{os.urandom(4).hex()}": os.urandom(n) for i, n in enumerate(LAYERS)}
-    docker = "FROM scratch\n" + "".join(f"COPY {name} /{name}\n" for name in files)
-    ctx = io.BytesIO()
-    with tarfile.open(fileobj=ctx, mode="w") as tar:
-        for name, data in {**files, "Dockerfile": docker.encode()}.items():
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-    ctx.seek(0)
-    client.images.build(fileobj=ctx, custom_context=True, tag=tag, rm=True)
-    return (distribute.source_image(client, tag),
-            {name: hashlib.sha256(data).hexdigest() for name, data in files.items()})
+    return random_layers_image(client, tag, LAYERS)
 
 
 @pytest.fixture

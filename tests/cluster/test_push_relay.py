@@ -12,10 +12,7 @@ from __future__ import annotations
 
 import glob
 import hashlib
-import io
-import os
 import secrets
-import tarfile
 import threading
 import time
 import types
@@ -28,6 +25,7 @@ from clusterctl.cluster import distribute
 from clusterctl.cluster.distribute import relay
 from clusterctl.cluster.inventory import load_inventory
 from clusterctl.core.errors import NodeError
+from tests.fixtures.images import random_layers_image
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.docker, pytest.mark.slow]
 
@@ -39,18 +37,7 @@ runner = CliRunner()
 
 
 def _build(client, tag: str, layers: list[int], base: str = "scratch") -> distribute.SourceImage:
-    """``tag``: FROM base plus one COPY layer of random bytes per size in ``layers``."""
-    files = {f"f{i}-{os.urandom(4).hex()}": os.urandom(n) for i, n in enumerate(layers)}
-    docker = f"FROM {base}\n" + "".join(f"COPY {name} /{name}\n" for name in files)
-    ctx = io.BytesIO()
-    with tarfile.open(fileobj=ctx, mode="w") as tar:
-        for name, data in {**files, "Dockerfile": docker.encode()}.items():
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-    ctx.seek(0)
-    client.images.build(fileobj=ctx, custom_context=True, tag=tag, rm=True)
-    return distribute.source_image(client, tag)
+    return random_layers_image(client, tag, layers, base)[0]
 
 
 def _node_id(sandbox3, node: str, ref: str) -> str | None:
