@@ -52,6 +52,7 @@ from clusterctl.cluster.inventory.model import (
 from clusterctl.cluster.inventory.slurm import SLURM_WORD, inventory_from_slurm, is_slurm
 from clusterctl.cluster.inventory.yaml import read_yaml
 from clusterctl.core.errors import UserError, did_you_mean
+from clusterctl.core.gcpause import paused_gc
 from clusterctl.core.yamlfile import Problem, read_text
 
 __all__ = [
@@ -72,12 +73,14 @@ def load_inventory(path: str | os.PathLike) -> Inventory:
     The word ``slurm`` instead of a path: the nodes of the Slurm allocation this process
     runs in (:func:`~clusterctl.cluster.inventory.slurm.inventory_from_slurm`)."""
     if is_slurm(path):
-        return inventory_from_slurm(os.environ)
+        with paused_gc():  # a large allocation: millions of acyclic objects (see core.gcpause)
+            return inventory_from_slurm(os.environ)
     path = Path(path)
     text = _read(path)
-    if detect_format(path, text) == "hostfile":
-        return read_hostfile(path, text)
-    return read_yaml(path, text)
+    with paused_gc():
+        if detect_format(path, text) == "hostfile":
+            return read_hostfile(path, text)
+        return read_yaml(path, text)
 
 
 def _read(path: Path) -> str:
