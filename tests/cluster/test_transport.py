@@ -151,6 +151,27 @@ def test_stream_delivers_lines_while_the_command_still_runs(loopback_sshd, tmp_p
     assert lines == ["ready", "done", "tail"]
 
 
+def test_stream_passes_a_huge_line_on_in_bounded_pieces_and_keeps_a_secret_whole(loopback_sshd):
+    """A node prints 300,000 characters without a newline: the stream hands them on in
+    pieces of at most MAX_LINE as they come (bounded memory), loses none, and does not cut
+    through the secret written across the first cut point."""
+    from clusterctl.core.lines import MAX_LINE
+    secret = "tok-5ecret-XYZ"
+    head = MAX_LINE - 5          # the secret straddles the natural cut at MAX_LINE
+    script = ('head -c "$1" /dev/zero | tr "\\0" a; printf %s "$2"; '
+              'head -c 300000 /dev/zero | tr "\\0" b; echo; echo end')
+    lines: list[str] = []
+    with _cluster(loopback_sshd) as cluster:
+        code = cluster.connection("node1").stream(["sh", "-c", script, "sh", str(head), secret],
+                                                  lines.append, timeout=60, keep_whole=[secret])
+    assert code == 0
+    assert lines[-1] == "end"
+    pieces = lines[:-1]
+    assert "".join(pieces) == "a" * head + secret + "b" * 300000
+    assert max(map(len, pieces)) <= MAX_LINE and len(pieces) >= 5
+    assert sum(p.count(secret) for p in pieces) == 1
+
+
 def test_stream_can_keep_stderr_apart(loopback_sshd):
     out, err = [], []
     with _cluster(loopback_sshd) as cluster:

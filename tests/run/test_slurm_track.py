@@ -146,3 +146,31 @@ def test_settle_records_a_job_slurm_forgot_from_the_task_records(tmp_path, monke
     assert saved.first_failure.last_lines == ["bye"]
     assert track.output_lines(saved) == [("node1", "hello"), ("node2", "bye")]
     assert not track.settle(saved, slurm3.env(), grace=0)          # settled once: idempotent
+
+
+def test_output_tail_labels_the_pieces_of_a_huge_line_and_masks_a_secret_across_a_cut(tmp_path):
+    """srun --label prefixes a line once; a 200,000-character line is passed on in pieces
+    (bounded memory) that all stay with their task's node, Slurm's own lines stay out, and a
+    secret written across the natural cut point is masked, not split into two halves."""
+    from clusterctl.core.lines import MAX_LINE
+    from clusterctl.run import logs
+    secret = "hunter2-secret-value"
+    out = tmp_path / "slurm-7.out"
+    sink = logs.LogSink({"n1": 0, "n2": 1}, run_dir=tmp_path / "run", redact=[secret])
+    tail = track.OutputTail(out, sink)
+    tail.nodes = ["n1", "n2"]
+    head = MAX_LINE - len("1: ") - 7
+    big = "1: " + "a" * head + secret + "b" * 200_000
+    with open(out, "w") as f:
+        f.write("0: hello\n")
+        f.write(big[:100_000])     # the rest of the line is not written yet
+    tail.read()
+    with open(out, "a") as f:
+        f.write(big[100_000:] + "\nsrun: error: task 3 exited\n0: bye\n")
+    tail.read(final=True)
+    sink.close()
+    n2 = (tmp_path / "run" / "n2.log").read_text().splitlines()
+    assert (tmp_path / "run" / "n1.log").read_text().splitlines() == ["hello", "bye"]
+    assert "".join(n2) == "a" * head + logs.MASK + "b" * 200_000
+    assert len(n2) >= 4 and max(map(len, n2)) <= MAX_LINE
+    assert secret not in (tmp_path / "run" / logs.MERGED_LOG).read_text()

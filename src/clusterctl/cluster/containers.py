@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -156,14 +156,16 @@ def split_timestamp(line: str) -> tuple[str, str]:
     return f"{m.group(1)}.{(m.group(2) or '').ljust(9, '0')}", m.group(3)
 
 
-def follow_logs(conn, container: str, on_line: Callable[[str], None], *, tail: int | None = None) -> None:
+def follow_logs(conn, container: str, on_line: Callable[[str], None], *, tail: int | None = None,
+                keep_whole: Sequence[str] = ()) -> None:
     """Stream ``docker logs --follow`` of ``container`` to ``on_line`` until it ends.
 
     A small SSH window (STREAM_WINDOW_SIZE): while ``on_line`` waits (the merged
     output's backpressure), at most that much output waits here; the rest stays in the
-    container's log on the node."""
+    container's log on the node.  ``keep_whole``: strings a cut of a very long line must not
+    split (the run's secrets, masked line by line downstream)."""
     conn.stream(docker_logs_argv(container, follow=True, tail=tail), on_line,
-                window_size=STREAM_WINDOW_SIZE)
+                window_size=STREAM_WINDOW_SIZE, keep_whole=keep_whole)
 
 
 def fetch_logs(conn, container: str, *, tail: int | None = None) -> list[tuple[str, str]]:

@@ -234,7 +234,8 @@ def start_followers(cluster, sources: Iterable[Source], merger: Merger, *,
 
 def _follow_one(cluster, src: Source, merger: Merger, tail: int | None) -> None:
     try:
-        follow_logs(cluster.connection(src.node), src.container, merger.callback(src.node), tail=tail)
+        follow_logs(cluster.connection(src.node), src.container, merger.callback(src.node), tail=tail,
+                    keep_whole=merger.sink.redact)
     except Exception as e:  # noqa: BLE001 - reported as a line; supervise judges the node
         merger.put(src.node, f"[clusterctl] log stream ended: {e}")
 

@@ -19,7 +19,6 @@ Contract: :class:`NodeConnection` (``open``, ``run``, ``stream``, ``exec_channel
 
 from __future__ import annotations
 
-import codecs
 import logging
 import math
 import os
@@ -38,6 +37,7 @@ from clusterctl.cluster.transport.commands import CommandResult, command_line, s
 from clusterctl.cluster.transport.describe import describe_error
 from clusterctl.cluster.transport.hostkeys import HostKeyChanged, host_key_name, secure
 from clusterctl.core.errors import NodeError
+from clusterctl.core.lines import LineSplitter
 
 # paramiko logs failures of its transport thread with full tracebacks (e.g. "Error
 # reading SSH protocol banner"); with no handler anywhere, Python's last-resort
@@ -235,7 +235,7 @@ class NodeConnection:
     def stream(self, argv: Sequence[str], on_line: Callable[[str], None], *,
                timeout: float | None = None,
                on_stderr_line: Callable[[str], None] | None = None,
-               window_size: int = WINDOW_SIZE) -> int:
+               window_size: int = WINDOW_SIZE, keep_whole: Sequence[str] = ()) -> int:
         """Run argv, calling ``on_line`` with each output line (no newline) as it arrives.
 
         stdout and stderr lines both go to ``on_line`` unless ``on_stderr_line``
@@ -243,12 +243,14 @@ class NodeConnection:
         ``window_size``: the channel's receive window, the most output that waits
         here, unread, while ``on_line`` blocks (the node's command then waits):
         :data:`STREAM_WINDOW_SIZE` bounds what a long-lived stream can hold.
+        A line longer than ``core.lines.MAX_LINE`` characters comes in pieces of at most that
+        size, never cut inside one of the ``keep_whole`` strings (the secrets a log sink masks).
         """
         argv = [os.fspath(a) for a in argv]
         chan = self._channel(argv, window_size=window_size)
         chan.shutdown_write()
-        out = _LineSplitter(on_line)
-        err = _LineSplitter(on_stderr_line or on_line)
+        out = LineSplitter(on_line, keep_whole=keep_whole)
+        err = LineSplitter(on_stderr_line or on_line, keep_whole=keep_whole)
         try:
             return self._pump(chan, argv, self._timeout(timeout), out.feed, err.feed)
         finally:
@@ -399,27 +401,6 @@ def _start_feeding(chan: paramiko.Channel, data: bytes | None) -> threading.Thre
 
 def _decode(data: bytes | bytearray) -> str:
     return bytes(data).decode("utf-8", errors="replace")
-
-
-class _LineSplitter:
-    """Turn chunks of bytes into complete decoded lines for a callback."""
-
-    def __init__(self, on_line: Callable[[str], None]) -> None:
-        self.on_line = on_line
-        self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        self.pending = ""
-
-    def feed(self, data: bytes) -> None:
-        self.pending += self.decoder.decode(data)
-        *lines, self.pending = self.pending.split("\n")
-        for line in lines:
-            self.on_line(line.removesuffix("\r"))
-
-    def flush(self) -> None:
-        self.pending += self.decoder.decode(b"", final=True)
-        if self.pending:
-            self.on_line(self.pending.removesuffix("\r"))
-            self.pending = ""
 
 
 def sshd_answers(address: tuple[str, int], timeout: float, *, connect_timeout: float | None = None) -> bool:

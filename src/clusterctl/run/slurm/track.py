@@ -34,6 +34,7 @@ from pathlib import Path
 
 import hostlist
 
+from clusterctl.core.lines import LineSplitter
 from clusterctl.run import logs, records, supervise
 from clusterctl.run.slurm import script as slurm_script
 from clusterctl.run.slurm.client import (
@@ -47,6 +48,7 @@ from clusterctl.run.slurm.tasks import TaskRecord, outcome_of, read_task_records
 
 STOP_REQUEST = "stop-request.json"
 POLL_INTERVAL = 1.0       # seconds between reads of the job's output
+READ_CHUNK = 1 << 20      # bytes read from the output file at a time
 QUEUE_EVERY = 2.0         # seconds between squeue calls
 END_GRACE = 10.0          # after the job left the queue: wait this long for the tasks' records
 SACCT_FIELDS = ("JobID", "State", "ExitCode", "Start", "End", "NodeList")
@@ -307,31 +309,43 @@ class OutputTail:
     def __init__(self, path: Path, sink: logs.LogSink, *, node: str | None = None) -> None:
         self.path, self.sink, self.only = path, sink, node
         self.nodes: list[str] = []      # task id (= node rank) -> node name, once known
-        self._pos, self._partial, self._held = 0, "", []
+        self._pos, self._held = 0, []
+        self._task: int | None = None   # the task of the line being read (its cut pieces' too)
+        self._lines = LineSplitter(self._line, on_continued=self._continued, keep_whole=sink.redact)
 
     def read(self, final: bool = False) -> None:
+        """What the file gained since the last read, in bounded chunks (a job's output may
+        grow by gigabytes; one line is bounded by core.lines.MAX_LINE)."""
+        got = False
         try:
-            with open(self.path, encoding="utf-8", errors="replace") as f:
+            with open(self.path, "rb") as f:
                 f.seek(self._pos)
-                data = f.read()
+                while data := f.read(READ_CHUNK):
+                    got = True
+                    self._lines.feed(data)
                 self._pos = f.tell()
         except FileNotFoundError:
             return
-        text = self._partial + data
-        lines = text.split("\n")
-        self._partial = "" if final else lines.pop()
-        for line in lines:
-            if line or final:
-                self._line(line)
+        if final:
+            self._lines.flush()
         self.flush_held()
-        if data:
+        if got:
             self.sink.flush()     # runs/<id>/ is what `clusterctl logs` reads during the run
 
     def _line(self, line: str) -> None:
         parsed = parse_label(line)
         if parsed is None:
+            self._task = None
             return          # Slurm's own lines ("srun: error: ..."): in slurm-<job>.out only
-        task, text = parsed
+        self._task, text = parsed
+        self._labelled(self._task, text)
+
+    def _continued(self, piece: str) -> None:
+        """A piece of a line longer than MAX_LINE: it belongs to that line's task."""
+        if self._task is not None:
+            self._labelled(self._task, piece)
+
+    def _labelled(self, task: int, text: str) -> None:
         if task < len(self.nodes):
             self._write(self.nodes[task], text)
         else:
