@@ -7,14 +7,15 @@ is shaped to a tenth of that, and the check must name it (a benchmark of a check
 finds nothing proves little).  Per node count it prints:
 
 * seconds to the verdict (run_check: preflight, containers, all-node all_reduce at
-  each size, every pair round, verdict), split into the time until the slowest
+  each size, the pair rounds (3 by default), verdict), split into the time until the slowest
   container had torch loaded and the time spent measuring;
 * the verdict, which must name the slow node (with an absolute --min-busbw at half the
   healthy link's rate, since with 2 nodes there is only one pair to compare);
+* the previous design, every pair (``--pair-rounds all``: n-1 rounds), where that is more
+  than the default 3 rounds (from 5 nodes), run right after on the same links;
 * the by-hand way for comparison: finding the node by running one 2-node all_reduce
   per pair, one pair after another (what an engineer with nccl-tests/torchrun does),
-  measured once for one pair here and multiplied by the n(n-1)/2 pairs.  There was no
-  previous design in clusterctl (this is its first collective check).
+  measured once for one pair here and multiplied by the n(n-1)/2 pairs.
 
 Run as root with the local engine up and the cpu image built (`make demo` builds it):
 
@@ -59,10 +60,12 @@ def inventory_for(full: Path, n: int, out: Path) -> Path:
     return out
 
 
-def one_check(inv_path: Path, image: str, min_busbw: float | None = None
+def one_check(inv_path: Path, image: str, min_busbw: float | None = None,
+              pair_rounds: int | None = model.DEFAULT_PAIR_ROUNDS
               ) -> tuple[collective.CheckResult, float]:
     options = collective.Options(sizes=SIZES, pair_bytes=PAIR_BYTES, iters=3, push=False,
-                                 thresholds=model.Thresholds(min_busbw=min_busbw))
+                                 thresholds=model.Thresholds(min_busbw=min_busbw),
+                                 pair_rounds=pair_rounds)
     t0 = time.monotonic()
     result = collective.run_check(load_inventory(inv_path), target="cpu", image=image,
                                   options=options)
@@ -156,13 +159,18 @@ def run(args: argparse.Namespace) -> int:
         print(f"one 2-node check (the by-hand way's unit): {pair_seconds:.1f}s, "
               f"{pair_result.verdict.message}", flush=True)
         print(f"\n{'nodes':>5} {'verdict s':>10} {'torch up s':>11} {'measuring s':>12} "
-              f"{'by hand s':>10} {'ratio':>6}  verdict")
+              f"{'all pairs s':>12} {'by hand s':>10} {'vs all':>7} {'vs hand':>8}  verdict")
         for n in args.nodes:
             slow = f"node{n}"   # the last node of this cut
             sandbox.shape_link(sb.name, slow, tenth(args.bandwidth))
+            every: float | None = None
             try:
-                result, seconds = one_check(inventory_for(full, n, tmp / f"n{n}.yaml"), args.image,
-                                            min_busbw=floor)
+                inv = inventory_for(full, n, tmp / f"n{n}.yaml")
+                result, seconds = one_check(inv, args.image, min_busbw=floor)
+                if len(model.round_robin(n)) > model.DEFAULT_PAIR_ROUNDS:
+                    previous, every = one_check(inv, args.image, min_busbw=floor, pair_rounds=None)
+                    if previous.verdict.named != result.verdict.named:
+                        print(f"{'':>5} every pair named {previous.verdict.named}", flush=True)
             finally:
                 sandbox.shape_link(sb.name, slow, args.bandwidth)
             reports = result.measurements.reports.values()
@@ -172,8 +180,11 @@ def run(args: argparse.Namespace) -> int:
             named = result.verdict.named
             flag = "" if named == [slow] or (n == 2 and slow in named) else \
                 "  (DID NOT NAME the slow node)"
-            print(f"{n:>5} {seconds:>10.1f} {ready:>11.1f} {done - ready:>12.1f} {by_hand:>10.0f} "
-                  f"{by_hand / seconds:>5.1f}x  {result.verdict.message}{flag}", flush=True)
+            all_s = f"{every:>12.1f}" if every is not None else f"{'(= 3 rounds)':>12}"
+            vs_all = f"{every / seconds:>6.1f}x" if every is not None else f"{'-':>7}"
+            print(f"{n:>5} {seconds:>10.1f} {ready:>11.1f} {done - ready:>12.1f} {all_s} "
+                  f"{by_hand:>10.0f} {vs_all} {by_hand / seconds:>7.1f}x  {result.verdict.message}{flag}",
+                  flush=True)
             if result.measurements.world:
                 print(f"{'':>5} all-node busbw {model.fmt_rate(result.verdict.busbw)}, "
                       f"median node's best pair {model.fmt_rate(result.verdict.reference)}",

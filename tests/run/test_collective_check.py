@@ -128,6 +128,8 @@ def test_a_node_whose_container_cannot_start_is_named(sandbox4, image, tmp_path)
 @pytest.mark.parametrize("args,words", [
     (["--sizes", "1M,huge"], ["--sizes", "'huge'", "valid"]),
     (["--min-busbw", "fast"], ["--min-busbw", "valid"]),
+    (["--pair-rounds", "0"], ["--pair-rounds", "valid", "'all'"]),
+    (["--pair-rounds", "every"], ["--pair-rounds", "valid"]),
     (["--backend", "mpi"], ["--backend", "valid: gloo"]),
     (["--target", "nosuch"], ["nosuch"]),
 ])

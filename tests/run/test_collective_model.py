@@ -28,6 +28,21 @@ def test_round_robin_of_fewer_than_two_is_empty():
     assert model.round_robin(1) == [] and model.round_robin(0) == []
 
 
+@pytest.mark.parametrize("n", [3, 4, 5, 8, 9, 16, 500])
+def test_default_pair_rounds_give_each_node_a_few_distinct_partners_at_any_size(n):
+    rounds = model.pair_rounds(n)
+    assert len(rounds) == min(model.DEFAULT_PAIR_ROUNDS, len(model.round_robin(n)))
+    partners = {r: set() for r in range(n)}
+    for pairs in rounds:
+        assert len({x for p in pairs for x in p}) == 2 * len(pairs)      # disjoint in a round
+        for a, b in pairs:
+            partners[a].add(b)
+            partners[b].add(a)
+    want = min(model.DEFAULT_PAIR_ROUNDS, n - 1)
+    assert all(len(p) >= want - (n % 2) for p in partners.values())
+    assert model.pair_rounds(n, None) == model.round_robin(n)
+
+
 def test_bus_bandwidth_is_nccl_tests_formula():
     # nccl-tests all_reduce: algbw = S/t, busbw = algbw * 2(n-1)/n
     assert model.bus_bandwidth(1_000_000_000, 1.0, 8) == pytest.approx(1.75e9)
@@ -59,14 +74,16 @@ def test_parse_probe_output_reads_measurements_and_keeps_other_lines():
     assert err.error == "join: RuntimeError: x" and not err.done
 
 
-def _reports(n, pair_seconds, world_seconds=0.1, nbytes=MiB):
-    """Reports of n nodes whose pair (a, b) all_reduce took pair_seconds(a, b)."""
+def _reports(n, pair_seconds, world_seconds=0.1, nbytes=MiB, rounds=None):
+    """Reports of n nodes whose pair (a, b) all_reduce took pair_seconds(a, b), for the pairs
+    of ``rounds`` pair rounds (None: every pair)."""
+    met = {p for r in model.pair_rounds(n, rounds) for p in r}
     reports = []
     for rank in range(n):
         r = NodeReport(f"node{rank + 1}", rank, exit_code=0, joined=0.1, done=True,
                        world={nbytes: [world_seconds] * 3}, pair_bytes=nbytes)
         for peer in range(n):
-            if peer != rank:
+            if (min(rank, peer), max(rank, peer)) in met:
                 r.pairs[peer] = [pair_seconds(min(rank, peer), max(rank, peer))] * 3
         reports.append(r)
     return reports
@@ -99,6 +116,31 @@ def test_two_slow_nodes_of_eight_are_both_named():
     slow = {3, 6}
     m = model.measure(_reports(8, lambda a, b: 0.1 if slow & {a, b} else 0.01))
     assert model.decide(m, Thresholds()).named == ["node4", "node7"]
+
+
+@pytest.mark.parametrize("slow", [{0}, {7}, {2, 5}, {0, 1}])
+def test_three_pair_rounds_name_up_to_two_slow_nodes_of_eight_for_sure(slow):
+    m = model.measure(_reports(8, lambda a, b: 0.1 if slow & {a, b} else 0.01, rounds=3))
+    assert len(m.pairs) == 12            # 3 rounds x 4 pairs, not all 28
+    v = model.decide(m, Thresholds())
+    assert v.named == [f"node{r + 1}" for r in sorted(slow)]
+    assert "may be healthy" not in v.message
+
+
+def test_a_node_whose_partners_were_all_slow_is_named_as_unsure_and_all_rounds_settle_it():
+    """8 nodes, 3 rounds: node1 (rank 0) meets ranks 7, 6 and 5 (the circle method); with
+    those three slow, healthy node1 never met a good partner."""
+    partners = {b if a == 0 else a for r in model.pair_rounds(8) for (a, b) in r if 0 in (a, b)}
+    assert partners == {5, 6, 7}
+    slow = {5, 6, 7}
+    pair = lambda a, b: 0.1 if slow & {a, b} else 0.01  # noqa: E731
+    v = model.decide(model.measure(_reports(8, pair, rounds=3)), Thresholds())
+    assert v.named == ["node1", "node6", "node7", "node8"]
+    assert "node1: every partner it met was slow too, so it may be healthy" in v.message
+    assert "--pair-rounds all" in v.message
+    assert "may be healthy" in v.nodes[0].reason and "may be healthy" not in v.nodes[5].reason
+    every = model.decide(model.measure(_reports(8, pair)), Thresholds())
+    assert every.named == ["node6", "node7", "node8"] and "may be healthy" not in every.message
 
 
 def test_healthy_nodes_pass_with_the_measured_bus_bandwidth():

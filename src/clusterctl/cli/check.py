@@ -82,6 +82,10 @@ def check(
     iters: Annotated[int, typer.Option(
         "--iters", min=1, max=1000, help="Timed iterations per size and pair.",
         rich_help_panel="Collective check")] = 5,
+    pair_rounds: Annotated[str, typer.Option(
+        "--pair-rounds", metavar="N|all", help="Pair rounds: each node meets N partners "
+        "(enough to tell N-1 slow nodes apart), or 'all' for every pair (n-1 rounds).",
+        rich_help_panel="Collective check")] = str(collective_model.DEFAULT_PAIR_ROUNDS),
     min_busbw: Annotated[str | None, typer.Option(
         "--min-busbw", metavar="RATE", help="Absolute threshold, e.g. 10GB/s or 100Gbps: "
         "every node's best pair and the all-node bus bandwidth must reach it.",
@@ -110,7 +114,7 @@ def check(
     slow or broken node (exit 1)."""
     if collective:
         _collective(nodes, target=target, image=image, job=job, sizes=sizes, pair_size=pair_size,
-                    iters=iters, min_busbw=min_busbw, max_slowdown=max_slowdown, backend=backend,
+                    iters=iters, pair_rounds=pair_rounds, min_busbw=min_busbw, max_slowdown=max_slowdown, backend=backend,
                     timeout=timeout, push=push, save=save, json_=json_,
                     accept_new_host_keys=accept_new_host_keys)
         return
@@ -136,7 +140,7 @@ def check(
         raise typer.Exit(1)
 
 
-def _collective(nodes, *, target, image, job, sizes, pair_size, iters, min_busbw, max_slowdown,
+def _collective(nodes, *, target, image, job, sizes, pair_size, iters, pair_rounds, min_busbw, max_slowdown,
                 backend, timeout, push, save, json_, accept_new_host_keys) -> None:
     """``check --collective``: every input checked first (exit 2), then the check."""
     thresholds = collective_model.Thresholds(
@@ -145,6 +149,7 @@ def _collective(nodes, *, target, image, job, sizes, pair_size, iters, min_busbw
     options = collective_check.Options(
         sizes=collective_view.parse_sizes(sizes),
         pair_bytes=collective_view.parse_sizes(pair_size, "--pair-size")[0], iters=iters,
+        pair_rounds=collective_view.parse_pair_rounds(pair_rounds),
         timeout=timeout, collective_timeout=min(120.0, timeout), thresholds=thresholds,
         push=push, backend=backend)
     if backend is not None and backend not in BACKENDS:

@@ -39,6 +39,17 @@ def parse_sizes(text: str, option: str = "--sizes") -> tuple[int, ...]:
     return tuple(sorted(set(sizes)))
 
 
+def parse_pair_rounds(text: str) -> int | None:
+    """'3' -> 3 rounds; 'all' -> None (every pair)."""
+    t = text.strip().lower()
+    if t == "all":
+        return None
+    if t.isdigit() and 1 <= int(t) <= 10_000:
+        return int(t)
+    raise UserError(f"--pair-rounds {text!r} is not a number of rounds; valid: a whole number "
+                    "from 1 (each node meets that many partners) or 'all' (every pair)")
+
+
 def parse_rate(text: str, option: str = "--min-busbw") -> float:
     """'2.5GB/s', '800MB/s', '10Gbps' (bits), '1e9' -> bytes per second (decimal units)."""
     t = text.strip()

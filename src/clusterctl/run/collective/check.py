@@ -51,6 +51,7 @@ _DOCKER_START_CODES = (125, 126, 127)
 class Options:
     sizes: tuple[int, ...] = DEFAULT_SIZES
     pair_bytes: int = DEFAULT_PAIR_BYTES
+    pair_rounds: int | None = model.DEFAULT_PAIR_ROUNDS   # None: every pair (n - 1 rounds)
     iters: int = DEFAULT_ITERS
     timeout: float = 300.0            # seconds the containers may run
     collective_timeout: float = 120.0  # joining, and one collective (the process group's timeout)
@@ -109,7 +110,7 @@ def backend_of(job: Job, given: str | None) -> str:
 
 def config(n: int, backend: str, o: Options) -> dict:
     return {"backend": backend, "sizes": list(o.sizes), "iters": o.iters,
-            "rounds": [[list(p) for p in r] for r in model.round_robin(n)],
+            "rounds": [[list(p) for p in r] for r in model.pair_rounds(n, o.pair_rounds)],
             "pair_bytes": o.pair_bytes, "timeout": o.collective_timeout}
 
 
@@ -169,7 +170,8 @@ def run_check(inventory, *, job: Job | None = None, target: str | None = None,
                                    checks)
         plans = plan.make_plan(job, inventory, run_id=check_id, image=image,
                                interfaces=pf.interfaces(checks), **facts)
-        note(f"all_reduce on {n} nodes ({backend}), then {len(model.round_robin(n))} pair rounds")
+        note(f"all_reduce on {n} nodes ({backend}), then "
+             f"{len(model.pair_rounds(n, options.pair_rounds))} pair rounds")
         try:
             reports = _run_all(cluster, plans, probe_source(), options.timeout)
         finally:

@@ -1,7 +1,8 @@
 """The collective check's numbers and its verdict: pure functions, no node, no I/O.
 
 * :func:`round_robin`: the pairwise rounds (every pair of nodes meets once; the pairs
-  of one round are disjoint, so each round measures every node's link at once);
+  of one round are disjoint, so each round measures every node's link at once), and
+  :func:`pair_rounds`, the first few of them, which is what the check runs by default;
 * :func:`bus_bandwidth`: nccl-tests' formula for all_reduce,
   ``busbw = algbw * 2(n-1)/n`` with ``algbw = bytes / seconds``;
 * :func:`parse_probe_output`: the probe's ``CLUSTERCTL-PROBE {json}`` lines -> one
@@ -18,6 +19,14 @@ same way: a node slow in both of its rounds is the faulty one).  A node is slow 
 score is below ``min_busbw`` (absolute) or more than ``max_slowdown`` times below the
 median score (relative).  With two nodes there is one pair and the two cannot be told
 apart: both are named, and the verdict says so.
+
+How many rounds: a node needs only a few partners, not all of them.  With R rounds
+(:data:`DEFAULT_PAIR_ROUNDS` = 3) each node meets R different partners (R - 1 for the
+one resting in a round when n is odd), so with up to R - 1 slow nodes every healthy node
+still has a healthy partner; the check costs R pair rounds at any node count, not n - 1
+(7 at 8 nodes, 499 at 500).  A node named slow whose partners were all slow too might be
+healthy (it never met a good partner): the verdict says so by name, and ``--pair-rounds
+all`` (every pair) tells it apart.
 """
 
 from __future__ import annotations
@@ -30,6 +39,9 @@ from dataclasses import dataclass, field
 MARK = "CLUSTERCTL-PROBE "
 
 OK, SLOW, BROKEN, STOPPED = "ok", "slow", "broken", "not measured"
+
+#: Pair rounds the check runs by default (each node meets this many partners).
+DEFAULT_PAIR_ROUNDS = 3
 
 
 def round_robin(n: int) -> list[list[tuple[int, int]]]:
@@ -49,6 +61,12 @@ def round_robin(n: int) -> list[list[tuple[int, int]]]:
         rounds.append(sorted(pairs))
         ranks = [ranks[0], ranks[-1], *ranks[1:-1]]
     return rounds
+
+
+def pair_rounds(n: int, limit: int | None = DEFAULT_PAIR_ROUNDS) -> list[list[tuple[int, int]]]:
+    """The first ``limit`` rounds of :func:`round_robin` (None: all of them, every pair)."""
+    rounds = round_robin(n)
+    return rounds if limit is None else rounds[:limit]
 
 
 def bus_bandwidth(nbytes: int, seconds: float, n: int) -> float:
@@ -245,6 +263,13 @@ def decide(m: Measurements, t: Thresholds) -> Verdict:
         msg = f"slow: {', '.join(slow)}"
         if len(m.nodes) == 2:
             msg += " (2 nodes share the only pair: either may be the slow one)"
+        else:
+            unsure = _unsure(m, slow)
+            for name in unsure:
+                verdicts[name].reason += "; every partner it met was slow too: it may be healthy"
+            if unsure:
+                msg += (f" ({', '.join(unsure)}: every partner {'it' if len(unsure) == 1 else 'each'} "
+                        "met was slow too, so it may be healthy; --pair-rounds all meets every pair)")
     elif total_low:
         msg = (f"bus bandwidth {fmt_rate(busbw)} across all {len(m.nodes)} nodes is below "
                f"--min-busbw {fmt_rate(t.min_busbw)}, and no single node stands out")
@@ -256,6 +281,20 @@ def decide(m: Measurements, t: Thresholds) -> Verdict:
                f"at {fmt_bytes(m.world[-1].nbytes)}")
         return Verdict(True, nodes, reference, busbw, msg)
     return Verdict(False, nodes, reference, busbw, msg)
+
+
+def _unsure(m: Measurements, slow: Sequence[str]) -> list[str]:
+    """The slow nodes that never met a partner judged healthy: a healthy node whose partners
+    were all slow looks slow too, so for these the check cannot tell (more pair rounds can)."""
+    rank = {name: i for i, name in enumerate(m.nodes)}
+    slow_ranks = {rank[name] for name in slow}
+    unsure = []
+    for name in slow:
+        me = rank[name]
+        partners = {b if a == me else a for (a, b) in m.pairs if me in (a, b)}
+        if partners and partners <= slow_ranks:
+            unsure.append(name)
+    return unsure
 
 
 def _broken_reason(r: NodeReport, reports: Sequence[NodeReport]) -> str | None:
@@ -330,9 +369,9 @@ def matrix_rows(m: Measurements) -> list[list[float | None]]:
 
 
 __all__ = [
-    "BROKEN", "MARK", "OK", "SLOW", "STOPPED", "Measurements", "NodeReport", "NodeVerdict",
+    "BROKEN", "DEFAULT_PAIR_ROUNDS", "MARK", "OK", "SLOW", "STOPPED", "Measurements", "NodeReport", "NodeVerdict",
     "SizeResult", "Thresholds", "Verdict", "bus_bandwidth", "decide", "fmt_bytes", "fmt_rate",
-    "matrix_rows", "measure", "parse_probe_output", "round_robin", "to_json",
+    "matrix_rows", "measure", "pair_rounds", "parse_probe_output", "round_robin", "to_json",
 ]
 
 
