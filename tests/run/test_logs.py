@@ -10,6 +10,8 @@ import io
 import threading
 import time
 
+import pytest
+
 from clusterctl.cluster.containers import split_timestamp
 from clusterctl.run import logs
 from clusterctl.run.records import RunRecord
@@ -114,6 +116,31 @@ def test_lines_from_files_without_merged_log_reads_node_files(tmp_path, monkeypa
     rec = _record(tmp_path, monkeypatch)
     logs.save_node_log(rec, "node2", ["x", "y"])
     assert list(logs.lines_from_files(rec)) == [("node2", "x"), ("node2", "y")]
+
+
+@pytest.mark.parametrize("tail", [None, 3])
+def test_lines_from_files_streams_a_log_larger_than_it_keeps(tmp_path, monkeypatch, tail):
+    """A 40 MB merged.log (a long run): reading it, with or without --tail, holds a few lines
+    at a time, not the file (Python's own allocations traced; the old reader held it all)."""
+    import tracemalloc
+    rec = _record(tmp_path, monkeypatch)
+    sink = logs.LogSink({"node1": 0, "node2": 1}, run_dir=rec.dir)
+    filler = "x" * 1000
+    for i in range(20_000):
+        sink.write("node1" if i % 2 else "node2", f"{i} {filler}")
+    sink.close()
+    assert (rec.dir / logs.MERGED_LOG).stat().st_size > 20_000_000
+    tracemalloc.start()
+    try:
+        count, last = 0, None
+        for item in logs.lines_from_files(rec, tail=tail):
+            count, last = count + 1, item
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert count == (20_000 if tail is None else 6)
+    assert last == ("node1", f"19999 {filler}")
+    assert peak < 2_000_000, f"{peak:,} bytes held while reading"
 
 
 def test_a_full_merge_queue_makes_producers_wait_and_loses_nothing(tmp_path):

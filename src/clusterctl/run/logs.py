@@ -253,23 +253,37 @@ def lines_from_files(record: RunRecord, *, node: str | None = None,
     """(node, text) of a recorded run, merged in the order they arrived.
 
     ``tail`` keeps the last N lines of each node (as ``docker logs --tail`` does
-    per container), still in merged order.
+    per container), still in merged order.  The files are read as a stream (twice with
+    ``tail``: once to count each node's lines), never held whole: a week-long run's
+    merged.log can be far larger than memory.
     """
-    merged = record.dir / MERGED_LOG
-    if merged.is_file():
-        items = []
-        with open(merged, encoding="utf-8", errors="replace") as f:
-            for raw in f:
-                parsed = parse_prefixed(raw.rstrip("\n"))
-                if parsed and (node is None or parsed[0] == node):
-                    items.append((parsed[0], parsed[2]))
-    else:  # a run stopped with `clusterctl stop` before anything was merged: per-node files
-        items = []
+    def read() -> Iterator[tuple[str, str]]:
+        merged = record.dir / MERGED_LOG
+        if merged.is_file():
+            with open(merged, encoding="utf-8", errors="replace") as f:
+                for raw in f:
+                    parsed = parse_prefixed(raw.rstrip("\n"))
+                    if parsed and (node is None or parsed[0] == node):
+                        yield parsed[0], parsed[2]
+            return
+        # a run stopped with `clusterctl stop` before anything was merged: per-node files
         for n in record.nodes:
             if (node is None or n.node == node) and record.log_path(n.node).is_file():
-                text = record.log_path(n.node).read_text(encoding="utf-8", errors="replace")
-                items += [(n.node, t) for t in text.splitlines()]
-    yield from tail_per_node(items, tail)
+                with open(record.log_path(n.node), encoding="utf-8", errors="replace") as f:
+                    for raw in f:
+                        yield n.node, raw.rstrip("\n")
+
+    if tail is None:
+        yield from read()
+        return
+    total: dict[str, int] = {}
+    for name, _ in read():
+        total[name] = total.get(name, 0) + 1
+    seen: dict[str, int] = {}
+    for name, text in read():
+        seen[name] = seen.get(name, 0) + 1
+        if seen[name] > total.get(name, 0) - tail:
+            yield name, text
 
 
 def tail_per_node(items: list[tuple[str, str]], tail: int | None) -> list[tuple[str, str]]:
