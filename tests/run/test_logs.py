@@ -15,6 +15,7 @@ import pytest
 from clusterctl.cluster.containers import split_timestamp
 from clusterctl.run import logs
 from clusterctl.run.records import RunRecord
+from clusterctl.run.spool import Spool
 
 
 def test_prefix_round_trips_through_parse():
@@ -88,8 +89,11 @@ def test_docker_timestamps_sort_by_time_not_by_text():
     a = split_timestamp("2026-11-22T04:30:01.5Z rank 1 done")
     b = split_timestamp("2026-11-22T04:30:01.123456789Z rank 0 done")
     assert a[1] == "rank 1 done" and b[1] == "rank 0 done"
-    merged = logs.merge_timestamped({"node1": [a], "node2": [b]})
-    assert merged == [("node2", "rank 0 done"), ("node1", "rank 1 done")]
+    with Spool() as spool:
+        for node, line in (("node1", a), ("node2", b)):
+            spool.writer(node)(*line)
+        assert list(spool.merged(["node1", "node2"])) == [("node2", "rank 0 done"),
+                                                          ("node1", "rank 1 done")]
     assert split_timestamp("plain") == ("", "plain")
 
 
@@ -110,6 +114,29 @@ def test_lines_from_files_tail_is_per_node_in_merged_order(tmp_path, monkeypatch
     assert list(logs.lines_from_files(rec, tail=2)) == [
         ("node2", "b1"), ("node1", "a3"), ("node2", "b3"), ("node1", "a4")]
     assert list(logs.lines_from_files(rec, node="node2")) == [("node2", "b1"), ("node2", "b3")]
+
+
+def test_spool_merges_nodes_by_time_keeps_each_nodes_order_and_leaves_no_file():
+    """Three nodes' timestamped lines (one line with no timestamp, texts with tabs, quotes,
+    newlines escaped by JSON): merged by time, ties by node, then the directory is gone."""
+    lines = {
+        "n2": [("2026-01-01T00:00:01.000000000", 'b "1"'), ("2026-01-01T00:00:03.000000000", "b\t3")],
+        "n1": [("", "no stamp"), ("2026-01-01T00:00:02.000000000", "a 2"),
+               ("2026-01-01T00:00:03.000000000", "a 3")],
+        "n3": [],
+    }
+    with Spool() as spool:
+        for node, got in lines.items():
+            write = spool.writer(node)
+            for key, text in got:
+                write(key, text)
+        directory = spool.dir
+        assert list(spool.texts("n1")) == ["no stamp", "a 2", "a 3"]
+        assert list(spool.merged(["n1", "n2", "n3"])) == [
+            ("n1", "no stamp"), ("n2", 'b "1"'), ("n1", "a 2"), ("n1", "a 3"), ("n2", "b\t3")]
+        write("x", "after the merge")        # a late writer: nothing breaks
+    write("y", "after close")                 # dropped
+    assert not directory.exists()
 
 
 def test_lines_from_files_without_merged_log_reads_node_files(tmp_path, monkeypatch):

@@ -168,11 +168,18 @@ def follow_logs(conn, container: str, on_line: Callable[[str], None], *, tail: i
                 window_size=STREAM_WINDOW_SIZE, keep_whole=keep_whole)
 
 
-def fetch_logs(conn, container: str, *, tail: int | None = None) -> list[tuple[str, str]]:
-    """(timestamp key, text) of every line a container wrote so far, both streams."""
+def fetch_logs(conn, container: str, *, tail: int | None = None,
+               on_line: Callable[[str, str], None] | None = None) -> list[tuple[str, str]]:
+    """(timestamp key, text) of every line a container wrote so far, both streams.  With
+    ``on_line`` each goes to it as it arrives and none is kept (the list is empty): the
+    output of a long run may not fit in memory."""
     lines: list[tuple[str, str]] = []
-    conn.stream(docker_logs_argv(container, tail=tail, timestamps=True),
-                lambda chunk: lines.extend(split_timestamp(x) for x in chunk.splitlines()))
+    take = on_line or (lambda key, text: lines.append((key, text)))
+
+    def on_chunk(chunk: str) -> None:
+        for x in chunk.splitlines():
+            take(*split_timestamp(x))
+    conn.stream(docker_logs_argv(container, tail=tail, timestamps=True), on_chunk)
     return lines
 
 
@@ -266,13 +273,14 @@ class NodeStop:
     node: str
     containers: list[ContainerState] = field(default_factory=list)  # final states, before removal
     was_running: list[str] = field(default_factory=list)
-    lines: list[tuple[str, str]] = field(default_factory=list)  # (timestamp key, text) they wrote
+    lines: list[tuple[str, str]] = field(default_factory=list)  # (timestamp key, text), without on_line
     error: str | None = None  # the node could not be reached / the containers not removed
 
 
-def stop_node(conn, run_id: str, *, grace: int = 3, timeout: float = 30.0) -> NodeStop:
-    """On one node: find the run's containers by label, stop them, read their output and
-    final states, remove them."""
+def stop_node(conn, run_id: str, *, grace: int = 3, timeout: float = 30.0,
+              on_line: Callable[[str, str], None] | None = None) -> NodeStop:
+    """On one node: find the run's containers by label, stop them, read their output (to
+    ``on_line`` as it comes, else into ``lines``) and final states, remove them."""
     result = NodeStop(conn.name)
     found = find_containers(conn, run_id, timeout=timeout)
     names = [c.name for c in found]
@@ -282,7 +290,7 @@ def stop_node(conn, run_id: str, *, grace: int = 3, timeout: float = 30.0) -> No
     if result.was_running:
         conn.run(["docker", "stop", "--time", str(grace), *result.was_running], timeout=timeout + grace)
     for name in names:
-        result.lines += fetch_logs(conn, name)
+        result.lines += fetch_logs(conn, name, on_line=on_line)
     result.containers = inspect_containers(conn, names, timeout=timeout)
     rm = conn.run(["docker", "rm", "--force", *names], timeout=timeout)
     if rm.exit_code != 0:

@@ -43,6 +43,7 @@ from clusterctl.core import console
 from clusterctl.core.deadline import bounded
 from clusterctl.run.plan import MASK
 from clusterctl.run.records import MERGED_LOG, RunRecord
+from clusterctl.run.spool import Spool
 
 _PALETTE = ("cyan", "magenta", "green", "yellow", "blue", "bright_red", "bright_cyan",
             "bright_magenta", "bright_green", "bright_yellow", "bright_blue", "red")
@@ -240,14 +241,6 @@ def _follow_one(cluster, src: Source, merger: Merger, tail: int | None) -> None:
         merger.put(src.node, f"[clusterctl] log stream ended: {e}")
 
 
-def merge_timestamped(per_node: dict[str, list[tuple[str, str]]]) -> list[tuple[str, str]]:
-    """Interleave nodes' timestamped lines by time (stable: a node's own order is kept)."""
-    merged = [(key, i, node, text) for node, lines in per_node.items()
-              for i, (key, text) in enumerate(lines)]
-    merged.sort(key=lambda x: (x[0], x[2], x[1]))
-    return [(node, text) for _, _, node, text in merged]
-
-
 def lines_from_files(record: RunRecord, *, node: str | None = None,
                      tail: int | None = None) -> Iterator[tuple[str, str]]:
     """(node, text) of a recorded run, merged in the order they arrived.
@@ -303,30 +296,32 @@ def save_node_log(record: RunRecord, node: str, lines: Iterable[str]) -> Path:
     path = record.log_path(node)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".log.tmp")
-    tmp.write_text("".join(t + "\n" for t in lines), encoding="utf-8")
+    with open(tmp, "w", encoding="utf-8") as f:     # a line at a time: it may be large
+        for t in lines:
+            f.write(t + "\n")
     tmp.replace(path)
     return path
 
 
-def keep_stopped_output(record: RunRecord, lines: dict[str, list[tuple[str, str]]], *,
+def keep_stopped_output(record: RunRecord, spool: Spool, nodes: Iterable[str], *,
                         replace: bool = False) -> None:
-    """Keep what stopped containers wrote (node -> (timestamp key, text)) in runs/<id>/.
+    """Keep what stopped containers wrote (in ``spool``, for ``nodes``) in runs/<id>/.
 
     Only for nodes whose log launch did not already write while following: each
     gets ``<node>.log``, and their lines, merged by time, are appended to
     merged.log (nodes stopped by a later ``stop``, one was unreachable, join it).
     ``replace``: the files launch wrote are incomplete (it was killed): every node's log and
-    merged.log are rewritten whole from what the containers wrote.
+    merged.log are rewritten whole from what the containers wrote.  A line at a time: the
+    output may be larger than memory.
     """
-    saved = {node: got for node, got in lines.items()
-             if replace or not record.log_path(node).exists()}
-    for node, got in saved.items():
-        save_node_log(record, node, [t for _, t in got])
+    saved = [node for node in nodes if replace or not record.log_path(node).exists()]
+    for node in saved:
+        save_node_log(record, node, spool.texts(node))
     if not saved:
         return
     ranks = {n.node: n.rank for n in record.nodes}
     with open(record.dir / MERGED_LOG, "w" if replace else "a", encoding="utf-8") as f:
-        for node, t in merge_timestamped(saved):
+        for node, t in spool.merged(saved):
             f.write(prefix(node, ranks[node]) + t + "\n")
 
 
@@ -354,17 +349,19 @@ def live_containers(cluster, record: RunRecord, *, node: str | None = None,
 
 
 def show_from_nodes(cluster, sources: list[Source], sink: LogSink, *, tail: int | None = None) -> None:
-    """Everything the containers wrote so far, merged by the nodes' timestamps."""
-    def fetch(conn):
-        src = next(s for s in sources if s.node == conn.name)
-        return fetch_logs(conn, src.container, tail=tail)
+    """Everything the containers wrote so far, merged by the nodes' timestamps (through a
+    spool on disk: a line at a time, whatever the output's size)."""
+    with Spool() as spool:
+        def fetch(conn):
+            src = next(s for s in sources if s.node == conn.name)
+            fetch_logs(conn, src.container, tail=tail, on_line=spool.writer(conn.name))
+            return True
 
-    got = cluster.map(fetch, nodes=[s.node for s in sources])
-    per_node = {n: v for n, v in got.items() if isinstance(v, list)}
-    for node, text in merge_timestamped(per_node):
-        sink.write(node, text)
+        got = cluster.map(fetch, nodes=[s.node for s in sources])
+        for node, text in spool.merged([n for n, v in got.items() if v is True]):
+            sink.write(node, text)
     for node, v in got.items():
-        if not isinstance(v, list):
+        if v is not True:
             sink.write(node, f"[clusterctl] cannot read this node's log: {v.reason}")
     sink.flush()
 

@@ -67,6 +67,7 @@ from clusterctl.run.logs import (
     keep_stopped_output,
     start_followers,
 )
+from clusterctl.run.spool import Spool
 from clusterctl.run.watchdog import HANG_EXIT, HangReport
 
 NODE_LOST_EXIT = 255
@@ -539,17 +540,20 @@ def stop_run(cluster, record: records.RunRecord, *, grace: int = 3, timeout: flo
     names = {n.name for n in cluster.inventory.nodes}
     targets = [n.node for n in record.nodes if n.node in names]
 
-    def one(conn) -> NodeStop:
-        return bounded(lambda: stop_node(conn, record.run_id, grace=grace, timeout=timeout),
-                       timeout * 2 + grace, name=f"stop-{conn.name}")
+    with Spool() as spool:      # the containers' output, on disk while it is merged
+        def one(conn) -> NodeStop:
+            write = spool.writer(conn.name)
+            return bounded(lambda: stop_node(conn, record.run_id, grace=grace, timeout=timeout,
+                                             on_line=write),
+                           timeout * 2 + grace, name=f"stop-{conn.name}")
 
-    results: dict[str, NodeStop] = {}
-    for node, r in (cluster.map(one, nodes=targets) if targets else {}).items():
-        results[node] = r if isinstance(r, NodeStop) else NodeStop(node, error=getattr(r, "reason", str(r)))
-    for n in record.nodes:
-        results.setdefault(n.node, NodeStop(n.node, error="not in this inventory"))
-    keep_stopped_output(record, {n: r.lines for n, r in results.items() if r.containers},
-                        replace=orphaned)
+        results: dict[str, NodeStop] = {}
+        for node, r in (cluster.map(one, nodes=targets) if targets else {}).items():
+            results[node] = r if isinstance(r, NodeStop) else NodeStop(node, error=getattr(r, "reason", str(r)))
+        for n in record.nodes:
+            results.setdefault(n.node, NodeStop(n.node, error="not in this inventory"))
+        keep_stopped_output(record, spool, [n for n, r in results.items() if r.containers],
+                            replace=orphaned)
     record.flight.update(flight.collect(cluster, record, skip=[n for n, r in results.items() if r.error]))
     records.record_stop(record, {n: r.containers for n, r in results.items()},
                         was_running=any(r.was_running for r in results.values()), by=by,
