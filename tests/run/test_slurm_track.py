@@ -144,7 +144,7 @@ def test_settle_records_a_job_slurm_forgot_from_the_task_records(tmp_path, monke
     saved = records.load("sl2")
     assert (saved.state, saved.exit_code, saved.first_failure.node) == ("failed", 5, "node2")
     assert saved.first_failure.last_lines == ["bye"]
-    assert track.output_lines(saved) == [("node1", "hello"), ("node2", "bye")]
+    assert list(track.output_lines(saved)) == [("node1", "hello"), ("node2", "bye")]
     assert not track.settle(saved, slurm3.env(), grace=0)          # settled once: idempotent
 
 

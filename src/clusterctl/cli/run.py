@@ -309,11 +309,10 @@ def _slurm_logs(record: records.RunRecord, *, node: str | None, follow: bool, ta
         raise typer.Exit(record.exit_code or 0)
     shown = 0 if going else logs_mod.show_from_files(record, sink, node=node, tail=tail)
     if not shown:        # running, or detached: the job's own output file is the log
-        lines = slurm_track.output_lines(record, node=node)
-        for n, text in logs_mod.tail_per_node(lines, tail):
+        for n, text in logs_mod.tail_per_node(lambda: slurm_track.output_lines(record, node=node), tail):
             sink.write(n, text)
+            shown += 1
         sink.flush()
-        shown = len(lines)
     if not shown:
         err.print(f"no output recorded for run {record.run_id} in {record.dir} yet", markup=False)
     if follow:     # it had ended already: its outcome and exit status, as after following it

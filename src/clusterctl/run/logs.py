@@ -266,6 +266,14 @@ def lines_from_files(record: RunRecord, *, node: str | None = None,
                     for raw in f:
                         yield n.node, raw.rstrip("\n")
 
+    yield from tail_per_node(read, tail)
+
+
+def tail_per_node(read: Callable[[], Iterable[tuple[str, str]]],
+                  tail: int | None) -> Iterator[tuple[str, str]]:
+    """The (node, text) items ``read()`` gives, only each node's last ``tail`` (None: all),
+    in their order.  ``read`` is called twice with ``tail`` (a first pass counts each node's
+    lines), so a log larger than memory is never held."""
     if tail is None:
         yield from read()
         return
@@ -277,18 +285,6 @@ def lines_from_files(record: RunRecord, *, node: str | None = None,
         seen[name] = seen.get(name, 0) + 1
         if seen[name] > total.get(name, 0) - tail:
             yield name, text
-
-
-def tail_per_node(items: list[tuple[str, str]], tail: int | None) -> list[tuple[str, str]]:
-    if tail is None:
-        return items
-    counts: dict[str, int] = {}
-    keep = []
-    for node, text in reversed(items):
-        if counts.get(node, 0) < tail:
-            counts[node] = counts.get(node, 0) + 1
-            keep.append((node, text))
-    return list(reversed(keep))
 
 
 def save_node_log(record: RunRecord, node: str, lines: Iterable[str]) -> Path:

@@ -28,7 +28,8 @@ import json
 import pwd
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections import deque
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -175,23 +176,23 @@ def output_path(record: records.RunRecord) -> Path:
     return record.dir / f"slurm-{record.slurm_job}.out"
 
 
-def output_lines(record: records.RunRecord, *, node: str | None = None) -> list[tuple[str, str]]:
+def output_lines(record: records.RunRecord, *, node: str | None = None) -> Iterator[tuple[str, str]]:
     """(node, text) of every labelled line of the job's output file so far (Slurm's own lines,
-    ``srun: error: ...``, are left out); task N is the record's node of rank N."""
+    ``srun: error: ...``, are left out); task N is the record's node of rank N.  Read as a
+    stream: the file can be larger than memory."""
     names = {n.rank: n.node for n in record.nodes}
-    found = []
     try:
-        text = output_path(record).read_text(encoding="utf-8", errors="replace")
+        f = open(output_path(record), encoding="utf-8", errors="replace")  # noqa: SIM115
     except OSError:
-        return []
-    for line in text.splitlines():
-        parsed = parse_label(line)
-        if parsed is None:
-            continue
-        name = names.get(parsed[0], f"task{parsed[0]}")
-        if node is None or name == node:
-            found.append((name, parsed[1]))
-    return found
+        return
+    with f:
+        for line in f:
+            parsed = parse_label(line.rstrip("\n"))
+            if parsed is None:
+                continue
+            name = names.get(parsed[0], f"task{parsed[0]}")
+            if node is None or name == node:
+                yield name, parsed[1]
 
 
 # --------------------------------------------------------------------------- the end
@@ -290,11 +291,11 @@ def settle(record: records.RunRecord, env: Mapping[str, str], *, info: JobInfo |
         tasks = read_task_records(record.dir / slurm_script.RECORDS_DIR)
     if not record.nodes and tasks:
         fit_nodes(record, nodes_from_tasks(tasks))
-    last: dict[str, list[str]] = {}
+    last: dict[str, deque[str]] = {}
     for node, text in output_lines(record):
-        last.setdefault(node, []).append(text)
+        last.setdefault(node, deque(maxlen=logs.KEEP_LAST)).append(text)
     result, who = outcome(record, tasks, [n.node for n in record.nodes], info, interrupted=None,
-                          last_lines={k: v[-logs.KEEP_LAST:] for k, v in last.items()},
+                          last_lines={k: list(v) for k, v in last.items()},
                           ended=time.time())
     record_outcome(record, result, tasks, who)
     record.save()
