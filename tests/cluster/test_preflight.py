@@ -239,3 +239,11 @@ def test_preflight_on_the_sandbox_finds_each_nodes_own_nic_and_daemon(sandbox3):
         own = sandbox3.node_docker(c.node, "info", "--format", "{{.DockerRootDir}}").stdout.strip()
         assert c.docker_root == own  # each node reports its OWN daemon
     assert len({c.docker_root for c in checks}) == len(checks)
+
+
+def test_a_node_too_slow_for_preflight_is_named_with_what_timed_out(loopback_sshd):
+    with Cluster(loopback_sshd.inventory(1)) as cluster:
+        [check] = run_preflight(cluster, timeout=0.005)
+    assert check.ssh and not check.ok
+    assert "preflight's docker checks (version, info, image): timed out after 0.01s" in check.problems
+    assert not any("sec()" in p for p in check.problems), check.problems   # no script text

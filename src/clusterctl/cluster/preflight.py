@@ -463,8 +463,11 @@ class _Replay:
                 before = time.time()
                 r = conn.run(["sh", "-c", script, "sh", token, *args], timeout=slow)
                 after = time.time()
-            except NodeError as e:
-                self._errors.append(e)
+            except NodeError as e:   # a timeout, named by what the script checks
+                what = "preflight's docker checks" if script is _DOCKER_SCRIPT else "preflight's node checks"
+                why = (f"timed out after {slow:g}s" if "timed out" in e.reason and slow is not None
+                       else e.reason)   # not the script's text, which says nothing to a user
+                self._errors.append(NodeError(conn.name, f"{what} ({', '.join(argv_of)}): {why}"))
                 return
             if script is _NODE_SCRIPT:
                 self.window = (before, after)
