@@ -20,10 +20,11 @@ on them grows with node count for that reason alone):
   included: what a user's machine spends on one command), from its rusage;
 * rank failure -> last other container stopped, at 4 and 16 nodes, split into
   detection (the failing container's FinishedAt to the follow loop seeing it) and the
-  stop calls (``docker stop`` on every other node in parallel), for this design (a
-  1 s fail-fast grace, ``Settings.fail_grace``) and the previous one (the 3 s grace
-  of an interactive stop), alternated.  The job's ranks are python as the
-  container's PID 1, which ignores SIGTERM: they cost exactly the grace.
+  stop calls (``docker stop`` on every other node in parallel), for this design
+  (``docker run --init``: tini as PID 1 passes SIGTERM on to the python rank, which
+  ends at once) and the previous one (no ``--init``: python as the container's PID 1
+  ignores SIGTERM, so each stop costs the whole grace), both with the 1 s fail-fast
+  grace (``Settings.fail_grace``), alternated.
 
 Run as root (the sandbox creates network namespaces and daemons), with the
 local engine up and an image that has python3 (default: the base target's tag,
@@ -59,6 +60,7 @@ import yaml
 
 from clusterctl.build import targets
 from clusterctl.cluster import distribute, engine, sandbox
+from clusterctl.cluster import preflight as pf
 from clusterctl.cluster.inventory import load_inventory
 from clusterctl.cluster.transport import Cluster, connection
 from clusterctl.core.errors import ClusterctlError
@@ -68,7 +70,6 @@ from clusterctl.run.jobs import load_job
 REPO = Path(__file__).resolve().parent.parent
 JOB = REPO / "tests" / "fixtures" / "jobs" / "fail-rank.yaml"   # moved with the test fixtures
 OLD_READER_WAKEUP = 0.1    # paramiko's own (Transport._active_check_timeout), the previous design
-OLD_FAIL_GRACE = supervise.Settings.stop_grace   # the previous design stopped with the same grace
 SHARED = "(nodes share this machine's cores)"
 
 
@@ -158,16 +159,27 @@ class Teardown:
     stop_calls: float    # the parallel docker stop calls
 
 
-def time_to_teardown(inv_path: Path, image: str, grace: int) -> Teardown:
+@contextmanager
+def without_init(old: bool):
+    """Containers started as the previous design did (``old``: no ``docker run --init``)."""
+    saved = pf.init_nodes
+    pf.init_nodes = (lambda checks: []) if old else saved
+    try:
+        yield
+    finally:
+        pf.init_nodes = saved
+
+
+def time_to_teardown(inv_path: Path, image: str, old: bool) -> Teardown:
     """A followed run whose last rank fails after 4 s; where the teardown's time went.
 
     Detection compares a node's clock with this machine's: in the sandbox they are the
     same clock (the nodes are namespaces of this machine)."""
     inventory = load_inventory(inv_path)
     last = str(len(inventory.nodes) - 1)
-    result = launch.launch(load_job(JOB), inventory, image=image, push=False, stream=io.StringIO(),
-                           overrides={"FAIL_RANK": last, "FAIL_AFTER": "4"},
-                           settings=supervise.Settings(fail_grace=grace))
+    with without_init(old):
+        result = launch.launch(load_job(JOB), inventory, image=image, push=False, stream=io.StringIO(),
+                               overrides={"FAIL_RANK": last, "FAIL_AFTER": "4"})
     out = result.outcome
     assert out.first_failure is not None and out.exit_code == 3, supervise.summary_lines(out)
     stopped = [st.finished.timestamp() for n, st in out.containers.items()
@@ -291,16 +303,15 @@ def whole_process(args: argparse.Namespace, invs: dict[int, Path]) -> None:
 
 def teardowns(args: argparse.Namespace, full: Path, invs: dict[int, Path]) -> None:
     print("\nrank failure -> last other container stopped (node clocks), median of "
-          f"{args.repeat};\nnew: fail-fast grace {supervise.Settings.fail_grace}s, old: {OLD_FAIL_GRACE}s "
-          "(the ranks ignore SIGTERM: python as PID 1)")
+          f"{args.repeat}, fail-fast grace {supervise.Settings.fail_grace}s;\nnew: docker run --init "
+          "(tini passes SIGTERM on to the rank), old: without (python as PID 1 ignores SIGTERM)")
     print(f"{'nodes':>5} {'design':>6} {'failure->stopped s':>18} {'detection s':>11} {'stop calls s':>12}")
     for n in sorted({min(4, max(invs)), max(invs)}):
         inv = invs.get(n) or inventory_for(full, n, full.parent / f"n{n}.yaml")
         got: dict[bool, list[Teardown]] = {}
         for _ in range(args.repeat):
             for old in (False, True):
-                grace = OLD_FAIL_GRACE if old else supervise.Settings.fail_grace
-                got.setdefault(old, []).append(time_to_teardown(inv, args.image, grace))
+                got.setdefault(old, []).append(time_to_teardown(inv, args.image, old))
         for old in (False, True):
             s = got[old]
             print(f"{n:>5} {'old' if old else 'new':>6} {med(x.node_clock for x in s):>18.2f} "

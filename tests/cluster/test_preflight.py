@@ -14,6 +14,7 @@ import uuid
 
 import pytest
 
+from clusterctl.cluster import preflight
 from clusterctl.cluster.preflight import (
     COLUMNS,
     find_interface,
@@ -27,7 +28,7 @@ from clusterctl.cluster.preflight import (
     run_preflight,
     table_rows,
 )
-from clusterctl.cluster.transport import Cluster
+from clusterctl.cluster.transport import Cluster, NodeConnection
 from clusterctl.core.errors import NodeError
 from tests.fixtures.sshd import ENGINE_SOCKET, free_port, running_sshd
 
@@ -55,12 +56,58 @@ def test_preflight_reports_what_the_node_really_has(loopback_sshd):
     assert interfaces(checks) == {"node1": "lo", "node2": "lo"}
 
 
+@pytest.mark.docker
+def test_preflight_is_two_ssh_channels_per_node_whatever_it_checks(loopback_sshd, monkeypatch):
+    """Issue 12: a channel costs this machine ~2 ms of CPU; every check, master port and
+    image ID included, rides on two (a node script and a docker script), not one each."""
+    image = _local_docker("images", "--format", "{{.Repository}}:{{.Tag}}").splitlines()[0]
+    calls: list[tuple[str, list[str]]] = []
+    real = NodeConnection.run
+
+    def counted(self, argv, **kw):
+        calls.append((self.name, list(argv)))
+        return real(self, argv, **kw)
+
+    monkeypatch.setattr(NodeConnection, "run", counted)
+    with Cluster(loopback_sshd.inventory(2)) as cluster:
+        checks = run_preflight(cluster, devices=["/dev/null"], image_ref=image)
+    for node in ("node1", "node2"):
+        assert len([argv for n, argv in calls if n == node]) == 2, calls
+    master = checks[0]
+    assert master.ok and master.master_port_free is True and master.free_bytes > 0
+    assert master.image_id == _local_docker("image", "inspect", "--format", "{{.Id}}", image)
+    assert master.kernel == platform.release() and abs(master.clock_offset) < 5
+    assert master.init_binary == _local_docker("info", "--format", "{{.InitBinary}}")
+    assert master.init is True and preflight.init_nodes(checks) == ["node1", "node2"]
+    assert master.devices_checked and master.missing_devices == []
+
+
+def test_the_init_check_finds_a_binary_on_the_path_or_not_at_all():
+    """_INIT_SCRIPT as the node's sh runs it: the name is an argument, never shell text."""
+    def found(name: str) -> bool:
+        return subprocess.run(["sh", "-c", preflight._INIT_SCRIPT, "sh", name]).returncode == 0
+
+    assert found("sh") and found("/bin/sh")
+    assert not found("") and not found("clusterctl-no-such-init") and not found("/nonexistent/tini")
+    assert not found("x; exit 0") and not found("$(exit 0)")
+
+
+def test_the_script_sections_parse_back_exactly():
+    out = ("\nT begin a\nline 1\nline 2\nT end a 0\n"
+           "\nT begin b\n\nT end b 127\n")
+    err = "\nT begin a\n\nT begin b\nsh: 1: docker: not found\n"
+    assert preflight.parse_sections("T", out, err) == {
+        "a": (0, "line 1\nline 2", ""), "b": (127, "", "sh: 1: docker: not found\n")}
+
+
 def test_devices_are_checked_as_data_never_as_shell(loopback_sshd, tmp_path):
     marker = tmp_path / f"pwned-{uuid.uuid4().hex}"
     hostile = f"/dev/x $(touch {marker})"
     inv = loopback_sshd.inventory([loopback_sshd.node("n", devices=["/dev/null"])])
     with Cluster(inv) as cluster:
-        [check] = run_preflight(cluster, devices=["/dev/zero", "/dev/clusterctl-none", hostile])
+        [check] = run_preflight(cluster, devices=["/dev/zero", "/dev/clusterctl-none", hostile],
+                                image_ref=f"x$(touch {marker})'\"`touch {marker}`")
+    assert check.image_id is None   # an image ref is data too
     assert check.devices == ["/dev/null", "/dev/zero", "/dev/clusterctl-none", hostile]
     assert check.missing_devices == ["/dev/clusterctl-none", hostile]
     assert any("missing devices: /dev/clusterctl-none" in p for p in check.problems)
@@ -192,3 +239,11 @@ def test_preflight_on_the_sandbox_finds_each_nodes_own_nic_and_daemon(sandbox3):
         own = sandbox3.node_docker(c.node, "info", "--format", "{{.DockerRootDir}}").stdout.strip()
         assert c.docker_root == own  # each node reports its OWN daemon
     assert len({c.docker_root for c in checks}) == len(checks)
+
+
+def test_a_node_too_slow_for_preflight_is_named_with_what_timed_out(loopback_sshd):
+    with Cluster(loopback_sshd.inventory(1)) as cluster:
+        [check] = run_preflight(cluster, timeout=0.005)
+    assert check.ssh and not check.ok
+    assert "preflight's docker checks (version, info, image): timed out after 0.01s" in check.problems
+    assert not any("sec()" in p for p in check.problems), check.problems   # no script text

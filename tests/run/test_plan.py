@@ -552,8 +552,12 @@ def test_cli_dry_run_prints_the_plan_and_touches_no_node(tmp_path):
     expected = [masked(p).argv for p in make_plan(
         load_job("bert"), load_inventory(inv), run_id="dry1",
         overrides={"PHASE": "2", "NOTE": "$(rm -rf /) 'x'", "WANDB_API_KEY": "k-123"},
-        **local_facts(load_inventory(inv)))]
+        init_nodes=["a", "b"], **local_facts(load_inventory(inv)))]
     assert commands == expected
+    assert all("--init" in c for c in commands)   # as a launch on nodes with Docker's init
+    partial = make_plan(load_job("bert"), load_inventory(inv), run_id="dry1", init_nodes=["b"],
+                        **local_facts(load_inventory(inv)))
+    assert [(p.node, "--init" in p.argv) for p in partial] == [("a", False), ("b", True)]
     assert "--add-host=a:10.35.110.11" in commands[1] and "--add-host=b:10.35.110.12" in commands[0]
     assert "-e PHASE=2" in argv_flags(commands[1]) and "-e NOTE=$(rm -rf /) 'x'" in argv_flags(commands[0])
     assert "k-123" not in result.output and f"WANDB_API_KEY={MASK}" in result.output

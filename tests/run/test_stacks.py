@@ -190,3 +190,26 @@ def test_the_hang_summary_names_the_odd_rank_or_says_why_none():
     missing = HangReport(timeout=30, silent_for=30, last_output=0, detected=30,
                          dumps=[NodeDump("node2", error="py-spy is not installed in the image x")])
     assert "NO STACKS from node2: py-spy is not installed in the image x" in missing.summary_lines()
+
+
+@pytest.mark.docker
+def test_dump_script_under_docker_init_dumps_the_rank_not_tini(docker_client, cpu_image):
+    """launch starts containers with `docker run --init`: tini is PID 1 with the container's
+    whole environment (LOCAL_RANK included when the job sets it), and must not be taken for
+    the rank; the python process under it is dumped, with the ptrace capability the
+    watchdog's containers get."""
+    code = "import time\ndef wait_in_collective():\n    time.sleep(120)\nwait_in_collective()\n"
+    box = docker_client.containers.run(cpu_image, ["python3", "-c", code], detach=True, init=True,
+                                       environment={"RANK": "0", "LOCAL_RANK": "0"},
+                                       cap_add=["SYS_PTRACE"], network_mode="none")
+    try:
+        time.sleep(3)
+        res = box.exec_run(["python3", "-c", DUMP_SCRIPT, "20"])
+        dump = parse_dump("here", res.output.decode())
+        pid1 = box.exec_run(["cat", "/proc/1/comm"]).output.decode().strip()
+        assert pid1 in ("docker-init", "tini"), pid1
+        assert len(dump.stacks) == 1 and dump.stacks[0].pid != 1, dump
+        assert dump.stacks[0].rank == 0 and not dump.stacks[0].error, dump
+        assert signature(dump.stacks[0].text)[0].startswith("wait_in_collective ("), dump
+    finally:
+        box.remove(force=True)

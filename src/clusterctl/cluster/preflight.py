@@ -6,6 +6,17 @@ see: the same user, the same environment (``DOCKER_HOST`` included), the same
 network namespace. Each check is also a small public function (launch calls
 :func:`find_interface` and :func:`port_free` directly).
 
+:func:`check_node` runs those same argv commands, but two SSH channels per node
+instead of one per command (a channel costs this machine ~2 ms of CPU; issue 12's
+scale goal): :data:`_NODE_SCRIPT` (uname, the facts, devices, interface, the master's
+listening ports) and :data:`_DOCKER_SCRIPT` (docker version, docker info, df at its
+root, the image's ID, the init binary), both constant ``sh -c`` texts whose values
+(devices, image ref) arrive as positional parameters, never in the text.  Each prints
+every command's output, stderr and exit status in sections marked with a random
+token (:func:`parse_sections`); the single checks then read the recorded results
+(:class:`_Replay`) exactly as they would read their own commands', so every message
+is the same.  Nothing is written on the node.
+
 :func:`check_node` never stops at the first problem: a node whose Docker daemon
 is down still reports its architecture, interface and devices, so one run of
 ``clusterctl check`` shows everything to fix. :func:`run_preflight` does all
@@ -17,13 +28,16 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import re
+import shlex
+import threading
 import time
+import uuid
 from collections.abc import Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from clusterctl.cluster import consistency, engine
-from clusterctl.cluster.transport import Cluster, NodeConnection
+from clusterctl.cluster.transport import Cluster, CommandResult, NodeConnection
 from clusterctl.core.errors import NodeError, UserError
 
 #: uname -m -> Docker's architecture names (image platforms, `docker version` Arch).
@@ -37,6 +51,10 @@ DOCKER_ARCH = {
 #: Prints each argument that does not exist on the node, one per line. The script is
 #: a constant; device paths arrive as positional parameters and are never parsed by sh.
 _MISSING_SCRIPT = 'for d in "$@"; do [ -e "$d" ] || printf "%s\\n" "$d"; done'
+
+#: ``docker info``'s root dir, then on a line of its own the init binary ``docker run
+#: --init`` starts as the container's PID 1 (InitBinary, "docker-init" by default).
+DOCKER_INFO_FORMAT = "{{println .DockerRootDir}}{{.InitBinary}}"
 
 _TCP_LISTEN = "0A"  # socket state LISTEN in /proc/net/tcp{,6}
 
@@ -73,6 +91,50 @@ if libs:
 print("CLUSTERCTL-VERSIONS " + json.dumps(v))
 """
 
+#: Exit 0 when the node has the init binary named in $1 (``docker info`` InitBinary):
+#: an absolute path that is executable, else a command on the PATH or in /usr/libexec/docker
+#: (where dockerd also looks).  Read with the SSH user's PATH, the daemon's may differ.
+_INIT_SCRIPT = ('case $1 in "") exit 1;; /*) test -x "$1";; '
+                '*) command -v "$1" >/dev/null 2>&1 || test -x "/usr/libexec/docker/$1";; esac')
+
+#: ``sec NAME ARGV...``: run ARGV, print its output between markers holding the token
+#: ($t, random per call) and its exit status; its stderr goes to stderr after a marker
+#: too.  Leaves the output in $o and the status in $r for the next decision.
+_SECTION = ("sec() { s=$1; shift; printf '\\n%s begin %s\\n' \"$t\" \"$s\" >&2; o=$(\"$@\"); r=$?; "
+            "printf '\\n%s begin %s\\n%s\\n%s end %s %s\\n' \"$t\" \"$s\" \"$o\" \"$t\" \"$s\" \"$r\"; }\n")
+
+#: One channel for the node's own checks: $1 token, $2 "link" (verify the inventory's
+#: interface) or "addr" (find the one holding the SSH address), $3 "1" to read the
+#: listening ports (the master), then the device paths.  A constant: every value is a
+#: positional parameter, the sub-scripts are constants quoted with shlex.
+_NODE_SCRIPT = (
+    't=$1 mode=$2 ports=$3; shift 3\n' + _SECTION +
+    f'sec facts sh -c {shlex.quote(_FACTS_SCRIPT)}\n'
+    'sec arch uname -m\n'
+    f'[ $# -eq 0 ] || sec devices sh -c {shlex.quote(_MISSING_SCRIPT)} sh "$@"\n'
+    'if [ "$mode" = link ]; then sec link ip -o link show\n'
+    'else sec conn printenv SSH_CONNECTION; sec addr ip -o addr show; fi\n'
+    'if [ "$ports" = 1 ]; then sec tcp cat /proc/net/tcp /proc/net/tcp6; [ -n "$o" ] || sec ss ss -Hltn; fi\n'
+    'exit 0\n')
+
+#: One channel for Docker: $1 token, $2 the image ref to look up ("" for none).  Version,
+#: then (when the daemon answered) info, df at its root and the init binary; the image.
+_DOCKER_SCRIPT = (
+    't=$1 ref=$2\n' + _SECTION +
+    "sec version docker version --format '{{.Server.Version}}'\n"
+    'if [ "$r" = 0 ] && [ -n "$o" ]; then\n'
+    f'  sec info docker info --format {shlex.quote(DOCKER_INFO_FORMAT)}\n'
+    '  if [ "$r" = 0 ]; then\n'
+    "    nl='\n'\n"
+    '    root=${o%%"$nl"*}\n'
+    '    case $o in *"$nl"*) init=${o#*"$nl"};; *) init=;; esac\n'
+    '    case $root in /*) sec df df -Pk -- "$root";; esac\n'
+    f'    sec init sh -c {shlex.quote(_INIT_SCRIPT)} sh "$init"\n'
+    '  fi\n'
+    'fi\n'
+    "[ -z \"$ref\" ] || sec image docker image inspect --format '{{.Id}}' \"$ref\"\n"
+    'exit 0\n')
+
 
 @dataclass
 class NodeCheck:
@@ -100,6 +162,8 @@ class NodeCheck:
     driver: str | None = None           # "nvidia 550.54.15", "cambricon ...", None: no accelerator tool
     image_id: str | None = None         # the node's ID of the image checked (None: absent / not asked)
     image_versions: dict | None = None  # torch and backend versions in it (asked when IDs differ)
+    init_binary: str | None = None      # docker info InitBinary (what `docker run --init` starts)
+    init: bool | None = None            # the node has it (None: not known, the daemon did not answer)
     problems: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)   # worth knowing; the node is still ready
 
@@ -144,8 +208,8 @@ def architecture(conn: NodeConnection, timeout: float | None = 30) -> str:
 
 def docker_root_dir(conn: NodeConnection, timeout: float | None = 30) -> str:
     """Where the node's Docker daemon keeps images (``docker info`` DockerRootDir)."""
-    r = _run(conn, ["docker", "info", "--format", "{{.DockerRootDir}}"], "docker root", timeout)
-    root = r.stdout.strip()
+    r = _run(conn, ["docker", "info", "--format", DOCKER_INFO_FORMAT], "docker root", timeout)
+    root = (r.stdout.strip().splitlines() or [""])[0].strip()
     if not root.startswith("/"):
         raise NodeError(conn.name, f"docker root: unexpected DockerRootDir {root!r}")
     return root
@@ -160,6 +224,16 @@ def free_disk_bytes(conn: NodeConnection, path: str, timeout: float | None = 30)
     except (IndexError, ValueError):
         raise NodeError(conn.name, f"free disk at {path}: cannot read df output "
                         f"{r.stdout.strip()!r}") from None
+
+
+def init_binary(conn: NodeConnection, timeout: float | None = 30) -> tuple[str, bool]:
+    """(``docker info`` InitBinary, whether the node has it): what ``docker run --init``
+    starts as the container's PID 1, to pass signals on to the command (tini)."""
+    r = conn.run(["docker", "info", "--format", DOCKER_INFO_FORMAT], timeout=timeout)
+    lines = r.stdout.strip().splitlines() if r.exit_code == 0 else []
+    name = lines[1].strip() if len(lines) > 1 else ""
+    found = conn.run(["sh", "-c", _INIT_SCRIPT, "sh", name], timeout=timeout)
+    return name, bool(name) and found.exit_code == 0
 
 
 def missing_devices(conn: NodeConnection, devices: Iterable[str],
@@ -324,24 +398,105 @@ def check_node(conn: NodeConnection, *, devices: Iterable[str] = (),
     ``expected_arch`` (amd64, arm64, or a uname name) must match the node's;
     ``image_ref``: record the node's ID of that image (compared across nodes later).
     Kernel, clock offset and accelerator driver are always recorded (:func:`node_facts`).
-    Independent checks run at once, each on its own channel of the node's one
-    connection (a round trip costs ~0.3 s on a loaded machine); problems are
-    listed in a fixed order whatever finishes first.
+    Two channels of the node's one connection, at once: :data:`_NODE_SCRIPT` and
+    :data:`_DOCKER_SCRIPT` (a channel costs this machine ~2 ms of CPU, a round trip
+    ~0.3 s on a loaded machine); the checks then read their commands' recorded results
+    (:class:`_Replay`), so problems come in a fixed order with the single checks' words.
     """
     node = conn.node
     result = NodeCheck(node=node.name, host=node.host, ssh=True, required_bytes=required_bytes,
                        master_port=master_port, expected_arch=expected_arch)
     result.devices = list(dict.fromkeys([*getattr(node, "devices", []), *devices]))
+    replay = _Replay.record(conn, devices=result.devices, ports=master_port is not None,
+                            image_ref=image_ref, timeout=timeout)
     parts = [_check_arch, _check_docker, _check_devices, _check_interface, _check_facts]
     if master_port is not None:
         parts.append(_check_master_port)
     if image_ref is not None:
         parts.append(lambda c, r, t: _check_image_id(c, r, image_ref, t))
-    with ThreadPoolExecutor(max_workers=len(parts), thread_name_prefix="preflight") as pool:
-        futures = [pool.submit(part, conn, result, timeout) for part in parts]
-        for f in futures:
-            result.problems.extend(f.result())
+    for part in parts:
+        result.problems.extend(part(replay, result, timeout))
     return result
+
+
+def parse_sections(token: str, stdout: str, stderr: str) -> dict[str, tuple[int, str, str]]:
+    """The sections a script printed with ``sec`` -> {name: (exit status, stdout, stderr)}."""
+    t = re.escape(token)
+    errs = re.split(rf"\n{t} begin (\w+)\n", stderr)
+    err_of = dict(zip(errs[1::2], errs[2::2], strict=True))
+    return {m.group(1): (int(m.group(3)), m.group(2), err_of.get(m.group(1), ""))
+            for m in re.finditer(rf"\n{t} begin (\w+)\n(.*?)\n{t} end \1 (-?\d+)\n", stdout, re.S)}
+
+
+class _Replay:
+    """A node connection whose ``run`` answers from what the two preflight scripts
+    recorded for the same argv; any other argv runs on the node as usual.  When a
+    script itself failed (its channel timed out), its commands raise that NodeError."""
+
+    def __init__(self, conn: NodeConnection) -> None:
+        self._conn = conn
+        self._results: dict[tuple[str, ...], CommandResult] = {}
+        self._errors: list[NodeError] = []
+        self.window: tuple[float, float] | None = None   # the node script's (start, end) times
+
+    def __getattr__(self, name):
+        return getattr(self._conn, name)
+
+    @classmethod
+    def record(cls, conn: NodeConnection, *, devices: Sequence[str], ports: bool,
+               image_ref: str | None, timeout: float | None) -> _Replay:
+        self = cls(conn)
+        slow = None if timeout is None else 2 * timeout   # several commands in a row
+        mode = "link" if getattr(conn.node, "interface", None) else "addr"
+        node_argv = {"facts": ["sh", "-c", _FACTS_SCRIPT], "arch": ["uname", "-m"],
+                     "devices": ["sh", "-c", _MISSING_SCRIPT, "sh", *devices],
+                     "link": ["ip", "-o", "link", "show"], "conn": ["printenv", "SSH_CONNECTION"],
+                     "addr": ["ip", "-o", "addr", "show"],
+                     "tcp": ["cat", "/proc/net/tcp", "/proc/net/tcp6"], "ss": ["ss", "-Hltn"]}
+        docker_argv = {"version": ["docker", "version", "--format", "{{.Server.Version}}"],
+                       "info": ["docker", "info", "--format", DOCKER_INFO_FORMAT],
+                       "image": ["docker", "image", "inspect", "--format", "{{.Id}}", image_ref or ""]}
+
+        def run(script: str, args: list[str], argv_of: dict) -> None:
+            token = uuid.uuid4().hex
+            try:
+                before = time.time()
+                r = conn.run(["sh", "-c", script, "sh", token, *args], timeout=slow)
+                after = time.time()
+            except NodeError as e:   # a timeout, named by what the script checks
+                what = "preflight's docker checks" if script is _DOCKER_SCRIPT else "preflight's node checks"
+                why = (f"timed out after {slow:g}s" if "timed out" in e.reason and slow is not None
+                       else e.reason)   # not the script's text, which says nothing to a user
+                self._errors.append(NodeError(conn.name, f"{what} ({', '.join(argv_of)}): {why}"))
+                return
+            if script is _NODE_SCRIPT:
+                self.window = (before, after)
+            sections = parse_sections(token, r.stdout, r.stderr)
+            info = sections.get("info")
+            if info is not None:   # df and the init check take their argument from info's output
+                lines = info[1].splitlines()
+                argv_of = {**argv_of, "df": ["df", "-Pk", "--", lines[0] if lines else ""],
+                           "init": ["sh", "-c", _INIT_SCRIPT, "sh", lines[1] if len(lines) > 1 else ""]}
+            for name, (code, out, err) in sections.items():
+                if name in argv_of:
+                    argv = argv_of[name]
+                    self._results[tuple(argv)] = CommandResult(conn.name, list(argv), code, out, err)
+
+        other = threading.Thread(target=run, name=f"preflight-{conn.name}", daemon=True,
+                                 args=(_DOCKER_SCRIPT, [image_ref or ""], docker_argv))
+        other.start()
+        run(_NODE_SCRIPT, [mode, "1" if ports else "0", *devices], node_argv)
+        other.join()
+        return self
+
+    def run(self, argv: Sequence[str], *, timeout: float | None = None, check: bool = False,
+            **kw) -> CommandResult:
+        found = self._results.get(tuple(argv))
+        if found is None and self._errors:
+            raise self._errors[0]
+        if found is None:
+            return self._conn.run(argv, timeout=timeout, check=check, **kw)
+        return found.check() if check else found
 
 
 def _attempt(problems: list[str], fn):
@@ -377,6 +532,12 @@ def _check_docker(conn: NodeConnection, result: NodeCheck, timeout) -> list[str]
     if result.docker_root is not None:
         result.free_bytes = _attempt(problems, lambda: free_disk_bytes(conn, result.docker_root,
                                                                        timeout))
+        result.init_binary, result.init = init_binary(conn, timeout)
+        if not result.init:
+            result.warnings.append(f"no init binary ({result.init_binary or 'docker info names none'}"
+                                   " not found on the node): containers start without `docker run "
+                                   "--init`, so a rank that ignores SIGTERM (python as PID 1) makes "
+                                   "every stop wait out its whole grace")
     need = result.required_bytes
     if result.free_bytes is not None and need and result.free_bytes < need:
         problems.append(f"only {human_bytes(result.free_bytes)} free at {result.docker_root}, "
@@ -420,6 +581,7 @@ def node_facts(conn: NodeConnection, timeout: float | None = 30) -> dict:
     before = time.time()
     r = _run(conn, ["sh", "-c", _FACTS_SCRIPT], "node facts", timeout)
     after = time.time()
+    before, after = getattr(conn, "window", None) or (before, after)  # a _Replay's: its script's
     kernel, clock, driver = parse_facts(r.stdout)
     offset = None if clock is None else clock - (before + after) / 2
     return {"kernel": kernel, "clock_offset": offset,
@@ -568,6 +730,11 @@ def image_needs(ref: str) -> ImageNeeds:
 def interfaces(checks: Iterable[NodeCheck]) -> dict[str, str]:
     """{node: interface} for launch (GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME)."""
     return {c.node: c.interface for c in checks if c.interface}
+
+
+def init_nodes(checks: Iterable[NodeCheck]) -> list[str]:
+    """The nodes that have Docker's init binary, for launch (``docker run --init``)."""
+    return [c.node for c in checks if c.init]
 
 
 # --------------------------------------------------------------------------- presentation

@@ -25,6 +25,7 @@ logs into ``runs/<run-id>/`` before removing them).
 from __future__ import annotations
 
 import ipaddress
+import json
 import os
 import signal
 import sys
@@ -36,7 +37,7 @@ from typing import TextIO
 
 from clusterctl.cluster import containers, distribute, engine, sshconfig
 from clusterctl.cluster import preflight as pf
-from clusterctl.cluster.transport import Cluster
+from clusterctl.cluster.transport import Cluster, CommandResult
 from clusterctl.core.deadline import bounded
 from clusterctl.core.errors import ClusterctlError, NodeError, UserError
 from clusterctl.run import flight, logs, plan, records, supervise, watchdog
@@ -122,13 +123,15 @@ def dry_run(job, inventory, *, run_id: str | None = None, image: str | None = No
     run_id = records.check_run_id(run_id) if run_id else records.new_run_id(job.name)
     return plan.make_plan(job, inventory, run_id=run_id, image=image, overrides=overrides,
                           extra_docker_args=watchdog_options(hang_timeout_of(job, hang_timeout)),
+                          init_nodes=[n.name for n in inventory.nodes],   # as on nodes that have it
                           **local_facts(inventory))
 
 
 def preflight(cluster: Cluster, devices: Mapping[str, Sequence[str]], *,
               image_ref: str | None = None,
-              on_warning: Callable[[str, str], None] | None = None) -> dict[str, str]:
-    """Check every node before anything starts; returns the interface found per node.
+              on_warning: Callable[[str, str], None] | None = None) -> tuple[dict[str, str], list[str]]:
+    """Check every node before anything starts; returns the interface found per node and
+    the nodes that have Docker's init binary (their containers get ``--init``).
 
     SSH, docker, arch, disk, the devices each node's container will get
     (``devices``: node -> ``--device`` specs, :func:`clusterctl.run.plan.node_devices` and
@@ -147,19 +150,33 @@ def preflight(cluster: Cluster, devices: Mapping[str, Sequence[str]], *,
         for warning in c.warnings:
             if on_warning is not None:
                 on_warning(c.node, warning)
-    return pf.interfaces(checks)
+    return pf.interfaces(checks), pf.init_nodes(checks)
 
 
 # --------------------------------------------------------------------------- start
 
+#: ``docker run -d ...`` (the arguments), then ``docker inspect`` of the container it started,
+#: in one SSH channel (a channel costs this machine ~2 ms of CPU: issue 12).  A constant: the
+#: argv arrives as positional parameters; stdin (``--env-file /dev/stdin``) reaches docker run.
+_START_SCRIPT = 'c=$("$@") || exit; printf "%s\\n" "$c"; docker inspect --type container "$c"'
+
+
 def start_all(cluster: Cluster, plans: Sequence[plan.NodePlan], *,
-              timeout: float = START_TIMEOUT) -> None:
-    """Start every node's container in parallel; all or nothing (StartFailed)."""
+              timeout: float = START_TIMEOUT) -> dict[str, containers.ContainerState | None]:
+    """Start every node's container in parallel; all or nothing (StartFailed).  Returns each
+    node's container state as ``docker inspect`` saw it just after the start (None: unknown)."""
     by_node = {p.node: p for p in plans}
 
-    def start(conn) -> str:
+    def start(conn) -> containers.ContainerState | None:
         p = by_node[conn.name]
-        return conn.run(p.argv, stdin=p.stdin, timeout=timeout, check=True).stdout.strip()
+        r = conn.run(["sh", "-c", _START_SCRIPT, "sh", *p.argv], stdin=p.stdin, timeout=timeout)
+        CommandResult(conn.name, list(p.argv), r.exit_code, r.stdout, r.stderr).check()  # its words
+        _, _, inspected = r.stdout.partition("\n")
+        try:
+            found = json.loads(inspected or "[]")
+        except ValueError:
+            return None
+        return containers.state_from_inspect(conn.name, found[0]) if found else None
 
     results = cluster.map(start, nodes=list(by_node))
     failed = {n: r.reason for n, r in results.items() if isinstance(r, NodeError)}
@@ -167,6 +184,7 @@ def start_all(cluster: Cluster, plans: Sequence[plan.NodePlan], *,
         # "created but not started" containers exist too (a bad device, a port): remove on every node
         not_removed = containers.remove_run_containers(cluster, plans[0].run_id, list(by_node))
         raise StartFailed(failed, {n: w for n, w in not_removed.items() if n not in failed})
+    return {n: r if isinstance(r, containers.ContainerState) else None for n, r in results.items()}
 
 
 # --------------------------------------------------------------------------- the record
@@ -222,16 +240,21 @@ def stopped_by(outcome: supervise.Outcome) -> str:
         "was lost)" if f.kind == "lost" else f"exited {f.exit_code})")
 
 
-def mark_running(cluster: Cluster, record: records.RunRecord) -> None:
-    """Record each container's start time (best effort, bounded: it is only for the record)."""
+def mark_running(cluster: Cluster, record: records.RunRecord,
+                 known: Mapping[str, containers.ContainerState | None] | None = None) -> None:
+    """Record each container's start time (best effort, bounded: it is only for the record);
+    ``known``: the states :func:`start_all` read already, only the others are inspected."""
     by_node = {n.node: n for n in record.nodes}
+    known = {n: st for n, st in (known or {}).items() if st is not None and n in by_node}
 
     def inspect(conn):
         return bounded(lambda: containers.inspect_containers(conn, [by_node[conn.name].container]), 10.0)
 
-    for node, found in cluster.map(inspect, nodes=list(by_node)).items():
-        if isinstance(found, list) and found:
-            by_node[node].state, by_node[node].started = found[0].status, found[0].started
+    missing = [n for n in by_node if n not in known]
+    found = cluster.map(inspect, nodes=missing) if missing else {}
+    for node, states in {**found, **{n: [st] for n, st in known.items()}}.items():
+        if isinstance(states, list) and states:
+            by_node[node].state, by_node[node].started = states[0].status, states[0].started
     record.state = "running"
 
 
@@ -298,11 +321,12 @@ def launch(job, inventory, *, image: str | None = None, overrides: Mapping[str, 
     image_id = local_image_id(ref) if push else None
     with Cluster(inventory, accept_new_host_keys=accept_new_host_keys) as cluster:
         extra = plan.job_devices(job)
-        interfaces = preflight(cluster, {n.name: [*plan.node_devices(job, n), *extra]
+        interfaces, init_nodes = preflight(cluster, {n.name: [*plan.node_devices(job, n), *extra]
                                          for n in inventory.nodes},
                                image_ref=None if push else ref, on_warning=on_warning)
         plans = plan.make_plan(job, inventory, run_id=run_id, image=image, interfaces=interfaces,
-                               overrides=overrides, extra_docker_args=watchdog_options(hang), **facts)
+                               overrides=overrides, extra_docker_args=watchdog_options(hang),
+                               init_nodes=init_nodes, **facts)
         if push:
             push_image(cluster, plans[0].image, progress)
         record = new_record(job, inventory, plans, run_id, image_id=image_id, detached=detach, argv=argv)
@@ -338,12 +362,12 @@ def _fresh_run_id(run_id: str | None, job) -> str:
 def start_recorded(cluster: Cluster, plans: Sequence[plan.NodePlan], record: records.RunRecord) -> None:
     """start_all, with the outcome (start-failed, or each container's start time) in run.json."""
     try:
-        start_all(cluster, plans)
+        started = start_all(cluster, plans)
     except StartFailed:
         record.state, record.exit_code, record.finished = "start-failed", 1, records.utcnow()
         record.save()
         raise
-    mark_running(cluster, record)
+    mark_running(cluster, record, started)
     record.save()
 
 

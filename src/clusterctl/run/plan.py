@@ -246,7 +246,8 @@ def make_plan(job: Job, inventory, *, run_id: str, image: str | None = None,
               master_addr: str | None = None,
               addresses: Mapping[str, str] | None = None,
               runtime: Mapping[str, str] | None = None,
-              flight_recorder: bool = True) -> list[NodePlan]:
+              flight_recorder: bool = True,
+              init_nodes: Iterable[str] = ()) -> list[NodePlan]:
     """One NodePlan per inventory node, in rank order.  Pure: nothing is contacted or read.
 
     Every fact comes in as an argument: ``image`` replaces the job's/target's
@@ -265,14 +266,18 @@ def make_plan(job: Job, inventory, *, run_id: str, image: str | None = None,
     MASTER_PORT from the inventory env or ``--set`` still wins.
     ``flight_recorder``: on a target with a ``flight_recorder`` (nccl), turn it on
     (:func:`flight_dir`); launch collects the dumps.
+    ``init_nodes``: the nodes whose container gets ``--init`` (Docker's init, tini, as PID 1:
+    it passes SIGTERM on to the command, so a stop costs the ranks' exit, not the grace;
+    launch passes the nodes where preflight found the init binary).
     UserError (exit 2) on anything unusable.
     """
     hosts = host_entries(addresses or {})
     launch, nodes = _resolve(job, inventory, run_id=run_id, image=image, overrides=overrides,
                              extra_docker_args=extra_docker_args, host_env=host_env,
                              master_addr=master_addr, runtime=runtime)
+    init_nodes = set(init_nodes)
     return [_node_plan(launch, n, n.node.interface or (interfaces or {}).get(n.node.name), hosts,
-                       flight_recorder)
+                       flight_recorder, n.node.name in init_nodes)
             for n in nodes]
 
 
@@ -418,14 +423,14 @@ def job_environment(job: Job, target, values: Mapping[str, str], node_env: Mappi
 
 
 def _node_plan(launch: _Launch, n: _Node, iface: str | None, hosts: list[str],
-               flight_recorder: bool = True) -> NodePlan:
+               flight_recorder: bool = True, init: bool = False) -> NodePlan:
     """Assemble one node's plan from its checked inputs, the interface it uses, the
     cluster's ``--add-host`` options and the flight recorder (target layer, before the
     job's env, so a job, node or ``--set`` may change or turn it off)."""
     job, node = launch.job, n.node
     nic = {"GLOO_SOCKET_IFNAME": iface, "NCCL_SOCKET_IFNAME": iface} if iface else {}
     recorder = launch.target.flight_recorder if launch.target is not None and flight_recorder else None
-    flight, options, fr_env = None, list(n.options), {}
+    flight, options, fr_env = None, [*(["--init"] if init else []), *n.options], {}
     if recorder is not None:
         flight = flight_dir(launch.run_id, node.name)
         options += ["-v", f"{flight}:{recorder.dir}"]

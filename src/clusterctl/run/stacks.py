@@ -6,8 +6,8 @@ rank process of every container is dumped with py-spy.  This module holds the pu
 * :data:`DUMP_SCRIPT`: the Python program ``docker exec CONTAINER python3 -c`` runs in a
   container (argv, no shell).  It finds the rank processes (those with ``LOCAL_RANK`` in
   their environment, as torchrun and torch.distributed.launch start them; the topmost
-  one of each family, so DataLoader workers are not ranks; without any, every Python
-  process), reads each one's state from ``/proc`` and dumps it with ``py-spy dump
+  one of each family, so DataLoader workers are not ranks; Docker's init, PID 1 under
+  ``docker run --init``, is never one; without any, every Python process), reads each one's state from ``/proc`` and dumps it with ``py-spy dump
   --pid``.  A stopped process (``T``, e.g. SIGSTOP) cannot be dumped that way: py-spy
   cannot suspend it ("Failed to suspend process"), so the script retries with
   ``--nonblocking``, which reads the stack without stopping the process.  It prints one
@@ -68,6 +68,8 @@ for name in os.listdir("/proc"):
         info = proc(int(name))
         if info["cmd"]:
             procs[info["pid"]] = info
+if procs.get(1, {}).get("exe") in ("docker-init", "tini", "tini-static"):
+    del procs[1]  # docker run --init: tini is PID 1 with the container's env, not a rank
 ranks = [p for p in procs.values()
          if "LOCAL_RANK" in p["env"] and "LOCAL_RANK" not in procs.get(p["ppid"], {"env": {}})["env"]]
 if not ranks:
