@@ -28,6 +28,7 @@ from typing import Protocol
 
 import paramiko
 
+from clusterctl.cluster.distribute.imagesource import LAYER_STORE, pick_source
 from clusterctl.cluster.distribute.layerfilter import FilterStats, filter_save_stream
 from clusterctl.cluster.distribute.layout import layout_from_metadata, store_layout
 from clusterctl.cluster.distribute.savestream import SharedSave
@@ -52,6 +53,7 @@ class PushResult:
     source: str = "head"  # where the node's bytes came from: "head" or the feeding node's name
     head_bytes: int = 0   # bytes the head sent for this node (0 when fed by another node)
     compression: str = ""  # relay: "zstd (why)" / "none (why)"
+    read_from: str = ""    # where the head read the image: "layer store (...)" / "docker save (why)"
 
     @property
     def ok(self) -> bool:
@@ -277,8 +279,12 @@ def push_to_node(conn, client, image: SourceImage, *, layout: dict[str, str] | N
     plan = plan_node(conn, image, progress)
     if plan.send is None:  # skipped, or failed while planning
         return plan.result
-    source = SharedSave(client, image.id, [conn.name])
+    source = pick_source(client, image, plan.send)
+    plan.result.read_from = source.describe
+    if source.kind == LAYER_STORE or layout is None:
+        layout = source.layout
+    shared = source.shared([conn.name])
     try:
-        return deliver(conn, image, plan, source, layout, progress)
+        return deliver(conn, image, plan, shared, layout, progress)
     finally:
-        source.close()
+        shared.close()

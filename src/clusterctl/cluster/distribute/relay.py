@@ -50,7 +50,7 @@ import shutil
 import subprocess
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 import paramiko
@@ -200,13 +200,16 @@ class _NodeRun:
 
 def relay_push(cluster, client, image: SourceImage, plans: dict[str, NodePlan],
                streaming: list[str], layout: dict[str, str] | None, progress: PushProgress,
-               *, compress: bool | None = False, width: int = 1) -> dict[str, PushResult]:
+               *, compress: bool | None = False, width: int = 1,
+               shared: Callable[[list[str]], SharedSave] | None = None) -> dict[str, PushResult]:
     """Bring the image to every node in ``streaming`` through relay chains, in rounds.
 
     A round's starved nodes (fed through a node that failed) are the next
     round's, fed again from the head; every round finishes at least the first
     node of each chain, so the rounds end.  ``compress`` None: decided by
-    :func:`~clusterctl.cluster.distribute.wire.decide` (a measurement)."""
+    :func:`~clusterctl.cluster.distribute.wire.decide` (a measurement).  ``shared``:
+    the head's stream for a round's chain roots (default: one ``docker save``)."""
+    shared = shared or (lambda names: SharedSave(client, image.id, names))
     results: dict[str, PushResult] = {}
     remaining = list(streaming)
     why = "--compress" if compress else "--no-compress"
@@ -223,7 +226,7 @@ def relay_push(cluster, client, image: SourceImage, plans: dict[str, NodePlan],
     try:
         while remaining:
             round_no += 1
-            starved = _round(cluster, client, image, plans, remaining, layout, progress,
+            starved = _round(cluster, shared, image, plans, remaining, layout, progress,
                              compress=compress, width=width, round_no=round_no, results=results,
                              token=token, lost=lost)
             remaining = [n for n in remaining if n in starved]
@@ -233,7 +236,7 @@ def relay_push(cluster, client, image: SourceImage, plans: dict[str, NodePlan],
     return results
 
 
-def _round(cluster, client, image, plans, names, layout, progress, *, compress, width,
+def _round(cluster, shared, image, plans, names, layout, progress, *, compress, width,
            round_no, results, token, lost) -> set[str]:
     runs: dict[str, _NodeRun] = {}
     setup = cluster.map(lambda conn: _setup(conn, cluster, names, token), names)
@@ -269,7 +272,7 @@ def _round(cluster, client, image, plans, names, layout, progress, *, compress, 
         for t in readers + pingers:
             t.start()
         sender = threading.Thread(target=_send_all, daemon=True, name="relay-send",
-                                  args=(client, image, plan, runs, plans, layout, progress, zstd))
+                                  args=(shared, image, plan, runs, plans, layout, progress, zstd))
         sender.start()
         starved = _watch(plan, runs)
         sender.join(timeout=60)  # a send blocked on a lost node is abandoned (daemon thread)
@@ -422,9 +425,9 @@ def _ping(run: _NodeRun) -> None:
 
 # --------------------------------------------------------------------------- from the head
 
-def _send_all(client, image, plan: RelayPlan, runs, plans, layout, progress, zstd) -> None:
+def _send_all(shared, image, plan: RelayPlan, runs, plans, layout, progress, zstd) -> None:
     roots = [r for r in plan.roots if runs[r].chan is not None]
-    source = SharedSave(client, image.id, roots)
+    source = shared(roots)
     threads = [threading.Thread(target=_send_root, daemon=True, name=f"relay-head-{r}",
                                 args=(runs[r], image, plans[r], source, layout, progress, zstd))
                for r in roots]
