@@ -105,7 +105,8 @@ def _stream(cluster: Cluster, client, image: SourceImage, plans: dict[str, NodeP
     if choose_strategy(strategy, streaming) == "relay" and \
             _relay_possible(streaming, keys, progress):
         return relay_push(cluster, client, image, plans, streaming, layout, progress,
-                          compress=compress, shared=source.shared)
+                          compress=compress, shared=source.shared,
+                          open_stream=source.open_stream)
     batch_size = cluster.settings.fanout
     for first in range(0, len(streaming), batch_size):
         batch = [n for n in streaming[first:first + batch_size]

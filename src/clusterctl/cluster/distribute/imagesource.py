@@ -52,6 +52,12 @@ class ImageSource:
             return SharedSave(self.client, self.image.id, names)
         return SharedSave(self.client, self.image.id, names, open_stream=self._checked_stream)
 
+    def open_stream(self):
+        """The source's stream, once (for a sample: close it when done)."""
+        if self._make_stream is None:
+            return self.client.api.get_image(self.image.id)
+        return self._checked_stream()
+
     def _checked_stream(self):
         try:
             yield from self._make_stream()

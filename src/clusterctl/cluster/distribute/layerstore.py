@@ -27,7 +27,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from clusterctl.cluster.distribute.tarsplit import FileEntry, Segment, TarSplitError, parse, tar_size
+from clusterctl.cluster.distribute.tarsplit import (
+    FileEntry,
+    Segment,
+    TarSplitError,
+    parse,
+    tar_size,
+)
 from clusterctl.cluster.distribute.tarstream import StreamError
 
 DRIVER = "overlay2"

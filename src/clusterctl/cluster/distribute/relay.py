@@ -62,9 +62,8 @@ from clusterctl.cluster.distribute.node import (
     NodePlan,
     PushProgress,
     PushResult,
+    confirm_on_node,
     load_failure,
-    node_has_image,
-    tag_on_node,
 )
 from clusterctl.cluster.distribute.relayplan import RelayPlan, plan_relay
 from clusterctl.cluster.distribute.savestream import SharedSave
@@ -201,48 +200,58 @@ class _NodeRun:
 def relay_push(cluster, client, image: SourceImage, plans: dict[str, NodePlan],
                streaming: list[str], layout: dict[str, str] | None, progress: PushProgress,
                *, compress: bool | None = False, width: int = 1,
-               shared: Callable[[list[str]], SharedSave] | None = None) -> dict[str, PushResult]:
+               shared: Callable[[list[str]], SharedSave] | None = None,
+               open_stream: Callable[[], Iterator[bytes]] | None = None) -> dict[str, PushResult]:
     """Bring the image to every node in ``streaming`` through relay chains, in rounds.
 
     A round's starved nodes (fed through a node that failed) are the next
     round's, fed again from the head; every round finishes at least the first
     node of each chain, so the rounds end.  ``compress`` None: decided by
     :func:`~clusterctl.cluster.distribute.wire.decide` (a measurement).  ``shared``:
-    the head's stream for a round's chain roots (default: one ``docker save``)."""
+    the head's stream for a round's chain roots (default: one ``docker save``);
+    ``open_stream``: the same bytes, for the compression measurement's sample."""
     shared = shared or (lambda names: SharedSave(client, image.id, names))
     results: dict[str, PushResult] = {}
     remaining = list(streaming)
     why = "--compress" if compress else "--no-compress"
     if compress is None:  # measured: the link into the first node, zstd on the image here
         try:
-            compress, why = wire.decide(cluster.connection(streaming[0]), client, image.id)
+            compress, why = wire.decide(cluster.connection(streaming[0]), client, image.id,
+                                        open_stream=open_stream)
         except (NodeError, OSError, subprocess.SubprocessError) as e:
             compress, why = False, f"not measured: {e}"
     for name in streaming:
         plans[name].result.compression = f"{'zstd' if compress else 'none'} ({why})"
     token = secrets.token_hex(6)
     lost: set[str] = set()
+    dirty: set[str] = set()  # nodes where a setup or a cleanup of this push did not answer ok
     round_no = 0
     try:
         while remaining:
             round_no += 1
             starved = _round(cluster, shared, image, plans, remaining, layout, progress,
                              compress=compress, width=width, round_no=round_no, results=results,
-                             token=token, lost=lost)
+                             token=token, lost=lost, dirty=dirty)
             remaining = [n for n in remaining if n in starved]
     finally:
-        reachable = [n for n in streaming if n not in lost and cluster.is_connected(n)]
-        cluster.map(lambda conn: _sweep(conn, token), reachable)
+        # the sweep is for what a round may have left (a setup whose answer was lost, a
+        # cleanup that failed): a node whose every setup and cleanup answered ok has nothing
+        # left, and sweeping it too would cost every push one more command per node
+        reachable = [n for n in streaming if n not in lost and n in dirty
+                     and cluster.is_connected(n)]
+        if reachable:
+            cluster.map(lambda conn: _sweep(conn, token), reachable)
     return results
 
 
 def _round(cluster, shared, image, plans, names, layout, progress, *, compress, width,
-           round_no, results, token, lost) -> set[str]:
+           round_no, results, token, lost, dirty) -> set[str]:
     runs: dict[str, _NodeRun] = {}
     setup = cluster.map(lambda conn: _setup(conn, cluster, names, token), names)
     for name in names:
         value = setup[name]
         if isinstance(value, NodeError):
+            dirty.add(name)  # it may have made its directory before the answer was lost
             plans[name].fail(value)
             results[name] = plans[name].finish(progress)
         else:
@@ -281,7 +290,8 @@ def _round(cluster, shared, image, plans, names, layout, progress, *, compress, 
     finally:
         for agent in agents:
             agent.close()
-        cluster.map(lambda conn: _cleanup(runs[conn.name]), list(runs))
+        cleaned = cluster.map(lambda conn: _cleanup(runs[conn.name]), list(runs))
+        dirty.update(name for name, ok in cleaned.items() if ok is not True)
         lost.update(name for name, run in runs.items() if run.lost)
     for name in plan.nodes:
         run = runs[name]
@@ -570,13 +580,14 @@ def _stop(run: _NodeRun) -> None:
     threading.Thread(target=kill, daemon=True, name=f"relay-stop-{run.name}").start()
 
 
-def _cleanup(run: _NodeRun) -> None:
+def _cleanup(run: _NodeRun) -> bool:
+    """Stop and remove the node's part of the round; True when the node said it did."""
     mode = "rm" if run.done.is_set() and run.exit_code is not None else "kill"
     try:
-        run.conn.run(["sh", "-c", CLEANUP_SCRIPT, "clusterctl-relay-cleanup", run.dir, mode],
-                     timeout=30)
+        return run.conn.run(["sh", "-c", CLEANUP_SCRIPT, "clusterctl-relay-cleanup", run.dir,
+                             mode], timeout=30).ok
     except NodeError:
-        pass  # a lost node: its command removes its directory itself when it ends
+        return False  # a lost node: its command removes its directory itself when it ends
 
 
 def _sweep(conn, token: str) -> None:
@@ -602,9 +613,7 @@ def _finish(run: _NodeRun, image: SourceImage, plan: NodePlan,
         if loaded != image.id:
             raise NodeError(run.name, f"docker load produced image {loaded or '(no ID printed)'}, "
                             f"not {image.id}")
-        if not node_has_image(run.conn, image.id):
-            raise NodeError(run.name, f"image {image.id} is not on the node after docker load")
-        tag_on_node(run.conn, image)
+        confirm_on_node(run.conn, image)
     except NodeError as e:
         plan.fail(e)
     return _done(plan, progress)

@@ -79,7 +79,7 @@ class SharedSave:
         self._started.add(name)
         while (item := q.get()) is not _END:
             if isinstance(item, Exception):
-                raise StreamError(f"docker save failed: {item}")
+                raise item if isinstance(item, StreamError) else StreamError(f"docker save failed: {item}")
             yield item
 
     def detach(self, name: str) -> None:
