@@ -224,34 +224,27 @@ def relay_push(cluster, client, image: SourceImage, plans: dict[str, NodePlan],
         plans[name].result.compression = f"{'zstd' if compress else 'none'} ({why})"
     token = secrets.token_hex(6)
     lost: set[str] = set()
-    dirty: set[str] = set()  # nodes where a setup or a cleanup of this push did not answer ok
     round_no = 0
     try:
         while remaining:
             round_no += 1
             starved = _round(cluster, shared, image, plans, remaining, layout, progress,
                              compress=compress, width=width, round_no=round_no, results=results,
-                             token=token, lost=lost, dirty=dirty)
+                             token=token, lost=lost)
             remaining = [n for n in remaining if n in starved]
     finally:
-        # the sweep is for what a round may have left (a setup whose answer was lost, a
-        # cleanup that failed): a node whose every setup and cleanup answered ok has nothing
-        # left, and sweeping it too would cost every push one more command per node
-        reachable = [n for n in streaming if n not in lost and n in dirty
-                     and cluster.is_connected(n)]
-        if reachable:
-            cluster.map(lambda conn: _sweep(conn, token), reachable)
+        reachable = [n for n in streaming if n not in lost and cluster.is_connected(n)]
+        cluster.map(lambda conn: _sweep(conn, token), reachable)
     return results
 
 
 def _round(cluster, shared, image, plans, names, layout, progress, *, compress, width,
-           round_no, results, token, lost, dirty) -> set[str]:
+           round_no, results, token, lost) -> set[str]:
     runs: dict[str, _NodeRun] = {}
     setup = cluster.map(lambda conn: _setup(conn, cluster, names, token), names)
     for name in names:
         value = setup[name]
         if isinstance(value, NodeError):
-            dirty.add(name)  # it may have made its directory before the answer was lost
             plans[name].fail(value)
             results[name] = plans[name].finish(progress)
         else:
@@ -290,8 +283,7 @@ def _round(cluster, shared, image, plans, names, layout, progress, *, compress, 
     finally:
         for agent in agents:
             agent.close()
-        cleaned = cluster.map(lambda conn: _cleanup(runs[conn.name]), list(runs))
-        dirty.update(name for name, ok in cleaned.items() if ok is not True)
+        cluster.map(lambda conn: _cleanup(runs[conn.name]), list(runs))
         lost.update(name for name, run in runs.items() if run.lost)
     for name in plan.nodes:
         run = runs[name]
@@ -580,14 +572,13 @@ def _stop(run: _NodeRun) -> None:
     threading.Thread(target=kill, daemon=True, name=f"relay-stop-{run.name}").start()
 
 
-def _cleanup(run: _NodeRun) -> bool:
-    """Stop and remove the node's part of the round; True when the node said it did."""
+def _cleanup(run: _NodeRun) -> None:
     mode = "rm" if run.done.is_set() and run.exit_code is not None else "kill"
     try:
-        return run.conn.run(["sh", "-c", CLEANUP_SCRIPT, "clusterctl-relay-cleanup", run.dir,
-                             mode], timeout=30).ok
+        run.conn.run(["sh", "-c", CLEANUP_SCRIPT, "clusterctl-relay-cleanup", run.dir, mode],
+                     timeout=30)
     except NodeError:
-        return False  # a lost node: its command removes its directory itself when it ends
+        pass  # a lost node: its command removes its directory itself when it ends
 
 
 def _sweep(conn, token: str) -> None:
