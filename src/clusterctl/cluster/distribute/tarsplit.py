@@ -53,10 +53,10 @@ def parse(lines: Iterable[bytes | str]) -> Iterator[Segment | FileEntry]:
             entry = json.loads(line)
             kind = entry["type"]
             if kind == SEGMENT_TYPE:
-                yield Segment(base64.b64decode(entry.get("payload") or ""))
+                yield Segment(base64.b64decode(entry.get("payload") or "", validate=True))
             elif kind == FILE_TYPE:
                 raw = entry.get("name_raw")
-                name = base64.b64decode(raw) if raw else entry.get("name", "").encode()
+                name = base64.b64decode(raw, validate=True) if raw else entry.get("name", "").encode()
                 size = int(entry.get("size") or 0)
                 if size < 0:
                     raise ValueError(f"negative size {size}")
