@@ -14,8 +14,8 @@ from pathlib import Path
 import clusterctl.cluster.distribute as distribute
 
 #: top first; a module may import only modules after it in this list
-ORDER = ["fanout", "relay", "wire", "agent", "relayplan", "node", "savestream", "layerfilter", "layout",
-         "tarstream", "source"]
+ORDER = ["fanout", "relay", "wire", "agent", "relayplan", "node", "imagesource", "storesave",
+         "layerstore", "tarsplit", "savestream", "layerfilter", "layout", "tarstream", "source"]
 PACKAGE = "clusterctl.cluster.distribute"
 
 

@@ -132,6 +132,9 @@ def push(
                   _size(r.bytes_sent), f"{r.seconds:.1f}", escape(r.describe()))
                  for r in results])
     out.print(f"sent by this machine: {_size(sum(r.head_bytes for r in results))}", markup=False)
+    sources = sorted({r.read_from for r in results if r.read_from})
+    if sources:
+        out.print("read from: " + "; ".join(sources), markup=False)
     wires = sorted({r.compression for r in results if r.compression})
     if wires:
         out.print("on the wire: " + "; ".join(wires), markup=False)

@@ -5,10 +5,14 @@ onto every node of a Cluster or an Inventory; results in inventory order, a
 failed node being a result, never an exception.
 
 Every node is planned first (in parallel, the cluster's bounded fan-out);
-nodes that need layers are then streamed to in batches of ``fanout``, each
-batch reading ONE ``docker save`` (SharedSave), since a save costs the
-engine a full export whatever a node then needs.  The layout first pass
-(OCI engines) runs only when some node needs layers.
+nodes that need layers are then streamed to in batches of ``fanout`` (or
+relayed), each batch reading ONE stream (SharedSave) from the source
+:func:`~clusterctl.cluster.distribute.imagesource.pick_source` chose: the
+engine's layer store, which reads only the layers some node lacks, else
+``docker save`` (a full export whatever a node then needs; the layout first
+pass for OCI engines runs only then).  A store layer that does not verify
+against its diff ID fails its stream before the layer is complete, and the
+nodes it failed are pushed again from ``docker save``.
 """
 
 from __future__ import annotations
@@ -16,7 +20,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from clusterctl.cluster import engine
-from clusterctl.cluster.distribute.layout import layout_for
+from clusterctl.cluster.distribute.imagesource import ImageSource, pick_source
+from clusterctl.cluster.distribute.layerfilter import FilterStats
 from clusterctl.cluster.distribute.node import (
     NodePlan,
     NoProgress,
@@ -27,7 +32,6 @@ from clusterctl.cluster.distribute.node import (
 )
 from clusterctl.cluster.distribute.relay import relay_push
 from clusterctl.cluster.distribute.relayplan import choose_strategy
-from clusterctl.cluster.distribute.savestream import SharedSave
 from clusterctl.cluster.distribute.source import SourceImage, source_image
 from clusterctl.cluster.transport import Cluster
 from clusterctl.core.errors import NodeError
@@ -69,32 +73,62 @@ def _push_all(cluster: Cluster, client, image: SourceImage, progress: PushProgre
             results[name] = plan.result
             if plan.send is not None:
                 streaming.append(name)
-    layout = layout_for(client, image) if streaming else None  # a first pass only if needed
-    keys = {n.name: getattr(n, "identity_file", None) for n in cluster.nodes}
-    if streaming and choose_strategy(strategy, streaming) == "relay" and \
-            _relay_possible(streaming, keys, progress):
-        results.update(relay_push(cluster, client, image, plans, streaming, layout, progress,
-                                  compress=compress))
+    if not streaming:
         return [results[name] for name in plans]
+    # read only the layers some node lacks (the layer store), else one docker save per batch
+    source = pick_source(client, image, set().union(*(plans[n].send or set() for n in streaming)))
+    statuses = {name: plans[name].result.status for name in streaming}
+    results.update(_stream(cluster, client, image, plans, streaming, source, progress,
+                           strategy, compress))
+    if source.mismatch is not None:  # a layer from the store did not verify: save, once
+        again = [n for n in streaming if not results[n].ok]
+        source = source.fallback()
+        for name in again:
+            plan = plans[name]
+            plan.result.status, plan.result.error = statuses[name], None
+            plan.result.source, plan.stats = "head", FilterStats()
+            progress.started(name, f"again from {source.describe}")
+        results.update(_stream(cluster, client, image, plans, again, source, progress,
+                               strategy, compress))
+    return [results[name] for name in plans]
+
+
+def _stream(cluster: Cluster, client, image: SourceImage, plans: dict[str, NodePlan],
+            streaming: list[str], source: ImageSource, progress: PushProgress,
+            strategy: str, compress: bool | None) -> dict[str, PushResult]:
+    """Send every node in ``streaming`` what it lacks from ``source``, star or relay."""
+    results: dict[str, PushResult] = {}
+    for name in streaming:
+        plans[name].result.read_from = source.describe
+    layout = source.layout
+    keys = {n.name: getattr(n, "identity_file", None) for n in cluster.nodes}
+    if choose_strategy(strategy, streaming) == "relay" and \
+            _relay_possible(streaming, keys, progress):
+        return relay_push(cluster, client, image, plans, streaming, layout, progress,
+                          compress=compress, shared=source.shared,
+                          open_stream=source.open_stream)
     batch_size = cluster.settings.fanout
     for first in range(0, len(streaming), batch_size):
         batch = [n for n in streaming[first:first + batch_size]
                  if _still_connected(cluster, plans[n], progress)]
         if not batch:
             continue
-        source = SharedSave(client, image.id, batch)
+        shared = source.shared(batch)
         try:
-            done = cluster.map(lambda conn, source=source: deliver(
-                conn, image, plans[conn.name], source, layout, progress), batch)
+            done = cluster.map(lambda conn, shared=shared: deliver(
+                conn, image, plans[conn.name], shared, layout, progress), batch)
         finally:
-            source.close()
+            shared.close()
         for name, value in done.items():
             if isinstance(value, NodeError):  # the connection broke outside deliver
                 plan = plans[name]
                 plan.fail(value)
                 value = plan.finish(progress)
             results[name] = value
-    return [results[name] for name in plans]
+    for name in streaming:
+        if name not in results and plans[name].result.status == "failed":
+            results[name] = plans[name].result  # lost before its batch started
+    return results
 
 
 def _relay_possible(streaming: list[str], keys: dict, progress: PushProgress) -> bool:

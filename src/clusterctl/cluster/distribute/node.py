@@ -10,7 +10,9 @@ connection.  Contract:
 * :class:`PushResult` - how the image got to the node;
 * :class:`PushProgress` - the events a caller (the CLI's display) receives,
   from worker threads; :class:`NoProgress` ignores them;
-* :func:`node_has_image`, :func:`node_chain_ids` - what the node's engine holds;
+* :func:`node_state` - one command: the node has the image (tagged now), or its chain IDs;
+  :func:`node_has_image`, :func:`node_chain_ids` - the same facts one at a time;
+* :func:`confirm_on_node` - after the load: the image is there, tagged;
 * :func:`load_failure` - a failed ``docker load`` in the user's terms: the node's
   daemon stopped during it, or its disk is full (and where), else docker's words.
 
@@ -28,6 +30,7 @@ from typing import Protocol
 
 import paramiko
 
+from clusterctl.cluster.distribute.imagesource import LAYER_STORE, pick_source
 from clusterctl.cluster.distribute.layerfilter import FilterStats, filter_save_stream
 from clusterctl.cluster.distribute.layout import layout_from_metadata, store_layout
 from clusterctl.cluster.distribute.savestream import SharedSave
@@ -52,6 +55,7 @@ class PushResult:
     source: str = "head"  # where the node's bytes came from: "head" or the feeding node's name
     head_bytes: int = 0   # bytes the head sent for this node (0 when fed by another node)
     compression: str = ""  # relay: "zstd (why)" / "none (why)"
+    read_from: str = ""    # where the head read the image: "layer store (...)" / "docker save (why)"
 
     @property
     def ok(self) -> bool:
@@ -140,6 +144,59 @@ def node_chain_ids(conn) -> set[str]:
     return chains
 
 
+# One round trip to plan a node (each docker CLI start costs 0.1-0.3 s on a busy node):
+# $1 the image ID, $2 the tag to give it ('' when pushed by ID).  Prints "have" (and tags it)
+# when the engine has the image; else "lack" then every image's RootFS layers, one JSON list
+# a line.  Any other docker failure: its words on stderr, its exit status.
+PLAN_SCRIPT = r"""
+out=$(docker image inspect --format '{{.Id}}' "$1" 2>&1); rc=$?
+if [ "$rc" = 0 ] && [ "$out" = "$1" ]; then
+  [ -z "$2" ] || docker tag "$1" "$2" || exit
+  echo have; exit 0
+fi
+if [ "$rc" != 0 ]; then
+  case "$out" in *[Nn]"o such image"*) ;; *) printf '%s\n' "$out" >&2; exit "$rc" ;; esac
+fi
+ids=$(docker image ls -a -q --no-trunc | sort -u) || exit
+echo lack
+[ -z "$ids" ] || docker image inspect --format '{{json .RootFS.Layers}}' $ids || :
+"""
+
+
+def node_state(conn, image: SourceImage) -> set[str] | None:
+    """None when the node has the image (then it is tagged too); else its layer chain IDs."""
+    tag = "" if _is_id(image.ref, image.id) else image.ref
+    r = conn.run(["sh", "-c", PLAN_SCRIPT, "clusterctl-push-plan", image.id, tag],
+                 timeout=120, check=True)
+    first, _, rest = r.stdout.partition("\n")
+    if first.strip() == "have":
+        return None
+    if first.strip() != "lack":
+        raise NodeError(conn.name, f"unexpected answer while planning the push: {r.stdout[:200]!r}")
+    chains: set[str] = set()
+    for line in rest.splitlines():
+        try:
+            chains.update(chain_ids(json.loads(line) or []))
+        except ValueError:
+            continue
+    return chains
+
+
+def confirm_on_node(conn, image: SourceImage) -> None:
+    """After a load that printed the source's ID: the image is there (tagging it proves it,
+    one command; by ID, an inspect does); NodeError otherwise."""
+    if _is_id(image.ref, image.id):
+        if not node_has_image(conn, image.id):
+            raise NodeError(conn.name, f"image {image.id} is not on the node after docker load")
+        return
+    r = conn.run(["docker", "tag", image.id, image.ref], timeout=120)
+    if r.ok:
+        return
+    if "no such image" in r.stderr.lower():
+        raise NodeError(conn.name, f"image {image.id} is not on the node after docker load")
+    r.check()
+
+
 def _is_id(ref: str, image_id: str) -> bool:
     """True when ``ref`` names the image by (a prefix of) its ID rather than by a tag."""
     short = ref.removeprefix("sha256:")
@@ -209,13 +266,12 @@ def plan_node(conn, image: SourceImage, progress: PushProgress) -> NodePlan:
     total = len(image.diff_ids)
     plan = NodePlan(PushResult(conn.name, "failed", layers_total=total), None, time.monotonic())
     try:
-        if node_has_image(conn, image.id):
+        present = node_state(conn, image)
+        if present is None:
             plan.result.status = "skipped"
             progress.started(conn.name, "skip: same image ID")
-            tag_on_node(conn, image)
             plan.finish(progress)
             return plan
-        present = node_chain_ids(conn)
         missing = [i for i, c in enumerate(image.chain_ids) if c not in present]
         plan.result.status = "full" if len(missing) == total else "layers"
         plan.send = {image.diff_ids[i] for i in missing}
@@ -231,9 +287,7 @@ def deliver(conn, image: SourceImage, plan: NodePlan, source: SharedSave,
     """Stream the missing layers into ``docker load`` on the node, verify the ID, tag it."""
     try:
         _stream_to_node(conn, image, plan, source, layout, progress)
-        if not node_has_image(conn, image.id):
-            raise NodeError(conn.name, f"image {image.id} is not on the node after docker load")
-        tag_on_node(conn, image)
+        confirm_on_node(conn, image)
     except NodeError as e:
         plan.fail(e)
     finally:
@@ -277,8 +331,12 @@ def push_to_node(conn, client, image: SourceImage, *, layout: dict[str, str] | N
     plan = plan_node(conn, image, progress)
     if plan.send is None:  # skipped, or failed while planning
         return plan.result
-    source = SharedSave(client, image.id, [conn.name])
+    source = pick_source(client, image, plan.send)
+    plan.result.read_from = source.describe
+    if source.kind == LAYER_STORE or layout is None:
+        layout = source.layout
+    shared = source.shared([conn.name])
     try:
-        return deliver(conn, image, plan, source, layout, progress)
+        return deliver(conn, image, plan, shared, layout, progress)
     finally:
-        source.close()
+        shared.close()

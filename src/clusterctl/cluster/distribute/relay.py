@@ -50,7 +50,8 @@ import shutil
 import subprocess
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import paramiko
@@ -62,9 +63,8 @@ from clusterctl.cluster.distribute.node import (
     NodePlan,
     PushProgress,
     PushResult,
+    confirm_on_node,
     load_failure,
-    node_has_image,
-    tag_on_node,
 )
 from clusterctl.cluster.distribute.relayplan import RelayPlan, plan_relay
 from clusterctl.cluster.distribute.savestream import SharedSave
@@ -200,19 +200,25 @@ class _NodeRun:
 
 def relay_push(cluster, client, image: SourceImage, plans: dict[str, NodePlan],
                streaming: list[str], layout: dict[str, str] | None, progress: PushProgress,
-               *, compress: bool | None = False, width: int = 1) -> dict[str, PushResult]:
+               *, compress: bool | None = False, width: int = 1,
+               shared: Callable[[list[str]], SharedSave] | None = None,
+               open_stream: Callable[[], Iterator[bytes]] | None = None) -> dict[str, PushResult]:
     """Bring the image to every node in ``streaming`` through relay chains, in rounds.
 
     A round's starved nodes (fed through a node that failed) are the next
     round's, fed again from the head; every round finishes at least the first
     node of each chain, so the rounds end.  ``compress`` None: decided by
-    :func:`~clusterctl.cluster.distribute.wire.decide` (a measurement)."""
+    :func:`~clusterctl.cluster.distribute.wire.decide` (a measurement).  ``shared``:
+    the head's stream for a round's chain roots (default: one ``docker save``);
+    ``open_stream``: the same bytes, for the compression measurement's sample."""
+    shared = shared or (lambda names: SharedSave(client, image.id, names))
     results: dict[str, PushResult] = {}
     remaining = list(streaming)
     why = "--compress" if compress else "--no-compress"
     if compress is None:  # measured: the link into the first node, zstd on the image here
         try:
-            compress, why = wire.decide(cluster.connection(streaming[0]), client, image.id)
+            compress, why = wire.decide(cluster.connection(streaming[0]), client, image.id,
+                                        open_stream=open_stream)
         except (NodeError, OSError, subprocess.SubprocessError) as e:
             compress, why = False, f"not measured: {e}"
     for name in streaming:
@@ -223,7 +229,7 @@ def relay_push(cluster, client, image: SourceImage, plans: dict[str, NodePlan],
     try:
         while remaining:
             round_no += 1
-            starved = _round(cluster, client, image, plans, remaining, layout, progress,
+            starved = _round(cluster, shared, image, plans, remaining, layout, progress,
                              compress=compress, width=width, round_no=round_no, results=results,
                              token=token, lost=lost)
             remaining = [n for n in remaining if n in starved]
@@ -233,7 +239,7 @@ def relay_push(cluster, client, image: SourceImage, plans: dict[str, NodePlan],
     return results
 
 
-def _round(cluster, client, image, plans, names, layout, progress, *, compress, width,
+def _round(cluster, shared, image, plans, names, layout, progress, *, compress, width,
            round_no, results, token, lost) -> set[str]:
     runs: dict[str, _NodeRun] = {}
     setup = cluster.map(lambda conn: _setup(conn, cluster, names, token), names)
@@ -269,7 +275,7 @@ def _round(cluster, client, image, plans, names, layout, progress, *, compress, 
         for t in readers + pingers:
             t.start()
         sender = threading.Thread(target=_send_all, daemon=True, name="relay-send",
-                                  args=(client, image, plan, runs, plans, layout, progress, zstd))
+                                  args=(shared, image, plan, runs, plans, layout, progress, zstd))
         sender.start()
         starved = _watch(plan, runs)
         sender.join(timeout=60)  # a send blocked on a lost node is abandoned (daemon thread)
@@ -280,12 +286,18 @@ def _round(cluster, client, image, plans, names, layout, progress, *, compress, 
             agent.close()
         cluster.map(lambda conn: _cleanup(runs[conn.name]), list(runs))
         lost.update(name for name, run in runs.items() if run.lost)
+    finishing = []
     for name in plan.nodes:
-        run = runs[name]
         if name in starved:
             progress.started(name, f"feeder {plan.feeder(name)} failed: fed again from the head")
-            continue
-        results[name] = _finish(run, image, plans[name], progress)
+        else:
+            finishing.append(name)
+    # each node's confirmation is a command on its own connection: all at once, not one
+    # node after the other (0.3-2 s each on a busy node); a lost node's answers at once
+    with ThreadPoolExecutor(max_workers=max(1, min(len(finishing), cluster.settings.fanout)),
+                            thread_name_prefix="relay-finish") as pool:
+        done = pool.map(lambda n: _finish(runs[n], image, plans[n], progress), finishing)
+        results.update(zip(finishing, done, strict=True))
     return starved
 
 
@@ -422,9 +434,9 @@ def _ping(run: _NodeRun) -> None:
 
 # --------------------------------------------------------------------------- from the head
 
-def _send_all(client, image, plan: RelayPlan, runs, plans, layout, progress, zstd) -> None:
+def _send_all(shared, image, plan: RelayPlan, runs, plans, layout, progress, zstd) -> None:
     roots = [r for r in plan.roots if runs[r].chan is not None]
-    source = SharedSave(client, image.id, roots)
+    source = shared(roots)
     threads = [threading.Thread(target=_send_root, daemon=True, name=f"relay-head-{r}",
                                 args=(runs[r], image, plans[r], source, layout, progress, zstd))
                for r in roots]
@@ -599,9 +611,7 @@ def _finish(run: _NodeRun, image: SourceImage, plan: NodePlan,
         if loaded != image.id:
             raise NodeError(run.name, f"docker load produced image {loaded or '(no ID printed)'}, "
                             f"not {image.id}")
-        if not node_has_image(run.conn, image.id):
-            raise NodeError(run.name, f"image {image.id} is not on the node after docker load")
-        tag_on_node(run.conn, image)
+        confirm_on_node(run.conn, image)
     except NodeError as e:
         plan.fail(e)
     return _done(plan, progress)

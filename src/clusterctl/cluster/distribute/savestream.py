@@ -1,4 +1,5 @@
-"""One ``docker save`` of the source image, read once and fed to every node streaming it.
+"""One ``docker save`` of the source image (or the layer store's archive), read once and fed
+to every node streaming it.
 
 One job: the local end of the wire.  Contract: :class:`SharedSave` -
 ``chunks(name)`` is the save stream as node ``name`` reads it (StreamError
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 from clusterctl.cluster.distribute.tarstream import StreamError
 
@@ -32,18 +33,21 @@ class SharedSave:
     A node that stops (failed) is detached and no longer waited for.
     """
 
-    def __init__(self, client, image_id: str, names: Iterable[str]) -> None:
+    def __init__(self, client, image_id: str, names: Iterable[str], *,
+                 open_stream: Callable[[], Iterator[bytes]] | None = None) -> None:
         self._queues = {n: queue.Queue(QUEUE_DEPTH) for n in names}
         self._detached: set[str] = set()
         self._started: set[str] = set()
-        self._thread = threading.Thread(target=self._produce, args=(client, image_id),
+        # the engine's save by default; the layer store's archive (imagesource) when given
+        self._open = open_stream or (lambda: client.api.get_image(image_id))
+        self._thread = threading.Thread(target=self._produce, args=(),
                                         name="docker-save", daemon=True)
         self._thread.start()
 
-    def _produce(self, client, image_id: str) -> None:
+    def _produce(self) -> None:
         end: object = _END
         try:
-            stream = client.api.get_image(image_id)
+            stream = self._open()
             try:
                 for chunk in stream:
                     if not self._put(chunk):
@@ -75,7 +79,7 @@ class SharedSave:
         self._started.add(name)
         while (item := q.get()) is not _END:
             if isinstance(item, Exception):
-                raise StreamError(f"docker save failed: {item}")
+                raise item if isinstance(item, StreamError) else StreamError(f"docker save failed: {item}")
             yield item
 
     def detach(self, name: str) -> None:

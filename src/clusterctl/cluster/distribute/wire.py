@@ -50,20 +50,23 @@ def measure_link(conn, nbytes: int = PROBE_BYTES) -> float:
     return nbytes / max(time.monotonic() - start, 1e-6)
 
 
-def decide(conn, client, image_id: str) -> tuple[bool, str]:
-    """Measure the link into ``conn``'s node and zstd on the image, then decide."""
-    ratio, zstd_rate = measure_zstd(client, image_id)
+def decide(conn, client, image_id: str, *, open_stream=None) -> tuple[bool, str]:
+    """Measure the link into ``conn``'s node and zstd on the image, then decide.
+    ``open_stream``: where the sample comes from (default: the image's ``docker save``)."""
+    ratio, zstd_rate = measure_zstd(client, image_id, open_stream=open_stream)
     if zstd_rate == 0.0:
         return False, "zstd is not installed on this machine"
     return should_compress(measure_link(conn), ratio, zstd_rate)
 
 
-def measure_zstd(client, image_id: str, nbytes: int = SAMPLE_BYTES) -> tuple[float, float]:
-    """(ratio, bytes/s) of ``zstd -1 -T0`` on the first ``nbytes`` of the image's save stream."""
+def measure_zstd(client, image_id: str, nbytes: int = SAMPLE_BYTES, *,
+                 open_stream=None) -> tuple[float, float]:
+    """(ratio, bytes/s) of ``zstd -1 -T0`` on the first ``nbytes`` of the image's stream
+    (``open_stream()``: the bytes the push will send; default: its ``docker save``)."""
     binary = shutil.which("zstd")
     if binary is None:
         return 1.0, 0.0
-    stream = client.api.get_image(image_id)
+    stream = open_stream() if open_stream else client.api.get_image(image_id)
     sample = bytearray()
     try:
         for chunk in stream:
