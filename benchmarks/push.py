@@ -27,7 +27,7 @@ nodes fit the 25 minutes; --image REF pushes an image of yours instead.
 How to run (root: the sandbox makes network namespaces and daemons)::
 
     sudo make bench-push          # or: sudo .venv/bin/python benchmarks/push.py
-        [--nodes 1,2,4,8] [--bandwidth 32mbit] [--image-mb 96] [--image REF]
+        [--nodes 1,2,4,8] [--bandwidth 16mbit] [--image-mb 32] [--image REF]
         [--ways by-hand,star,relay,relay+zstd] [--layer-mb 5]
 
 Bad input (an image the engine lacks, a malformed --nodes/--bandwidth/--ways/
@@ -257,12 +257,12 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--image", default=None,
                    help="local image to push (default: one built from this machine's files)")
-    p.add_argument("--image-mb", type=megabytes, default=96.0,
+    p.add_argument("--image-mb", type=megabytes, default=32.0,
                    help="size of the image built when --image is not given")
     p.add_argument("--nodes", default=[1, 2, 4, 8], type=node_counts,
                    help="node counts, e.g. 1,2,4,8")
     p.add_argument("--ways", default=list(WAYS), type=ways, help=",".join(WAYS))
-    p.add_argument("--bandwidth", default="32mbit", help="tbf rate per link, e.g. 32mbit")
+    p.add_argument("--bandwidth", default="16mbit", help="tbf rate per link, e.g. 16mbit")
     p.add_argument("--layer-mb", type=megabytes, default=5.0, help="size of the changed layer")
     p.add_argument("--name", default="pbench", help="sandbox name")
     p.add_argument("--subnet", default="10.213.77.0/24", help="sandbox subnet")

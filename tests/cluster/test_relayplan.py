@@ -55,6 +55,13 @@ def test_choose_strategy():
     assert choose_strategy("auto", ["n1", "n2", "n3"]) == "relay"
     assert choose_strategy("star", ["n1", "n2", "n3"]) == "star"
     assert choose_strategy("relay", ["n1"]) == "relay"
+    # a small change (what the star would send, when the source knows it) goes by star
+    from clusterctl.cluster.distribute.relayplan import RELAY_FROM_BYTES
+    four = ["n1", "n2", "n3", "n4"]
+    assert choose_strategy("auto", four, 4 * 5_300_000) == "star"
+    assert choose_strategy("auto", four, RELAY_FROM_BYTES) == "relay"
+    assert choose_strategy("auto", four, None) == "relay"
+    assert choose_strategy("relay", four, 1) == "relay"
     with pytest.raises(ValueError):
         choose_strategy("tree", ["n1"])
 

@@ -111,7 +111,8 @@ def push(
         "--strategy", metavar="auto|star|relay",
         help="star: this machine sends to every node; relay: nodes forward to each other "
              "while they receive (this machine sends each stream once); auto: relay from "
-             f"{distribute.RELAY_FROM_NODES} nodes that need the image.")] = "auto",
+             f"{distribute.RELAY_FROM_NODES} nodes that need the image, unless the star would "
+             f"send under {distribute.RELAY_FROM_BYTES >> 20} MiB in all.")] = "auto",
     compress: Annotated[bool | None, typer.Option(
         "--compress/--no-compress",
         help="zstd on the wire (relay; default: decided from a measurement of the "

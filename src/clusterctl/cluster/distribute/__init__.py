@@ -101,6 +101,7 @@ from clusterctl.cluster.distribute.node import (
 )
 from clusterctl.cluster.distribute.relay import relay_push
 from clusterctl.cluster.distribute.relayplan import (
+    RELAY_FROM_BYTES,
     RELAY_FROM_NODES,
     STRATEGIES,
     RelayPlan,
@@ -114,7 +115,7 @@ from clusterctl.cluster.distribute.tarstream import ChunkReader, Member, StreamE
 __all__ = [
     "DOCKER_SAVE", "ImageSource", "LAYER_STORE", "pick_source",
     "ChunkReader", "FilterStats", "LayerIndex", "Member", "NoProgress", "NodePlan",
-    "PushProgress", "PushResult", "RELAY_FROM_NODES", "RelayPlan", "STRATEGIES", "SharedSave", "SourceImage", "StreamError",
+    "PushProgress", "PushResult", "RELAY_FROM_BYTES", "RELAY_FROM_NODES", "RelayPlan", "STRATEGIES", "SharedSave", "SourceImage", "StreamError",
     "cached_layout", "chain_ids", "choose_strategy", "plan_relay", "relay_push", "deliver", "engine_writes_oci", "filter_save_stream",
     "layout_for", "layout_from_metadata", "legacy_layer_position", "members",
     "node_chain_ids", "node_has_image", "plan_node", "push_image", "push_to_node",

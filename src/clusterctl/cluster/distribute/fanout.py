@@ -102,7 +102,9 @@ def _stream(cluster: Cluster, client, image: SourceImage, plans: dict[str, NodeP
         plans[name].result.read_from = source.describe
     layout = source.layout
     keys = {n.name: getattr(n, "identity_file", None) for n in cluster.nodes}
-    if choose_strategy(strategy, streaming) == "relay" and \
+    sizes = [source.bytes_for(plans[name].send) for name in streaming]
+    star_bytes = None if None in sizes else sum(sizes)
+    if choose_strategy(strategy, streaming, star_bytes) == "relay" and \
             _relay_possible(streaming, keys, progress):
         return relay_push(cluster, client, image, plans, streaming, layout, progress,
                           compress=compress, shared=source.shared,

@@ -37,9 +37,13 @@ class ImageSource:
     """One push's source of image bytes (``kind``: LAYER_STORE or DOCKER_SAVE)."""
 
     def __init__(self, client, image: SourceImage, kind: str, why: str, *,
-                 layout: dict[str, str] | None = None, make_stream=None) -> None:
+                 layout: dict[str, str] | None = None, make_stream=None,
+                 layer_bytes: dict[str, int] | None = None) -> None:
         self.client, self.image, self.kind, self.why = client, image, kind, why
         self.layout = layout
+        #: diff ID -> bytes of its layer tar, for the layers this source serves (None: unknown
+        #: before the stream, as with docker save)
+        self.layer_bytes = layer_bytes
         self._make_stream = make_stream
         self.mismatch: str | None = None  # a store layer that did not verify
 
@@ -66,6 +70,12 @@ class ImageSource:
             log.warning("push source: %s; falling back to docker save", e)
             raise
 
+    def bytes_for(self, send: set[str] | None) -> int | None:
+        """Bytes of the layers in ``send`` (None when this source does not know them)."""
+        if self.layer_bytes is None or send is None or not send <= self.layer_bytes.keys():
+            return None
+        return sum(self.layer_bytes[d] for d in send)
+
     def fallback(self) -> ImageSource:
         return save_source(self.client, self.image,
                            f"the layer store did not verify: {self.mismatch}")
@@ -90,6 +100,7 @@ def pick_source(client, image: SourceImage, send: set[str]) -> ImageSource:
     source = ImageSource(client, image, LAYER_STORE,
                          f"{len(plan.layers)} of {len(image.diff_ids)} layers read from {store.root}",
                          layout=plan.layout,
-                         make_stream=lambda: archive(store, image, plan, config, layers))
+                         make_stream=lambda: archive(store, image, plan, config, layers),
+                         layer_bytes={image.diff_ids[pos]: layer.size for pos, layer in layers.items()})
     log.debug("push source: %s", source.describe)
     return source
