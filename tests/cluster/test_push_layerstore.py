@@ -65,7 +65,8 @@ def tricky(docker_client, base_image):
         info.size = len(dockerfile)
         tar.addfile(info, io.BytesIO(dockerfile.encode()))
     ctx.seek(0)
-    docker_client.images.build(fileobj=ctx, custom_context=True, tag=tag, rm=True)
+    docker_client.images.build(fileobj=ctx, custom_context=True, tag=tag, rm=True,
+                               network_mode="host")  # RUN needs no docker0 bridge (it may be gone)
     image = distribute.source_image(docker_client, tag)
     yield image
     _remove(docker_client, image)
