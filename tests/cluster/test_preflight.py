@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import platform
+import re
 import socket
 import subprocess
 import uuid
@@ -245,5 +246,7 @@ def test_a_node_too_slow_for_preflight_is_named_with_what_timed_out(loopback_ssh
     with Cluster(loopback_sshd.inventory(1)) as cluster:
         [check] = run_preflight(cluster, timeout=0.005)
     assert check.ssh and not check.ok
-    assert "preflight's docker checks (version, info, image): timed out after 0.01s" in check.problems
+    # the two scripts run at once; which of them times out first depends on the machine's load
+    assert any(re.fullmatch(r"preflight's (docker|node) checks \([a-z, ]+\): timed out after 0\.01s", p)
+               for p in check.problems), check.problems
     assert not any("sec()" in p for p in check.problems), check.problems   # no script text
