@@ -56,6 +56,13 @@ _MISSING_SCRIPT = 'for d in "$@"; do [ -e "$d" ] || printf "%s\\n" "$d"; done'
 #: --init`` starts as the container's PID 1 (InitBinary, "docker-init" by default).
 DOCKER_INFO_FORMAT = "{{println .DockerRootDir}}{{.InitBinary}}"
 
+
+def _info_fields(stdout: str) -> tuple[str, str]:
+    """(DockerRootDir, InitBinary) from ``docker info --format DOCKER_INFO_FORMAT``'s output
+    ("" for a field it did not print)."""
+    lines = stdout.strip().splitlines()
+    return (lines[0].strip() if lines else "", lines[1].strip() if len(lines) > 1 else "")
+
 _TCP_LISTEN = "0A"  # socket state LISTEN in /proc/net/tcp{,6}
 
 #: One round trip for the facts that must match across nodes: kernel, clock, and the
@@ -209,7 +216,7 @@ def architecture(conn: NodeConnection, timeout: float | None = 30) -> str:
 def docker_root_dir(conn: NodeConnection, timeout: float | None = 30) -> str:
     """Where the node's Docker daemon keeps images (``docker info`` DockerRootDir)."""
     r = _run(conn, ["docker", "info", "--format", DOCKER_INFO_FORMAT], "docker root", timeout)
-    root = (r.stdout.strip().splitlines() or [""])[0].strip()
+    root = _info_fields(r.stdout)[0]
     if not root.startswith("/"):
         raise NodeError(conn.name, f"docker root: unexpected DockerRootDir {root!r}")
     return root
@@ -230,8 +237,7 @@ def init_binary(conn: NodeConnection, timeout: float | None = 30) -> tuple[str, 
     """(``docker info`` InitBinary, whether the node has it): what ``docker run --init``
     starts as the container's PID 1, to pass signals on to the command (tini)."""
     r = conn.run(["docker", "info", "--format", DOCKER_INFO_FORMAT], timeout=timeout)
-    lines = r.stdout.strip().splitlines() if r.exit_code == 0 else []
-    name = lines[1].strip() if len(lines) > 1 else ""
+    name = _info_fields(r.stdout)[1] if r.exit_code == 0 else ""
     found = conn.run(["sh", "-c", _INIT_SCRIPT, "sh", name], timeout=timeout)
     return name, bool(name) and found.exit_code == 0
 
@@ -474,9 +480,9 @@ class _Replay:
             sections = parse_sections(token, r.stdout, r.stderr)
             info = sections.get("info")
             if info is not None:   # df and the init check take their argument from info's output
-                lines = info[1].splitlines()
-                argv_of = {**argv_of, "df": ["df", "-Pk", "--", lines[0] if lines else ""],
-                           "init": ["sh", "-c", _INIT_SCRIPT, "sh", lines[1] if len(lines) > 1 else ""]}
+                root, init = _info_fields(info[1])
+                argv_of = {**argv_of, "df": ["df", "-Pk", "--", root],
+                           "init": ["sh", "-c", _INIT_SCRIPT, "sh", init]}
             for name, (code, out, err) in sections.items():
                 if name in argv_of:
                     argv = argv_of[name]
