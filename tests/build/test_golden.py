@@ -18,19 +18,21 @@ from tests.fixtures.golden import matches_golden
 
 GOLDEN_DIR = Path(__file__).parent / "golden"
 
-# (golden file name, target, torch, offline = rendered as with --wheelhouse DIR)
+# (golden file name, target, torch, offline = rendered as with --wheelhouse DIR, --base-image)
 VARIANTS = [
-    ("cpu.Dockerfile", "cpu", None, False),
-    ("ipex-1.10.0.Dockerfile", "ipex", "1.10.0", False),
-    ("ipex-1.12.1.Dockerfile", "ipex", "1.12.1", False),
-    ("ipex-2.3.1.Dockerfile", "ipex", "2.3.1", False),
-    ("ipex-2.3.1-wheelhouse.Dockerfile", "ipex", "2.3.1", True),
-    ("accl.Dockerfile", "accl", None, False),
-    ("accl-wheelhouse.Dockerfile", "accl", None, True),
-    ("nccl.Dockerfile", "nccl", None, False),
-    ("nccl-wheelhouse.Dockerfile", "nccl", None, True),
-    ("cambricon.Dockerfile", "cambricon", None, False),
-    ("cambricon-wheelhouse.Dockerfile", "cambricon", None, True),
+    ("cpu.Dockerfile", "cpu", None, False, None),
+    ("ipex-1.10.0.Dockerfile", "ipex", "1.10.0", False, None),
+    ("ipex-1.12.1.Dockerfile", "ipex", "1.12.1", False, None),
+    ("ipex-2.3.1.Dockerfile", "ipex", "2.3.1", False, None),
+    ("ipex-2.3.1-wheelhouse.Dockerfile", "ipex", "2.3.1", True, None),
+    # IPEX on the local Debian base (what this machine builds): python3, pip from its wheel
+    ("ipex-2.8.0-local-base.Dockerfile", "ipex", "2.8.0", True, "clusterctl/base:bookworm"),
+    ("accl.Dockerfile", "accl", None, False, None),
+    ("accl-wheelhouse.Dockerfile", "accl", None, True, None),
+    ("nccl.Dockerfile", "nccl", None, False, None),
+    ("nccl-wheelhouse.Dockerfile", "nccl", None, True, None),
+    ("cambricon.Dockerfile", "cambricon", None, False, None),
+    ("cambricon-wheelhouse.Dockerfile", "cambricon", None, True, None),
 ]
 
 # (golden file name, target, torch): the entrypoint does not depend on --wheelhouse;
@@ -45,17 +47,17 @@ ENTRYPOINT_VARIANTS = [
 ]
 
 
-def render_variant(target: str, torch: str | None, offline: bool) -> str:
-    return dockerfile_text(target, torch=torch, offline=offline)
+def render_variant(target: str, torch: str | None, offline: bool, base: str | None = None) -> str:
+    return dockerfile_text(target, torch=torch, offline=offline, base_image=base)
 
 
 def _matches_golden(name: str, text: str, what: str) -> None:
     matches_golden(GOLDEN_DIR, name, text, what)
 
 
-@pytest.mark.parametrize(("name", "target", "torch", "offline"), VARIANTS, ids=[v[0] for v in VARIANTS])
-def test_rendered_dockerfile_matches_golden(name, target, torch, offline):
-    _matches_golden(name, render_variant(target, torch, offline), target)
+@pytest.mark.parametrize(("name", "target", "torch", "offline", "base"), VARIANTS, ids=[v[0] for v in VARIANTS])
+def test_rendered_dockerfile_matches_golden(name, target, torch, offline, base):
+    _matches_golden(name, render_variant(target, torch, offline, base), target)
 
 
 @pytest.mark.parametrize(("name", "target", "torch"), ENTRYPOINT_VARIANTS, ids=[v[0] for v in ENTRYPOINT_VARIANTS])

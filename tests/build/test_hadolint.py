@@ -28,10 +28,10 @@ def hadolint() -> str:
     return path
 
 
-@pytest.mark.parametrize(("name", "target", "torch", "offline"), VARIANTS, ids=[v[0] for v in VARIANTS])
-def test_hadolint_finds_no_warning_or_error(hadolint, tmp_path, name, target, torch, offline):
+@pytest.mark.parametrize(("name", "target", "torch", "offline", "base"), VARIANTS, ids=[v[0] for v in VARIANTS])
+def test_hadolint_finds_no_warning_or_error(hadolint, tmp_path, name, target, torch, offline, base):
     dockerfile = tmp_path / "Dockerfile"
-    dockerfile.write_text(render_variant(target, torch, offline))
+    dockerfile.write_text(render_variant(target, torch, offline, base))
 
     proc = subprocess.run([hadolint, "--no-color", "--format", "json", "--failure-threshold", "warning",
                            str(dockerfile)], capture_output=True, text=True, timeout=60)
@@ -43,9 +43,9 @@ def test_hadolint_finds_no_warning_or_error(hadolint, tmp_path, name, target, to
     assert proc.returncode == 0, proc.stderr
 
 
-@pytest.mark.parametrize(("name", "target", "torch", "offline"), VARIANTS, ids=[v[0] for v in VARIANTS])
-def test_every_ignore_pragma_has_a_reason(name, target, torch, offline):
-    lines = render_variant(target, torch, offline).splitlines()
+@pytest.mark.parametrize(("name", "target", "torch", "offline", "base"), VARIANTS, ids=[v[0] for v in VARIANTS])
+def test_every_ignore_pragma_has_a_reason(name, target, torch, offline, base):
+    lines = render_variant(target, torch, offline, base).splitlines()
     for i, line in enumerate(lines):
         if line.startswith("# hadolint ignore="):
             reason = lines[i - 1] if i else ""

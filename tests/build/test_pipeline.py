@@ -71,3 +71,21 @@ def test_a_failing_smoke_fails_the_build_and_untags(in_tmp, docker_client, cpu_i
     assert "smoke test failed" in str(e.value) and "exited 3" in str(e.value)
     with pytest.raises(ImageNotFound):
         docker_client.images.get(throwaway_tag)
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_the_wheels_of_an_offline_build_are_no_layer_of_the_image(docker_client, cpu_image):
+    """On the local base, pip installs in a build stage of its own and the image copies only what it
+    installed: no layer of the cpu image holds /tmp/wheels (with the wheels COPYed into the image, a
+    layer the size of the wheelhouse stays, even after `rm -rf`), and torch and its console scripts
+    are where the base's python3 finds them."""
+    image = docker_client.images.get(cpu_image)
+    created_by = [h.get("CreatedBy", "") for h in image.history()]
+    assert not [c for c in created_by if "/tmp/wheels" in c], created_by
+    out = docker_client.containers.run(cpu_image, ["sh", "-c", "command -v torchrun && command -v py-spy && "
+                                                   "python3 -c 'import torch; print(torch.__file__)' && ls /tmp"],
+                                       remove=True, network_mode="host").decode().split()
+    assert out[:2] == ["/usr/local/bin/torchrun", "/usr/local/bin/py-spy"], out
+    assert out[2].startswith("/usr/local/lib/python3.11/dist-packages/torch/"), out
+    assert "wheels" not in out[3:], out

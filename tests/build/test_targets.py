@@ -46,7 +46,7 @@ def test_ipex_pins_follow_the_version_table(torch, ipex, oneccl):
 def test_ccl_import_name_changes_at_1_12(torch, module):
     r = targets.resolve("ipex", torch)
     assert r.pins["ccl_module"] == module
-    assert f"import torch, intel_extension_for_pytorch, {module};" in r.smoke[-1]
+    assert f"import torch, intel_extension_for_pytorch as ipex, {module};" in r.smoke[-1]
     assert any(f"{module} as m" in line for line in r.entrypoint_env)
     assert r.entrypoint_env[-1] == '. "$ccl_dir/env/setvars.sh"'
 
@@ -72,7 +72,7 @@ def test_every_row_of_the_ipex_table_resolves():
 
 
 def test_ipex_defaults_to_the_tables_default():
-    assert targets.resolve("ipex").torch == targets.get_target("ipex").torch.default == "2.3.1"
+    assert targets.resolve("ipex").torch == targets.get_target("ipex").torch.default == "2.8.0"
 
 
 def test_unknown_torch_is_refused_with_the_known_versions():
@@ -158,3 +158,18 @@ def test_another_base_image_drops_the_default_bases_torch_fact():
     other = targets.resolve("cambricon", base_image="pytorch:v1.15.0-torch1.9-ubuntu18.04-py37")
     assert "torch" not in other.pins
     assert other.base_image == "pytorch:v1.15.0-torch1.9-ubuntu18.04-py37"
+
+
+def test_a_target_built_on_the_local_base_runs_pip_the_way_that_base_needs():
+    """bookworm's python3 has no pip and its image builds reach no index: ipex FROM the local base
+    installs offline with pip from its wheel and the base's CPython, not the table's 3.10."""
+    local = targets.get_target("base").tag
+    default = targets.resolve("ipex", "2.8.0")
+    assert (default.pip, default.wheelhouse, default.pins["python"]) == ("python3 -m pip", "optional", "3.10")
+    on_local = targets.resolve("ipex", "2.8.0", base_image=local)
+    assert on_local.base_image == local
+    assert on_local.pip == 'python3 "$1/pip"' and on_local.pip_setup == "set -- /tmp/wheels/pip-*.whl"
+    assert on_local.pip_flags == ["--break-system-packages"]
+    assert on_local.wheelhouse == "required" and on_local.pins["python"] == "3.11"
+    # another base keeps the target's own facts
+    assert targets.resolve("ipex", "2.8.0", base_image="python:3.11-slim").pip == "python3 -m pip"

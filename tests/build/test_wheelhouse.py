@@ -72,6 +72,26 @@ def test_cache_key_depends_on_every_input():
     assert base != wheelhouse.cache_key([TORCH], "3.12", None)
     assert base != wheelhouse.cache_key([TORCH], "3.11", "manylinux_2_28_aarch64")
     assert base != wheelhouse.cache_key(["torch==2.12.0"], "3.11", None)
+    assert base != wheelhouse.cache_key([TORCH], "3.11", None, ["--extra-index-url", "https://x.example/"])
+
+
+def test_a_wheel_that_only_the_targets_index_serves_is_fetched_from_that_index(tmp_path):
+    """The ipex table's oneccl_bind_pt is on Intel's index, not PyPI: prepare passes the target's
+    index options to pip. Here the "index" is a local -f directory holding the CCL stand-in wheel
+    (tests/fixtures/ccl_stand_in.py); without it pip finds no such distribution."""
+    from tests.fixtures import ccl_stand_in
+
+    links = tmp_path / "links"
+    links.mkdir()
+    ccl_stand_in.write_wheel(links, "2.8.0")
+    with pytest.raises(UserError) as e:
+        wheelhouse.prepare(["oneccl_bind_pt==2.8.0"], dest=tmp_path / "without", log=lambda line: None)
+    assert "oneccl_bind_pt==2.8.0" in e.value.message
+    house = wheelhouse.prepare(["oneccl_bind_pt==2.8.0"], indexes=["-f", str(links)],
+                               dest=tmp_path / "with", log=lambda line: None)
+    assert [w.name for w in wheelhouse.wheels(house) if w.name.startswith("oneccl")] == \
+        ["oneccl_bind_pt-2.8.0-py3-none-any.whl"]
+    assert json.loads((house / wheelhouse.MANIFEST).read_text())["indexes"] == ["-f", str(links)]
 
 
 def test_a_damaged_wheelhouse_is_not_complete(torch_house, tmp_path):

@@ -70,7 +70,7 @@ def check_options(resolved: Resolved, *, base_image: str | None = None,
         return None
     if wheelhouse is None:
         return None
-    require = ("pip",) if resolved.target.wheelhouse == "required" else ()
+    require = ("pip",) if resolved.wheelhouse == "required" else ()
     tools = tuple(wh.requirement_name(r) for r in resolved.tool_requirements)
     return wh.validate(wheelhouse, require=require + tools)
 
@@ -163,4 +163,4 @@ def render_context(target: str, *, torch: str | None = None, wheelhouse: Path | 
     context_dir = write_context(resolved, texts, Path(out_dir or default_dir(target)), checked)
     return Rendered(target=resolved.target.name, torch=resolved.torch, dockerfile=texts["Dockerfile"],
                     context_dir=context_dir, wheelhouse=checked,
-                    wheels_missing=checked is None and resolved.target.wheelhouse == "required")
+                    wheels_missing=checked is None and resolved.wheelhouse == "required")

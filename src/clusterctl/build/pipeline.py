@@ -59,7 +59,7 @@ class BuildPlan:
     @property
     def needs_wheelhouse(self) -> bool:
         """True when the image installs offline and no --wheelhouse was given (build prepares one)."""
-        return self.resolved.target.wheelhouse == "required" and self.wheelhouse is None
+        return self.resolved.wheelhouse == "required" and self.wheelhouse is None
 
     @property
     def local_base(self) -> str | None:
@@ -83,7 +83,8 @@ class BuildPlan:
                 rows.append(("wheelhouse", str(self.wheelhouse)))
             elif self.needs_wheelhouse:
                 rows.append(("wheelhouse", "prepared on the host (pip download, cached): "
-                             + " ".join([*r.requirements, *r.tool_requirements])))
+                             + " ".join([*r.requirements, *r.tool_requirements])
+                             + "".join(f" {i.option} {i.url}" for i in r.indexes)))
         else:
             rows.append(("how", f"debootstrap {r.pins.get('debian', '')} + docker import, only when the "
                                 "engine lacks the tag (--no-cache: always)"))
@@ -134,7 +135,8 @@ def build_target(client, plan: BuildPlan, *, nocache: bool = False,
     house = plan.wheelhouse
     if plan.needs_wheelhouse:
         house = wh.prepare([*r.requirements, *r.tool_requirements],
-                           python_version=r.pins.get("python", "3.11"), log=log)
+                           python_version=r.pins.get("python", "3.11"),
+                           indexes=[a for i in r.indexes for a in i.pip_args()], log=log)
     context_dir = context.write_context(r, plan.texts, plan.out_dir, house)
     rendered = Rendered(target=plan.target, torch=r.torch, dockerfile=plan.dockerfile,
                         context_dir=context_dir, wheelhouse=house)

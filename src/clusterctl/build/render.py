@@ -116,6 +116,8 @@ def _command(resolved: Resolved) -> str:
     argv = ["clusterctl", "render", "--target", resolved.target.name]
     if resolved.target.torch is not None:
         argv += ["--torch", resolved.torch]
+    if resolved.base_image != resolve(resolved.target.name, resolved.torch).base_image:
+        argv += ["--base-image", resolved.base_image]
     return shlex.join(argv)
 
 
@@ -134,10 +136,11 @@ def template_values(resolved: Resolved, *, offline: bool) -> dict[str, object]:
         "requirements": resolved.requirements,
         "tools": resolved.tool_requirements,
         "indexes": [i.model_dump() for i in resolved.indexes],
-        "pip_command": t.pip,
-        "pip_setup": t.pip_setup or "",
-        "pip_flags": t.pip_flags,
-        "wheelhouse": offline or t.wheelhouse == "required",
+        "pip_command": resolved.pip,
+        "pip_setup": resolved.pip_setup,
+        "pip_flags": resolved.pip_flags,
+        "wheelhouse": offline or resolved.wheelhouse == "required",
+        "install_stage": (offline or resolved.wheelhouse == "required") and resolved.install_stage,
         "entrypoint_env": resolved.entrypoint_env,
     }
 

@@ -54,6 +54,20 @@ class FlightRecorder(_Model):
         return {**self.env, **{name: f"{self.dir}/{self.prefix}" for name in self.dump_env}}
 
 
+class PipFacts(_Model):
+    """How an image built FROM the local base installs Python packages (bookworm's python3
+    has no pip): these replace the target's own pip facts when a build is FROM that base."""
+
+    python: str                        # CPython minor version of the base (picks the wheels)
+    pip: str
+    pip_setup: str | None = None
+    pip_flags: list[str] = []
+    wheelhouse: Literal["required", "optional"] = "required"
+    # install in a throw-away build stage and copy only what pip installed, so the
+    # wheels never become an image layer (needs a base whose pip paths are its own)
+    install_stage: bool = False
+
+
 class TorchSpec(_Model):
     """Which torch versions a target can be built with."""
 
@@ -80,6 +94,7 @@ class Target(_Model):
     env: dict[str, str] = {}
     passthrough_env: list[str] = []
     flight_recorder: FlightRecorder | None = None
+    images_built_on_it: PipFacts | None = None   # only the local base: how images FROM it run pip
     backend: str | None
     device: Literal["cpu", "cuda", "mlu"] = "cpu"
     needs: str
@@ -140,6 +155,12 @@ class Resolved(_Model):
     smoke: list[str]
     entrypoint_env: list[str] = []
     tag: str
+    # how the image runs pip: the target's own facts, or the local base's when FROM it
+    pip: str | None = None
+    pip_setup: str = ""
+    pip_flags: list[str] = []
+    wheelhouse: Literal["required", "optional"] = "optional"
+    install_stage: bool = False
 
     @property
     def tool_requirements(self) -> list[str]:
@@ -289,6 +310,17 @@ def _torch_pins(target: Target, torch: str | None) -> tuple[str | None, dict[str
     return version, pins, indexes
 
 
+def _local_base_facts(target: Target, base_image: str | None) -> PipFacts | None:
+    """The local base's pip facts when ``target`` builds FROM it (e.g. ``--target ipex
+    --base-image clusterctl/base:bookworm``), else None."""
+    if not target.renderable or base_image is None:
+        return None
+    for other in load_targets().values():
+        if other.images_built_on_it is not None and other.tag == base_image:
+            return other.images_built_on_it
+    return None
+
+
 def resolve(name: str, torch: str | None = None, *, base_image: str | None = None) -> Resolved:
     """The target ``name`` with its torch version and every templated field filled in."""
     target = get_target(name)
@@ -297,15 +329,24 @@ def resolve(name: str, torch: str | None = None, *, base_image: str | None = Non
     if base_image and target.torch is None:
         # The pinned facts describe the default base image, not another one.
         values = {k: v for k, v in values.items() if k != "torch"}
+    base = base_image or (target.base_image and _fmt(target.base_image, values, "base_image"))
+    pip = _local_base_facts(target, base)
+    if pip is not None:
+        values["python"] = pip.python  # the wheels must fit the base's CPython, not the table's
     return Resolved(
         target=target,
         torch=version,
         pins=values,
         indexes=indexes,
-        base_image=base_image or (target.base_image and _fmt(target.base_image, values, "base_image")),
+        base_image=base,
         requirements=[_fmt(r, values, "requirements") for r in target.requirements],
         tools=image_tools() if target.renderable else [],
         smoke=[_fmt(a, values, "smoke") for a in target.smoke],
         entrypoint_env=[_fmt(line, values, "entrypoint_env") for line in target.entrypoint_env],
         tag=_fmt(target.tag, values, "tag"),
+        pip=pip.pip if pip else target.pip,
+        pip_setup=(pip.pip_setup if pip else target.pip_setup) or "",
+        pip_flags=pip.pip_flags if pip else target.pip_flags,
+        wheelhouse=pip.wheelhouse if pip else target.wheelhouse,
+        install_stage=pip.install_stage if pip else False,
     )

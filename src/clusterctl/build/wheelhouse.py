@@ -13,7 +13,7 @@ Note the ``set --``: a shell glob never matches ``/tmp/wheels/pip-*.whl/pip``
 (the wheel is a file, not a directory), so that spelling runs a literal ``*``.
 
 Public API:
-    prepare(requirements, *, python_version, platform, dest, log) -> wheelhouse dir (cached)
+    prepare(requirements, *, python_version, platform, indexes, dest, log) -> wheelhouse dir (cached)
     validate(dir, *, require=("pip",)) -> Path       for a user's --wheelhouse DIR
     link_into(wheelhouse, target) -> target          hard links, copies across filesystems
     wheels(dir) -> sorted .whl paths
@@ -77,16 +77,18 @@ def _normalise(requirements: Sequence[str]) -> list[str]:
     return sorted(reqs)
 
 
-def cache_key(requirements: Sequence[str], python_version: str, platform: str | None) -> str:
+def cache_key(requirements: Sequence[str], python_version: str, platform: str | None,
+              indexes: Sequence[str] = ()) -> str:
     """Short hash of everything that decides the wheelhouse's contents."""
     blob = json.dumps({"format": _FORMAT, "requirements": _normalise(requirements),
-                       "python": python_version, "platform": platform}, sort_keys=True)
+                       "python": python_version, "platform": platform, "indexes": list(indexes)},
+                      sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
 def default_dir(requirements: Sequence[str], python_version: str = "3.11",
-                platform: str | None = None) -> Path:
-    return cache_dir() / "wheelhouse" / cache_key(requirements, python_version, platform)
+                platform: str | None = None, indexes: Sequence[str] = ()) -> Path:
+    return cache_dir() / "wheelhouse" / cache_key(requirements, python_version, platform, indexes)
 
 
 def _manifest(directory: Path) -> dict | None:
@@ -111,37 +113,42 @@ def is_complete(directory: Path) -> bool:
     return bool(files)
 
 
-def _pip_argv(dest: Path, reqs: list[str], python_version: str, platform: str | None) -> list[str]:
+def _pip_argv(dest: Path, reqs: list[str], python_version: str, platform: str | None,
+              indexes: Sequence[str] = ()) -> list[str]:
     argv = [sys.executable, "-m", "pip", "download", "--dest", str(dest), "--progress-bar", "off",
-            "--only-binary=:all:", "--python-version", python_version]
+            "--only-binary=:all:", "--python-version", python_version, *indexes]
     if platform:
         argv += ["--platform", platform]
     return argv + reqs
 
 
 def _download(tmp: Path, reqs: list[str], python_version: str, platform: str | None,
-              log: Callable[[str], None]) -> None:
-    code, tail = run_logged(_pip_argv(tmp, reqs, python_version, platform), log)
+              indexes: Sequence[str], log: Callable[[str], None]) -> None:
+    code, tail = run_logged(_pip_argv(tmp, reqs, python_version, platform, indexes), log)
     if code == 0:
         return
     text = "\n".join(tail)
     msg = (f"pip download of {' '.join(reqs)} (python {python_version}, platform "
-           f"{platform or 'this machine'}) failed (exit {code}); last lines:\n{text}")
+           f"{platform or 'this machine'}{', indexes ' + ' '.join(indexes) if indexes else ''}) "
+           f"failed (exit {code}); last lines:\n{text}")
     if any(sign in text for sign in _UNSATISFIABLE):
         raise UserError(msg + "\nCheck the requirement names and versions, or pass --wheelhouse DIR.")
     raise ClusterctlError(msg)
 
 
-def _write_manifest(directory: Path, reqs: list[str], python_version: str, platform: str | None) -> None:
+def _write_manifest(directory: Path, reqs: list[str], python_version: str, platform: str | None,
+                    indexes: Sequence[str] = ()) -> None:
     files = {p.name: p.stat().st_size for p in wheels(directory)}
     manifest = {"format": _FORMAT, "requirements": reqs, "python": python_version,
-                "platform": platform, "files": files}
+                "platform": platform, "indexes": list(indexes), "files": files}
     (directory / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
 
 
-def _made_for(directory: Path, reqs: list[str], python_version: str, platform: str | None) -> bool:
+def _made_for(directory: Path, reqs: list[str], python_version: str, platform: str | None,
+              indexes: Sequence[str] = ()) -> bool:
     m = _manifest(directory) or {}
-    return (m.get("requirements"), m.get("python"), m.get("platform")) == (reqs, python_version, platform)
+    return ((m.get("requirements"), m.get("python"), m.get("platform"), m.get("indexes", []))
+            == (reqs, python_version, platform, list(indexes)))
 
 
 def _publish(tmp: Path, final: Path) -> None:
@@ -154,18 +161,21 @@ def _publish(tmp: Path, final: Path) -> None:
 
 
 def prepare(requirements: Sequence[str], *, python_version: str = "3.11", platform: str | None = None,
-            dest: Path | str | None = None, log: Callable[[str], None] = _logger.info) -> Path:
+            indexes: Sequence[str] = (), dest: Path | str | None = None,
+            log: Callable[[str], None] = _logger.info) -> Path:
     """A complete wheelhouse for ``requirements`` (+ pip), downloaded once and reused after.
 
     Goes to ``dest`` or ``cache_dir()/wheelhouse/<hash of the inputs>``.  pip
     downloads into a temporary sibling directory that is renamed into place
     only when complete, so an interrupted run never leaves a wheelhouse that
     looks usable.  ``platform`` is a pip platform tag (``manylinux_2_28_x86_64``);
-    None means this machine's.
+    None means this machine's.  ``indexes``: pip's index options besides PyPI, as the
+    target's version table gives them (``--extra-index-url URL``, ``-f URL``), so that the
+    wheelhouse holds what the online install would (e.g. oneccl_bind_pt, on Intel's index).
     """
     reqs = _normalise(requirements)
-    final = Path(dest) if dest else default_dir(reqs, python_version, platform)
-    if is_complete(final) and _made_for(final, reqs, python_version, platform):
+    final = Path(dest) if dest else default_dir(reqs, python_version, platform, indexes)
+    if is_complete(final) and _made_for(final, reqs, python_version, platform, indexes):
         log(f"wheelhouse {final} is complete ({len(wheels(final))} wheels); reused")
         return final
     if final.exists():
@@ -178,8 +188,8 @@ def prepare(requirements: Sequence[str], *, python_version: str = "3.11", platfo
     tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=final.parent))
     try:
         log(f"pip download {' '.join(reqs)} -> {final}")
-        _download(tmp, reqs, python_version, platform, log)
-        _write_manifest(tmp, reqs, python_version, platform)
+        _download(tmp, reqs, python_version, platform, indexes, log)
+        _write_manifest(tmp, reqs, python_version, platform, indexes)
         _publish(tmp, final)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -6,6 +6,15 @@
 # `clusterctl build --target base` debootstraps locally (no registry here).
 # torch is installed offline from the host's wheelhouse with pip run from its
 # own wheel: bookworm's python3 has no pip, and builds must not download.
+# Stage "wheels": pip installs the wheelhouse under /opt/clusterctl-site in a throw-away
+# stage, and the image copies only what was installed: the wheels (gigabytes for torch)
+# never become a layer of the image (a COPY layer stays even after `rm -rf`).
+FROM clusterctl/base:bookworm AS wheels
+COPY wheels/ /tmp/wheels/
+RUN set -- /tmp/wheels/pip-*.whl \
+ && python3 "$1/pip" install --no-cache-dir --no-index --find-links /tmp/wheels --root /opt/clusterctl-site --break-system-packages \
+        torch==2.13.0 numpy==2.4.6 py-spy==0.4.3
+
 FROM clusterctl/base:bookworm
 
 LABEL org.opencontainers.image.title="clusterctl cpu" \
@@ -15,12 +24,8 @@ LABEL org.opencontainers.image.title="clusterctl cpu" \
 # Defaults of the stack's environment (`clusterctl launch` may override them).
 ENV OMP_NUM_THREADS="1"
 
-# Offline: every wheel comes from wheels/ in the build context, no index is asked.
-COPY wheels/ /tmp/wheels/
-RUN set -- /tmp/wheels/pip-*.whl \
- && python3 "$1/pip" install --no-cache-dir --no-index --find-links /tmp/wheels --break-system-packages \
-        torch==2.13.0 numpy==2.4.6 py-spy==0.4.3 \
- && rm -rf /tmp/wheels
+# What pip installed in stage "wheels" (offline, from the build context's wheels/).
+COPY --from=wheels /opt/clusterctl-site/ /
 
 # The repository's example training scripts (examples/), for `clusterctl launch`.
 COPY examples/ /opt/clusterctl/examples/

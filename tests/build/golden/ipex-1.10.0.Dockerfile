@@ -17,7 +17,7 @@ ENV CCL_ATL_TRANSPORT="ofi" \
     CCL_WORKER_COUNT="1"
 
 # From the package indexes of src/clusterctl/build/data (with --wheelhouse DIR: offline instead).
-RUN python -m pip install --no-cache-dir \
+RUN python3 -m pip install --no-cache-dir \
         -f https://software.intel.com/ipex-whl-stable \
         torch==1.10.0 intel_extension_for_pytorch==1.10.100 oneccl_bind_pt==1.10.0 py-spy==0.4.3
 

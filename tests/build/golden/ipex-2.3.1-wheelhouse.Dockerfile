@@ -18,7 +18,7 @@ ENV CCL_ATL_TRANSPORT="ofi" \
 
 # Offline: every wheel comes from wheels/ in the build context, no index is asked.
 COPY wheels/ /tmp/wheels/
-RUN python -m pip install --no-cache-dir --no-index --find-links /tmp/wheels \
+RUN python3 -m pip install --no-cache-dir --no-index --find-links /tmp/wheels \
         torch==2.3.1 intel_extension_for_pytorch==2.3.100 oneccl_bind_pt==2.3.100 py-spy==0.4.3 \
  && rm -rf /tmp/wheels
 

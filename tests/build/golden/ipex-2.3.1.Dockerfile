@@ -17,7 +17,7 @@ ENV CCL_ATL_TRANSPORT="ofi" \
     CCL_WORKER_COUNT="1"
 
 # From the package indexes of src/clusterctl/build/data (with --wheelhouse DIR: offline instead).
-RUN python -m pip install --no-cache-dir \
+RUN python3 -m pip install --no-cache-dir \
         --extra-index-url https://download.pytorch.org/whl/cpu \
         --extra-index-url https://pytorch-extension.intel.com/release-whl/stable/cpu/us/ \
         torch==2.3.1 intel_extension_for_pytorch==2.3.100 oneccl_bind_pt==2.3.100 py-spy==0.4.3
