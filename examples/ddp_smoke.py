@@ -27,7 +27,11 @@ fail: ``DDP_SMOKE_PERTURB_RANK`` (that global rank adds 1e-3 to its weights afte
 training), ``DDP_SMOKE_STOP_RANK`` (that global rank stops itself with SIGSTOP
 before step ``DDP_SMOKE_STOP_STEP``, default 3: the others then wait in the
 collective for ever, which is what ``clusterctl launch --hang-timeout`` must find).
-Needs only torch (and the backend's plugin).
+``DDP_SMOKE_IPEX=bf16`` trains with Intel Extension for PyTorch as its pages show for
+CPU training: ``ipex.optimize(model, optimizer, dtype=torch.bfloat16)`` and the steps under
+``torch.autocast("cpu", dtype=torch.bfloat16)``; rank 0 prints
+``ipex VERSION bf16: ...`` with the parameters' dtype (job ``ddp-smoke-ipex``).
+Needs only torch (and the backend's plugin; IPEX for DDP_SMOKE_IPEX).
 """
 
 from __future__ import annotations
@@ -121,10 +125,31 @@ def stop_here(rank: int, step: int) -> None:
     os.kill(os.getpid(), signal.SIGSTOP)
 
 
-def train(model: torch.nn.Module, rank: int, steps: int, device: torch.device) -> float:
-    """SGD on this rank's own data; returns the first step's local loss (differs per rank)."""
+def ipex_bf16(model: torch.nn.Module, opt: torch.optim.Optimizer, rank: int
+              ) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
+    """DDP_SMOKE_IPEX=bf16: IPEX's bf16 training set-up (before DDP wraps the model)."""
+    import intel_extension_for_pytorch as ipex
+
+    model.train()
+    model, opt = ipex.optimize(model, optimizer=opt, dtype=torch.bfloat16)
+    if rank == 0:
+        dtypes = sorted({str(p.dtype) for p in model.parameters()})
+        say(f"ipex {ipex.__version__} bf16: ipex.optimize done, parameters {', '.join(dtypes)}, "
+            "steps under torch.autocast(cpu, bfloat16)")
+    return model, opt
+
+
+def train(model: torch.nn.Module, rank: int, steps: int, device: torch.device
+          ) -> tuple[torch.nn.Module, float]:
+    """SGD on this rank's own data; returns the trained model (IPEX's, when it optimized a copy)
+    and the first step's local loss (differs per rank)."""
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    ipex_mode = os.environ.get("DDP_SMOKE_IPEX", "")
+    if ipex_mode not in ("", "bf16"):
+        raise SystemExit(f"ddp-smoke: DDP_SMOKE_IPEX={ipex_mode!r}; valid: bf16 or unset")
+    if ipex_mode:
+        model, opt = ipex_bf16(model, opt, rank)
     ddp = DistributedDataParallel(model, device_ids=None if device.type == "cpu" else [device.index])
-    opt = torch.optim.SGD(ddp.parameters(), lr=0.05)
     data = torch.Generator().manual_seed(1000 + rank)
     target_w = torch.linspace(-1, 1, FEATURES)
     progress = os.environ.get("DDP_SMOKE_PROGRESS") == "1"
@@ -137,7 +162,8 @@ def train(model: torch.nn.Module, rank: int, steps: int, device: torch.device) -
             stop_here(rank, step)
         x = torch.randn(64, FEATURES, generator=data).to(device)
         y = (x @ target_w.to(device)).unsqueeze(1)
-        loss = torch.nn.functional.mse_loss(ddp(x), y)
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bool(ipex_mode)):
+            loss = torch.nn.functional.mse_loss(ddp(x).float(), y)
         opt.zero_grad()
         loss.backward()
         opt.step()
@@ -146,7 +172,7 @@ def train(model: torch.nn.Module, rank: int, steps: int, device: torch.device) -
             say(f"rank {rank} step {step}/{steps} loss={loss.item():.6f}")
         if pause:
             time.sleep(pause)
-    return first if first is not None else float("nan")
+    return model, (first if first is not None else float("nan"))
 
 
 def problems(results: list[dict], initial: str) -> list[str]:
@@ -177,7 +203,7 @@ def main() -> int:
 
     model = make_model().to(device)
     initial = weights_digest(model)
-    loss0 = train(model, rank, steps, device)
+    model, loss0 = train(model, rank, steps, device)
     if os.environ.get("DDP_SMOKE_PERTURB_RANK") == str(rank):
         with torch.no_grad():
             next(model.parameters()).add_(1e-3)

@@ -1,0 +1,95 @@
+"""The ipex target for real: torch 2.8.0 + Intel Extension for PyTorch 2.8.0 from PyPI, built on
+the local Debian base from a wheelhouse, then bf16 training with IPEX over gloo on 2 sandbox nodes.
+
+oneCCL's bindings are a STAND-IN here (tests/fixtures/ccl_stand_in.py): the real
+``oneccl_bind_pt`` wheel is served from Intel's index only, which this machine cannot reach.
+The stand-in registers no ``ccl`` backend, so training runs over gloo (``--set BACKEND=gloo``).
+Everything else is real: the IPEX wheel, ``ipex.optimize(..., dtype=torch.bfloat16)``, CPU
+autocast, DDP across two nodes' containers.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from clusterctl.cli import app
+from clusterctl.run import records
+from tests.fixtures.images import IPEX_TORCH
+
+runner = CliRunner()
+RANK_LINE = re.compile(r"rank (\d+)/(\d+) node=(\d+) local_rank=\d weights-sha256=([0-9a-f]{64})")
+
+
+@pytest.fixture
+def runs_dir(tmp_path, monkeypatch) -> Path:
+    d = tmp_path / "runs"
+    monkeypatch.setenv("CLUSTERCTL_RUNS", str(d))
+    monkeypatch.setenv("CLUSTERCTL_PLAIN", "1")
+    return d
+
+
+def first_nodes(inventory: Path, count: int, dest: Path) -> Path:
+    """The sandbox's inventory cut to its first ``count`` nodes (same keys, same host keys)."""
+    data = yaml.safe_load(inventory.read_text())
+    data["nodes"] = data["nodes"][:count]
+    dest.write_text(yaml.safe_dump(data, sort_keys=False))
+    return dest
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_the_ipex_image_holds_ipex_and_names_its_ccl_bindings_as_a_stand_in(docker_client, ipex_image):
+    """Real IPEX 2.8.0 on torch 2.8.0, bf16 kernels usable; the ccl module is the stand-in and says
+    so; the entrypoint sourced the (stand-in) setvars.sh, as it sources oneCCL's real one."""
+    probe = ("import os, torch, intel_extension_for_pytorch as ipex, oneccl_bindings_for_pytorch as ccl; "
+             "lin = ipex.optimize(torch.nn.Linear(4, 2).eval(), dtype=torch.bfloat16); "
+             "ctx = torch.autocast('cpu', dtype=torch.bfloat16); ctx.__enter__(); y = lin(torch.ones(1, 4)); "
+             "print(torch.__version__, ipex.__version__, ccl.STAND_IN, os.environ.get('CLUSTERCTL_CCL_STAND_IN'), "
+             "y.dtype, torch.distributed.is_backend_available('ccl'))")
+    out = docker_client.containers.run(ipex_image, ["python3", "-c", probe], remove=True,
+                                       network_mode="host").decode()
+    torch_v, ipex_v, stand_in, sourced, dtype, has_ccl = out.split()[-6:]
+    assert torch_v.startswith(IPEX_TORCH) and ipex_v.startswith(IPEX_TORCH), out
+    assert (stand_in, sourced, dtype, has_ccl) == ("True", "1", "torch.bfloat16", "False"), out
+
+
+@pytest.mark.sandbox
+@pytest.mark.docker
+@pytest.mark.slow
+def test_ipex_bf16_training_over_gloo_on_two_sandbox_nodes(sandbox3, ipex_image, runs_dir, tmp_path):
+    """`clusterctl launch ddp-smoke-ipex` on 2 nodes x 2 processes: every rank trains with
+    ipex.optimize(bf16) under CPU autocast, and all 4 end with identical weights."""
+    inventory = first_nodes(sandbox3.inventory_path, 2, tmp_path / "two.yaml")
+    res = runner.invoke(app, ["launch", "ddp-smoke-ipex", "--nodes", str(inventory), "--image", ipex_image,
+                              "--set", "BACKEND=gloo", "--set", "STEPS=4"])
+    assert res.exit_code == 0, res.output
+    assert re.search(rf"ipex {re.escape(IPEX_TORCH)}\S* bf16: ipex.optimize done, parameters torch.bfloat16",
+                     res.output), res.output
+    ranks = {int(m.group(1)): (int(m.group(2)), int(m.group(3)), m.group(4))
+             for m in RANK_LINE.finditer(res.output)}
+    assert sorted(ranks) == [0, 1, 2, 3], res.output
+    assert {world for world, _, _ in ranks.values()} == {4}
+    assert sorted(node for _, node, _ in ranks.values()) == [0, 0, 1, 1]
+    assert len({digest for _, _, digest in ranks.values()}) == 1, res.output
+    assert "ddp-smoke OK: 4 ranks on 2 nodes hold identical weights" in res.output, res.output
+    record = records.list_runs()[0]
+    assert record.exit_code == 0 and [n.exit_code for n in record.nodes] == [0, 0]
+
+
+@pytest.mark.sandbox
+@pytest.mark.docker
+@pytest.mark.slow
+def test_ipex_job_on_the_ccl_backend_fails_where_the_bindings_are_stood_in(sandbox3, ipex_image, runs_dir,
+                                                                           tmp_path):
+    """The stand-in registers no ccl: the job's default backend (the target's) must fail, named,
+    not quietly fall back to another backend."""
+    inventory = first_nodes(sandbox3.inventory_path, 2, tmp_path / "two.yaml")
+    res = runner.invoke(app, ["launch", "ddp-smoke-ipex", "--nodes", str(inventory), "--image", ipex_image])
+    assert res.exit_code != 0, res.output
+    assert "Unknown c10d backend type CCL" in res.output, res.output   # torch's own words
+    assert "ddp-smoke OK" not in res.output, res.output
