@@ -91,5 +91,6 @@ def test_ipex_job_on_the_ccl_backend_fails_where_the_bindings_are_stood_in(sandb
     inventory = first_nodes(sandbox3.inventory_path, 2, tmp_path / "two.yaml")
     res = runner.invoke(app, ["launch", "ddp-smoke-ipex", "--nodes", str(inventory), "--image", ipex_image])
     assert res.exit_code != 0, res.output
-    assert "Unknown c10d backend type CCL" in res.output, res.output   # torch's own words
+    # torch's own words (torch 2.8: "AssertionError: Unknown backend type ccl")
+    assert re.search(r"Unknown (c10d )?backend type ccl", res.output, re.IGNORECASE), res.output
     assert "ddp-smoke OK" not in res.output, res.output
