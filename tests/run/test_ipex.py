@@ -25,14 +25,6 @@ runner = CliRunner()
 RANK_LINE = re.compile(r"rank (\d+)/(\d+) node=(\d+) local_rank=\d weights-sha256=([0-9a-f]{64})")
 
 
-@pytest.fixture
-def runs_dir(tmp_path, monkeypatch) -> Path:
-    d = tmp_path / "runs"
-    monkeypatch.setenv("CLUSTERCTL_RUNS", str(d))
-    monkeypatch.setenv("CLUSTERCTL_PLAIN", "1")
-    return d
-
-
 def first_nodes(inventory: Path, count: int, dest: Path) -> Path:
     """The sandbox's inventory cut to its first ``count`` nodes (same keys, same host keys)."""
     data = yaml.safe_load(inventory.read_text())

@@ -38,14 +38,6 @@ integration = [pytest.mark.sandbox, pytest.mark.docker, pytest.mark.slow]
 
 # --------------------------------------------------------------------------- helpers
 
-@pytest.fixture
-def runs_dir(tmp_path, monkeypatch) -> Path:
-    d = tmp_path / "runs"
-    monkeypatch.setenv("CLUSTERCTL_RUNS", str(d))
-    monkeypatch.setenv("CLUSTERCTL_PLAIN", "1")
-    return d
-
-
 def run_containers(sb, node: str, run_id: str | None = None, *, running: bool = False) -> list[str]:
     """Names of containers of a run (any run when None) on a node, read from its own dockerd."""
     label = containers.RUN_LABEL + (f"={run_id}" if run_id else "")

@@ -57,14 +57,6 @@ CHATTY_JOB = JOBS / "chatty.yaml"
 runner = CliRunner()
 
 
-@pytest.fixture
-def runs_dir(tmp_path, monkeypatch) -> Path:
-    d = tmp_path / "runs"
-    monkeypatch.setenv("CLUSTERCTL_RUNS", str(d))
-    monkeypatch.setenv("CLUSTERCTL_PLAIN", "1")
-    return d
-
-
 @pytest.fixture(scope="module")
 def cpu(docker_client, request) -> str:
     """The cpu image: the one already built under the test tag, else built now."""

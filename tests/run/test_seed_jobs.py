@@ -466,14 +466,6 @@ MPI_JOB = JOBS / "mpi-allreduce.yaml"
 REPORT = re.compile(r"mpi-rank (\d+) size (\d+) local (\d+)/(\d+) host (\S+) allreduce (\d+)")
 
 
-@pytest.fixture
-def runs_dir(tmp_path, monkeypatch) -> Path:
-    d = tmp_path / "runs"
-    monkeypatch.setenv("CLUSTERCTL_RUNS", str(d))
-    monkeypatch.setenv("CLUSTERCTL_PLAIN", "1")
-    return d
-
-
 @pytest.mark.sandbox
 @pytest.mark.docker
 @pytest.mark.slow
