@@ -56,7 +56,7 @@ from dataclasses import dataclass, field
 
 import paramiko
 
-from clusterctl.cluster.distribute import wire
+from clusterctl.cluster.distribute import trace, wire
 from clusterctl.cluster.distribute.agent import PushAgent, load_key
 from clusterctl.cluster.distribute.layerfilter import filter_save_stream
 from clusterctl.cluster.distribute.node import (
@@ -111,7 +111,8 @@ i=0
 while [ "$#" -ge 4 ]; do
   i=$((i+1))
   mkfifo "$d/out$i"
-  { ssh -F /dev/null -T -o BatchMode=yes -o StrictHostKeyChecking=yes \
+  { [ "$TRACE" = 1 ] && echo "clusterctl-mark hop$i-fifo-open" >&2
+    ssh -F /dev/null -T -o BatchMode=yes -o StrictHostKeyChecking=yes \
       -o UserKnownHostsFile="$d/known_hosts" -o GlobalKnownHostsFile=/dev/null \
       -o ConnectTimeout=10 -o ServerAliveInterval=5 -o ServerAliveCountMax=3 \
       -o ForwardAgent=no -o ClearAllForwardings=yes -o LogLevel=ERROR \
@@ -121,13 +122,25 @@ while [ "$#" -ge 4 ]; do
   outs="$outs $d/out$i"
   shift 4
 done
+[ "$TRACE" = 1 ] && echo "clusterctl-mark hops-started" >&2
 [ "$fed" = 1 ] && exec < "$d/in"
+[ "$TRACE" = 1 ] && echo "clusterctl-mark fed" >&2
+receive() {
+  if [ "$TRACE" = 1 ]; then
+    dd bs=1 count=1 status=none && echo "clusterctl-mark first-byte" >&2
+    dd bs=1M status=progress 2> "$d/progress"
+    echo "clusterctl-mark last-byte" >&2
+  else
+    dd bs=1M status=progress 2> "$d/progress"
+  fi
+}
 if [ "$z" = 1 ]; then
-  dd bs=1M status=progress 2> "$d/progress" | tee -p $outs | zstd -dcq | docker load
+  receive | tee -p $outs | zstd -dcq | docker load
 else
-  dd bs=1M status=progress 2> "$d/progress" | tee -p $outs | docker load
+  receive | tee -p $outs | docker load
 fi
 rc=$?
+[ "$TRACE" = 1 ] && echo "clusterctl-mark load-end" >&2
 tr '\r' '\n' < "$d/progress" | grep bytes | tail -n 1 >&2
 kill "$hb" 2>/dev/null
 wait
@@ -173,6 +186,7 @@ done
 
 _BYTES = re.compile(r"^(?:clusterctl-alive )?(\d+) bytes")
 _HOP = re.compile(r"^clusterctl-hop (\d+) (\d+)\Z")
+_MARK = re.compile(r"^clusterctl-mark (\S+)\Z")
 _LOADED = re.compile(r"Loaded image ID: (sha256:[0-9a-f]{64})")
 
 
@@ -223,6 +237,7 @@ def relay_push(cluster, client, image: SourceImage, plans: dict[str, NodePlan],
             compress, why = False, f"not measured: {e}"
     for name in streaming:
         plans[name].result.compression = f"{'zstd' if compress else 'none'} ({why})"
+    trace.mark("head", f"compression decided: {compress}")
     token = secrets.token_hex(6)
     lost: set[str] = set()
     round_no = 0
@@ -236,6 +251,7 @@ def relay_push(cluster, client, image: SourceImage, plans: dict[str, NodePlan],
     finally:
         reachable = [n for n in streaming if n not in lost and cluster.is_connected(n)]
         cluster.map(lambda conn: _sweep(conn, token), reachable)
+        trace.mark("head", "relay-end")
     return results
 
 
@@ -277,7 +293,9 @@ def _round(cluster, shared, image, plans, names, layout, progress, *, compress, 
         sender = threading.Thread(target=_send_all, daemon=True, name="relay-send",
                                   args=(shared, image, plan, runs, plans, layout, progress, zstd))
         sender.start()
+        trace.mark("head", "all-started")
         starved = _watch(plan, runs)
+        trace.mark("head", "watch-end")
         sender.join(timeout=60)  # a send blocked on a lost node is abandoned (daemon thread)
         for t in readers:
             t.join(timeout=60)
@@ -321,8 +339,10 @@ def _setup(conn, cluster, names: list[str], token: str) -> _NodeRun:
         port, _, host = _hop_target(cluster.connection(other))
         name = host if port == "22" else f"[{host}]:{port}"
         lines.append(f"{name} {key.get_name()} {key.get_base64()}\n")
+    trace.mark(conn.name, "setup-start")
     r = conn.run(["sh", "-c", SETUP_SCRIPT, "clusterctl-relay-setup", token],
                  stdin="".join(lines).encode(), timeout=60, check=True)
+    trace.mark(conn.name, "setup-end")
     flag, _, path = r.stdout.strip().partition("\n")
     if not path.startswith("/tmp/clusterctl-push."):
         raise NodeError(conn.name, f"could not make a temporary directory: {r.stdout!r}")
@@ -331,7 +351,9 @@ def _setup(conn, cluster, names: list[str], token: str) -> _NodeRun:
 
 def _start(run: _NodeRun, runs: dict[str, _NodeRun], fed: bool, agents: list[PushAgent],
            zstd: bool) -> None:
-    argv = ["sh", "-c", NODE_SCRIPT.replace("$STALL", str(int(STALL))), "clusterctl-relay",
+    script = NODE_SCRIPT.replace("$STALL", str(int(STALL))).replace(
+        "$TRACE", "1" if trace.enabled() else "0")
+    argv = ["sh", "-c", script, "clusterctl-relay",
             run.dir, "1" if zstd else "0", "1" if fed else "0"]
     agent = None
     for child in run.children:
@@ -347,7 +369,9 @@ def _start(run: _NodeRun, runs: dict[str, _NodeRun], fed: bool, agents: list[Pus
                             f"{run.children[0]} to log in from {run.name}: {e}") from None
         agents.append(agent)
     try:
+        trace.mark(run.name, "exec-start")
         run.chan = run.conn.exec_channel(argv, forward_agent=agent.handler if agent else None)
+        trace.mark(run.name, "exec-end")
     except NodeError as e:
         run.lost = e.reason
         run.done.set()
@@ -396,6 +420,7 @@ def _read(run: _NodeRun, progress: PushProgress) -> None:
     finally:
         run.stdout = out.decode("utf-8", "replace")
         chan.close()
+        trace.mark(run.name, f"command-ended rc={run.exit_code}")
         run.done.set()
 
 
@@ -409,8 +434,13 @@ def _note(run: _NodeRun, line: str, progress: PushProgress) -> None:
             progress.sent(run.name, n - run.received)
             run.received = n
         return
+    m = _MARK.match(line)
+    if m:
+        trace.mark(run.name, m.group(1))
+        return
     m = _HOP.match(line)
     if m:
+        trace.mark(run.name, f"hop{m.group(1)}-end rc={m.group(2)}")
         i, code = int(m.group(1)), int(m.group(2))
         if code != 0 and 0 < i <= len(run.children):
             run.hop_failed.append(run.children[i - 1])
@@ -455,6 +485,7 @@ def _send_root(run: _NodeRun, image, plan: NodePlan, source: SharedSave, layout,
     stream: Iterable[bytes] = filter_save_stream(source.chunks(run.name), image,
                                                  plan.send or set(), layout=layout,
                                                  stats=plan.stats)
+    trace.mark(run.name, "head-send-start")
     try:
         for piece in (_zstd(stream) if zstd else stream):
             chan.sendall(piece)
@@ -466,6 +497,7 @@ def _send_root(run: _NodeRun, image, plan: NodePlan, source: SharedSave, layout,
         chan.close()
     finally:
         source.detach(run.name)
+        trace.mark(run.name, "head-send-end")
         try:
             chan.shutdown_write()
         except _SEND_ERRORS:
@@ -581,18 +613,22 @@ def _stop(run: _NodeRun) -> None:
 
 def _cleanup(run: _NodeRun) -> None:
     mode = "rm" if run.done.is_set() and run.exit_code is not None else "kill"
+    trace.mark(run.name, "cleanup-start")
     try:
         run.conn.run(["sh", "-c", CLEANUP_SCRIPT, "clusterctl-relay-cleanup", run.dir, mode],
                      timeout=30)
     except NodeError:
         pass  # a lost node: its command removes its directory itself when it ends
+    trace.mark(run.name, "cleanup-end")
 
 
 def _sweep(conn, token: str) -> None:
+    trace.mark(conn.name, "sweep-start")
     try:
         conn.run(["sh", "-c", SWEEP_SCRIPT, "clusterctl-relay-sweep", token], timeout=30)
     except NodeError:
         pass  # lost since: its own command stops and cleans up after STALL seconds
+    trace.mark(conn.name, "sweep-end")
 
 
 def _finish(run: _NodeRun, image: SourceImage, plan: NodePlan,
@@ -601,6 +637,7 @@ def _finish(run: _NodeRun, image: SourceImage, plan: NodePlan,
     result.head_bytes += run.head_bytes
     result.bytes_sent = run.received
     result.layers_sent = plan.stats.layers_sent if result.source == "head" else len(plan.send or ())
+    trace.mark(run.name, "confirm-start")
     try:
         if run.lost:
             raise NodeError(run.name, run.lost)
@@ -619,6 +656,7 @@ def _finish(run: _NodeRun, image: SourceImage, plan: NodePlan,
 
 def _done(plan: NodePlan, progress: PushProgress) -> PushResult:
     result = plan.result
+    trace.mark(result.node, f"done {result.status}")
     result.seconds = time.monotonic() - plan.start
     progress.finished(result)
     return result
