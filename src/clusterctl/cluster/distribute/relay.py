@@ -629,7 +629,10 @@ def _watch(plan: RelayPlan, runs: dict[str, _NodeRun]) -> set[str]:
             if f.lost or feeder in starved or name in f.hop_failed:
                 starved.add(name)
                 _stop(runs[name])
-        time.sleep(0.5)
+        # the next check when a node's command ends (not up to 0.5 s after the last one did)
+        pending = [runs[n] for n in plan.nodes if not runs[n].done.is_set()]
+        if pending:
+            pending[-1].done.wait(0.5)
     for name in plan.nodes:  # a feed that ended early fails the load: fed again, not failed
         feeder = plan.feeder(name)
         run = runs[name]
