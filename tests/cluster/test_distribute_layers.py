@@ -15,7 +15,7 @@ import clusterctl.cluster.distribute as distribute
 
 #: top first; a module may import only modules after it in this list
 ORDER = ["fanout", "relay", "wire", "agent", "relayplan", "node", "imagesource", "storesave",
-         "layerstore", "tarsplit", "savestream", "layerfilter", "layout", "tarstream", "source"]
+         "layerstore", "tarsplit", "savestream", "layerfilter", "layout", "tarstream", "source", "trace"]
 PACKAGE = "clusterctl.cluster.distribute"
 
 

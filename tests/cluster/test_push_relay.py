@@ -95,6 +95,39 @@ def test_relay_push_feeds_the_nodes_through_each_other_and_the_head_sends_once(
     assert [(r.status, r.bytes_sent, r.head_bytes) for r in again] == [("skipped", 0, 0)] * 3
 
 
+def _timeline(path) -> list[tuple[float, str, str]]:
+    rows = []
+    for line in path.read_text().splitlines():
+        if not line.startswith("#"):
+            t, node, phase = line.split(None, 2)
+            rows.append((float(t), node, phase))
+    return rows
+
+
+def test_every_hop_is_up_before_the_head_sends_and_nodes_confirm_their_own_load(
+        sandbox3, scratch, tmp_path, monkeypatch):
+    """The chain's fixed cost does not grow with its length: every node's hop from its
+    feeder logs in at the same time, before the first byte leaves the head (a hop that
+    logged in only once its feeder was fed cost ~1 s per node), and each node tags the
+    image right after its load (no extra command from the head); still nothing left."""
+    path = tmp_path / "push.trace"
+    monkeypatch.setenv("CLUSTERCTL_PUSH_TRACE", str(path))
+    results = distribute.push_image(scratch.ref, load_inventory(sandbox3.inventory_path),
+                                    strategy="relay")
+    assert all(r.ok for r in results), [(r.node, r.error) for r in results]
+    rows = _timeline(path)
+    nodes = list(sandbox3.nodes)
+    send = [t for t, node, phase in rows if phase == "head-send-start"]
+    assert len(send) == 1, rows
+    ready = {node: t for t, node, phase in rows if phase == "ready"}
+    assert sorted(ready) == sorted(nodes), rows
+    assert max(ready.values()) <= send[0], rows
+    assert sorted(node for _, node, phase in rows if phase == "confirmed rc=0") == sorted(nodes)
+    for node in nodes:
+        assert _node_id(sandbox3, node, scratch.ref) == scratch.id
+    assert sandbox3.relay_leftovers() == []
+
+
 @pytest.fixture
 def parent_child(docker_client, sandbox3):
     parent = _build(docker_client, f"{TAG}:parent", [10 * MB])

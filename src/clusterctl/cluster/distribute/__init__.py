@@ -42,6 +42,7 @@ The modules, from the top; each imports only modules below it (no cycles)::
     layout       which member holds which layer (legacy v1 IDs, OCI); cache by image ID
     tarstream    walk a tar stream block by block (ChunkReader, members, Member)
     source       SourceImage, chain_ids, source_image: the image's facts
+    trace        opt-in timeline of a push (CLUSTERCTL_PUSH_TRACE): node, phase, seconds
 
 Progress goes to the caller through the :class:`PushProgress` protocol only
 (the CLI's live display lives in ``clusterctl.cli.push``); the library prints

@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from clusterctl.cluster import engine
+from clusterctl.cluster.distribute import trace
 from clusterctl.cluster.distribute.imagesource import ImageSource, pick_source
 from clusterctl.cluster.distribute.layerfilter import FilterStats
 from clusterctl.cluster.distribute.node import (
@@ -49,6 +50,7 @@ def push_image(image_ref: str, target, *, progress: PushProgress | None = None,
     node has ``status == "failed"`` and ``error``. UserError (exit 2) when the
     image is not in the local engine.
     """
+    trace.begin(f"{image_ref} strategy={strategy} compress={compress}")
     client = client or engine.client()
     image = source_image(client, image_ref)
     progress = progress or NoProgress()
@@ -61,7 +63,8 @@ def push_image(image_ref: str, target, *, progress: PushProgress | None = None,
 def _push_all(cluster: Cluster, client, image: SourceImage, progress: PushProgress,
               nodes: Iterable | None, strategy: str = "star",
               compress: bool | None = False) -> list[PushResult]:
-    plans = cluster.map(lambda conn: plan_node(conn, image, progress), nodes)
+    plans = cluster.map(lambda conn: _traced(conn.name, "plan", plan_node, conn, image, progress),
+                        nodes)
     results: dict[str, PushResult] = {}
     streaming: list[str] = []
     for name, plan in plans.items():
@@ -91,6 +94,14 @@ def _push_all(cluster: Cluster, client, image: SourceImage, progress: PushProgre
         results.update(_stream(cluster, client, image, plans, again, source, progress,
                                strategy, compress))
     return [results[name] for name in plans]
+
+
+def _traced(node: str, phase: str, fn, *args):
+    trace.mark(node, f"{phase}-start")
+    try:
+        return fn(*args)
+    finally:
+        trace.mark(node, f"{phase}-end")
 
 
 def _stream(cluster: Cluster, client, image: SourceImage, plans: dict[str, NodePlan],

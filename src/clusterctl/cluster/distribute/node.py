@@ -197,6 +197,11 @@ def confirm_on_node(conn, image: SourceImage) -> None:
     r.check()
 
 
+def tag_for(image: SourceImage) -> str:
+    """The tag a loaded copy must get: the image's ref, or '' when it was pushed by ID."""
+    return "" if _is_id(image.ref, image.id) else image.ref
+
+
 def _is_id(ref: str, image_id: str) -> bool:
     """True when ``ref`` names the image by (a prefix of) its ID rather than by a tag."""
     short = ref.removeprefix("sha256:")

@@ -17,7 +17,13 @@ forwarded as they arrive (pipelined through pipe buffers of 64 KiB, never
 stored).  ``tee -p`` keeps feeding the other outputs when one breaks, so a
 node whose own ``docker load`` fails (its dockerd stopped) still feeds its
 children; a child whose hop breaks is drained (``cat > /dev/null``), so it
-never holds up its feeder.
+never holds up its feeder.  Every hop's ``ssh`` logs in as soon as its node's
+command starts (``cat fifo | ssh``: only ``cat`` waits for ``tee``), and the
+head sends no byte before every node has said ``clusterctl-ready`` (its hop is
+up): a hop that logs in once bytes flow leaves a backlog that links all at
+rate B never catch up, so late logins used to add up along the chain (~1.2 s
+per node, measured with ``CLUSTERCTL_PUSH_TRACE``).  The node tags (or
+inspects) the image right after its own ``docker load``.
 
 Node to node, authenticated, nothing left behind: the hop's ``ssh`` uses
 agent forwarding requested on that one channel and answered by
@@ -56,7 +62,7 @@ from dataclasses import dataclass, field
 
 import paramiko
 
-from clusterctl.cluster.distribute import wire
+from clusterctl.cluster.distribute import trace, wire
 from clusterctl.cluster.distribute.agent import PushAgent, load_key
 from clusterctl.cluster.distribute.layerfilter import filter_save_stream
 from clusterctl.cluster.distribute.node import (
@@ -65,6 +71,7 @@ from clusterctl.cluster.distribute.node import (
     PushResult,
     confirm_on_node,
     load_failure,
+    tag_for,
 )
 from clusterctl.cluster.distribute.relayplan import RelayPlan, plan_relay
 from clusterctl.cluster.distribute.savestream import SharedSave
@@ -76,16 +83,20 @@ from clusterctl.core.errors import NodeError
 LOST_AFTER = 10.0
 #: a node whose stream stops for this long before it is complete stops itself (seconds)
 STALL = 120
+#: the head waits at most this long for every node's hop to be up before it sends (seconds)
+READY_WAIT = 30.0
 #: a node asked to stop whose command has not ended after this long is given up on
 STOP_WAIT = 30.0
 _SEND_ERRORS = (OSError, EOFError, paramiko.SSHException)
 
 # Run on every node of a round with positional arguments:
-#   DIR Z FED [PORT USER HOST REMOTE_COMMAND]...   (one group of four per child)
+#   DIR Z FED ID REF [PORT USER HOST REMOTE_COMMAND]...   (one group of four per child)
 # DIR: the node's own temporary directory; Z: 1 when the stream is zstd-compressed;
-# FED: 1 when a node feeds this one (through DIR/in), 0 when the head does (stdin).
+# FED: 1 when a node feeds this one (through DIR/in), 0 when the head does (stdin);
+# ID, REF: the image ID docker load must give, and the tag to give it ('' when pushed by ID):
+# confirmed here right after the load, not in one more command from the head.
 NODE_SCRIPT = r"""
-d=$1; z=$2; fed=$3; shift 3
+d=$1; z=$2; fed=$3; id=$4; ref=$5; shift 5
 trap 'rm -rf "$d"' EXIT
 trap 'exit 143' TERM
 trap 'exit 129' HUP
@@ -111,23 +122,49 @@ i=0
 while [ "$#" -ge 4 ]; do
   i=$((i+1))
   mkfifo "$d/out$i"
-  { ssh -F /dev/null -T -o BatchMode=yes -o StrictHostKeyChecking=yes \
-      -o UserKnownHostsFile="$d/known_hosts" -o GlobalKnownHostsFile=/dev/null \
-      -o ConnectTimeout=10 -o ServerAliveInterval=5 -o ServerAliveCountMax=3 \
-      -o ForwardAgent=no -o ClearAllForwardings=yes -o LogLevel=ERROR \
-      -p "$1" -l "$2" -- "$3" "$4"
-    echo "clusterctl-hop $i $?" >&2
-    exec cat > /dev/null; } < "$d/out$i" &
+  # the hop's ssh logs in now, while the stream has not reached this node yet: "cat fifo |"
+  # waits for tee, ssh does not, so every hop of a chain connects at the same time instead
+  # of each one only once its feeder's hop is up (~1 s per hop, serial along the chain)
+  { cat "$d/out$i" | {
+      [ "$TRACE" = 1 ] && echo "clusterctl-mark hop$i-ssh-start" >&2
+      ssh -F /dev/null -T -o BatchMode=yes -o StrictHostKeyChecking=yes \
+        -o UserKnownHostsFile="$d/known_hosts" -o GlobalKnownHostsFile=/dev/null \
+        -o ConnectTimeout=10 -o ServerAliveInterval=5 -o ServerAliveCountMax=3 \
+        -o ForwardAgent=no -o ClearAllForwardings=yes -o LogLevel=ERROR \
+        -p "$1" -l "$2" -- "$3" "$4"
+      echo "clusterctl-hop $i $?" >&2
+      exec cat > /dev/null; }; } < /dev/null &
   outs="$outs $d/out$i"
   shift 4
 done
 [ "$fed" = 1 ] && exec < "$d/in"
+# the head sends no byte before every node of the round says this (its hop is up): a hop
+# that connects while bytes already flow leaves a backlog no link at rate B can catch up
+echo "clusterctl-ready" >&2
+receive() {
+  if [ "$TRACE" = 1 ]; then
+    dd bs=1 count=1 status=none && echo "clusterctl-mark first-byte" >&2
+    dd bs=1M status=progress 2> "$d/progress"
+    echo "clusterctl-mark last-byte" >&2
+  else
+    dd bs=1M status=progress 2> "$d/progress"
+  fi
+}
 if [ "$z" = 1 ]; then
-  dd bs=1M status=progress 2> "$d/progress" | tee -p $outs | zstd -dcq | docker load
+  receive | tee -p $outs | zstd -dcq | docker load
 else
-  dd bs=1M status=progress 2> "$d/progress" | tee -p $outs | docker load
+  receive | tee -p $outs | docker load
 fi
 rc=$?
+[ "$TRACE" = 1 ] && echo "clusterctl-mark load-end" >&2
+if [ "$rc" = 0 ]; then
+  if [ -n "$ref" ]; then
+    docker tag "$id" "$ref" > /dev/null
+  else
+    docker image inspect --format . "$id" > /dev/null
+  fi
+  echo "clusterctl-confirm $?" >&2
+fi
 tr '\r' '\n' < "$d/progress" | grep bytes | tail -n 1 >&2
 kill "$hb" 2>/dev/null
 wait
@@ -173,6 +210,8 @@ done
 
 _BYTES = re.compile(r"^(?:clusterctl-alive )?(\d+) bytes")
 _HOP = re.compile(r"^clusterctl-hop (\d+) (\d+)\Z")
+_CONFIRM = re.compile(r"^clusterctl-confirm (\d+)\Z")
+_MARK = re.compile(r"^clusterctl-mark (\S+)\Z")
 _LOADED = re.compile(r"Loaded image ID: (sha256:[0-9a-f]{64})")
 
 
@@ -196,6 +235,8 @@ class _NodeRun:
     done: threading.Event = field(default_factory=threading.Event)
     last_pong: float = field(default_factory=time.monotonic)
     killed: float | None = None      # when the head asked the node to stop
+    ready: threading.Event = field(default_factory=threading.Event)  # its hop is up
+    confirmed: int | None = None     # exit status of the tag (or inspect) after its load
 
 
 def relay_push(cluster, client, image: SourceImage, plans: dict[str, NodePlan],
@@ -223,24 +264,28 @@ def relay_push(cluster, client, image: SourceImage, plans: dict[str, NodePlan],
             compress, why = False, f"not measured: {e}"
     for name in streaming:
         plans[name].result.compression = f"{'zstd' if compress else 'none'} ({why})"
+    trace.mark("head", f"compression decided: {compress}")
     token = secrets.token_hex(6)
     lost: set[str] = set()
+    swept: set[str] = set()  # nodes whose part of this push is already swept
     round_no = 0
     try:
         while remaining:
             round_no += 1
             starved = _round(cluster, shared, image, plans, remaining, layout, progress,
                              compress=compress, width=width, round_no=round_no, results=results,
-                             token=token, lost=lost)
+                             token=token, lost=lost, swept=swept)
             remaining = [n for n in remaining if n in starved]
     finally:
-        reachable = [n for n in streaming if n not in lost and cluster.is_connected(n)]
+        reachable = [n for n in streaming
+                     if n not in lost and n not in swept and cluster.is_connected(n)]
         cluster.map(lambda conn: _sweep(conn, token), reachable)
+        trace.mark("head", "relay-end")
     return results
 
 
 def _round(cluster, shared, image, plans, names, layout, progress, *, compress, width,
-           round_no, results, token, lost) -> set[str]:
+           round_no, results, token, lost, swept) -> set[str]:
     runs: dict[str, _NodeRun] = {}
     setup = cluster.map(lambda conn: _setup(conn, cluster, names, token), names)
     for name in names:
@@ -267,7 +312,7 @@ def _round(cluster, shared, image, plans, names, layout, progress, *, compress, 
                              f"layers from {via}{' (zstd)' if zstd else ''}{note}")
         # start the leaves first, so that every fifo has its reader before data flows
         for name in reversed(plan.nodes):
-            _start(runs[name], runs, plan.feeder(name) is not None, agents, zstd)
+            _start(runs[name], runs, plan.feeder(name) is not None, agents, zstd, image)
         readers = [threading.Thread(target=_read, args=(runs[n], progress), daemon=True,
                                     name=f"relay-read-{n}") for n in plan.nodes]
         pingers = [threading.Thread(target=_ping, args=(runs[n],), daemon=True,
@@ -277,14 +322,19 @@ def _round(cluster, shared, image, plans, names, layout, progress, *, compress, 
         sender = threading.Thread(target=_send_all, daemon=True, name="relay-send",
                                   args=(shared, image, plan, runs, plans, layout, progress, zstd))
         sender.start()
+        trace.mark("head", "all-started")
         starved = _watch(plan, runs)
+        trace.mark("head", "watch-end")
         sender.join(timeout=60)  # a send blocked on a lost node is abandoned (daemon thread)
         for t in readers:
             t.join(timeout=60)
     finally:
         for agent in agents:
             agent.close()
-        cluster.map(lambda conn: _cleanup(runs[conn.name]), list(runs))
+        # a node that succeeded ended its command, whose trap removed its directory: it is
+        # swept below, at the same time as the others finish; the rest are stopped here
+        cluster.map(lambda conn: _cleanup(runs[conn.name]),
+                    [n for n, run in runs.items() if not _succeeded(run)])
         lost.update(name for name, run in runs.items() if run.lost)
     finishing = []
     for name in plan.nodes:
@@ -292,12 +342,23 @@ def _round(cluster, shared, image, plans, names, layout, progress, *, compress, 
             progress.started(name, f"feeder {plan.feeder(name)} failed: fed again from the head")
         else:
             finishing.append(name)
-    # each node's confirmation is a command on its own connection: all at once, not one
-    # node after the other (0.3-2 s each on a busy node); a lost node's answers at once
-    with ThreadPoolExecutor(max_workers=max(1, min(len(finishing), cluster.settings.fanout)),
+    # A node that succeeded in the first round had one directory of this push, which its
+    # command's exit trap removed with nothing left running (the command waits for its
+    # children): no sweep.  After a later round an earlier round's directory may be left
+    # (its cleanup timed out): swept now.  What is left per node (that sweep, a confirmation
+    # its own command could not give) is a command on its own connection: all at once, not
+    # one node after the other (0.3-2 s each on a busy node); a lost node's answers at once
+    succeeded = [n for n in plan.nodes if _succeeded(runs[n]) and n not in starved]
+    sweeping = succeeded if round_no > 1 else []
+    with ThreadPoolExecutor(max_workers=max(1, min(len(finishing) + len(sweeping),
+                                                   cluster.settings.fanout)),
                             thread_name_prefix="relay-finish") as pool:
+        sweeps = [pool.submit(_sweep, runs[n].conn, token) for n in sweeping]
         done = pool.map(lambda n: _finish(runs[n], image, plans[n], progress), finishing)
         results.update(zip(finishing, done, strict=True))
+        for future in sweeps:
+            future.result()
+    swept.update(succeeded)
     return starved
 
 
@@ -321,8 +382,10 @@ def _setup(conn, cluster, names: list[str], token: str) -> _NodeRun:
         port, _, host = _hop_target(cluster.connection(other))
         name = host if port == "22" else f"[{host}]:{port}"
         lines.append(f"{name} {key.get_name()} {key.get_base64()}\n")
+    trace.mark(conn.name, "setup-start")
     r = conn.run(["sh", "-c", SETUP_SCRIPT, "clusterctl-relay-setup", token],
                  stdin="".join(lines).encode(), timeout=60, check=True)
+    trace.mark(conn.name, "setup-end")
     flag, _, path = r.stdout.strip().partition("\n")
     if not path.startswith("/tmp/clusterctl-push."):
         raise NodeError(conn.name, f"could not make a temporary directory: {r.stdout!r}")
@@ -330,9 +393,11 @@ def _setup(conn, cluster, names: list[str], token: str) -> _NodeRun:
 
 
 def _start(run: _NodeRun, runs: dict[str, _NodeRun], fed: bool, agents: list[PushAgent],
-           zstd: bool) -> None:
-    argv = ["sh", "-c", NODE_SCRIPT.replace("$STALL", str(int(STALL))), "clusterctl-relay",
-            run.dir, "1" if zstd else "0", "1" if fed else "0"]
+           zstd: bool, image: SourceImage) -> None:
+    script = NODE_SCRIPT.replace("$STALL", str(int(STALL))).replace(
+        "$TRACE", "1" if trace.enabled() else "0")
+    argv = ["sh", "-c", script, "clusterctl-relay",
+            run.dir, "1" if zstd else "0", "1" if fed else "0", image.id, tag_for(image)]
     agent = None
     for child in run.children:
         port, user, host = _hop_target(runs[child].conn)
@@ -347,7 +412,9 @@ def _start(run: _NodeRun, runs: dict[str, _NodeRun], fed: bool, agents: list[Pus
                             f"{run.children[0]} to log in from {run.name}: {e}") from None
         agents.append(agent)
     try:
+        trace.mark(run.name, "exec-start")
         run.chan = run.conn.exec_channel(argv, forward_agent=agent.handler if agent else None)
+        trace.mark(run.name, "exec-end")
     except NodeError as e:
         run.lost = e.reason
         run.done.set()
@@ -396,6 +463,7 @@ def _read(run: _NodeRun, progress: PushProgress) -> None:
     finally:
         run.stdout = out.decode("utf-8", "replace")
         chan.close()
+        trace.mark(run.name, f"command-ended rc={run.exit_code}")
         run.done.set()
 
 
@@ -409,8 +477,22 @@ def _note(run: _NodeRun, line: str, progress: PushProgress) -> None:
             progress.sent(run.name, n - run.received)
             run.received = n
         return
+    if line == "clusterctl-ready":
+        trace.mark(run.name, "ready")
+        run.ready.set()
+        return
+    m = _CONFIRM.match(line)
+    if m:
+        run.confirmed = int(m.group(1))
+        trace.mark(run.name, f"confirmed rc={run.confirmed}")
+        return
+    m = _MARK.match(line)
+    if m:
+        trace.mark(run.name, m.group(1))
+        return
     m = _HOP.match(line)
     if m:
+        trace.mark(run.name, f"hop{m.group(1)}-end rc={m.group(2)}")
         i, code = int(m.group(1)), int(m.group(2))
         if code != 0 and 0 < i <= len(run.children):
             run.hop_failed.append(run.children[i - 1])
@@ -435,6 +517,7 @@ def _ping(run: _NodeRun) -> None:
 # --------------------------------------------------------------------------- from the head
 
 def _send_all(shared, image, plan: RelayPlan, runs, plans, layout, progress, zstd) -> None:
+    _wait_ready(plan, runs)
     roots = [r for r in plan.roots if runs[r].chan is not None]
     source = shared(roots)
     threads = [threading.Thread(target=_send_root, daemon=True, name=f"relay-head-{r}",
@@ -449,12 +532,30 @@ def _send_all(shared, image, plan: RelayPlan, runs, plans, layout, progress, zst
         source.close()
 
 
+def _wait_ready(plan: RelayPlan, runs: dict[str, _NodeRun]) -> None:
+    """Until every node of the round is ready (its hop from its feeder is up), has ended or
+    failed, or READY_WAIT passed: all hops connect at once, before any byte flows."""
+    deadline = time.monotonic() + READY_WAIT
+
+    def settled(name: str) -> bool:
+        run, feeder = runs[name], plan.feeder(name)
+        if run.ready.is_set() or run.done.is_set() or run.lost or run.chan is None:
+            return True
+        return feeder is not None and (runs[feeder].lost is not None or runs[feeder].done.is_set()
+                                       or name in runs[feeder].hop_failed)
+
+    while time.monotonic() < deadline and not all(settled(n) for n in plan.nodes):
+        time.sleep(0.02)
+    trace.mark("head", "all-ready")
+
+
 def _send_root(run: _NodeRun, image, plan: NodePlan, source: SharedSave, layout, progress,
                zstd: bool) -> None:
     chan = run.chan
     stream: Iterable[bytes] = filter_save_stream(source.chunks(run.name), image,
                                                  plan.send or set(), layout=layout,
                                                  stats=plan.stats)
+    trace.mark(run.name, "head-send-start")
     try:
         for piece in (_zstd(stream) if zstd else stream):
             chan.sendall(piece)
@@ -466,6 +567,7 @@ def _send_root(run: _NodeRun, image, plan: NodePlan, source: SharedSave, layout,
         chan.close()
     finally:
         source.detach(run.name)
+        trace.mark(run.name, "head-send-end")
         try:
             chan.shutdown_write()
         except _SEND_ERRORS:
@@ -533,7 +635,10 @@ def _watch(plan: RelayPlan, runs: dict[str, _NodeRun]) -> set[str]:
             if f.lost or feeder in starved or name in f.hop_failed:
                 starved.add(name)
                 _stop(runs[name])
-        time.sleep(0.5)
+        # the next check when a node's command ends (not up to 0.5 s after the last one did)
+        pending = [runs[n] for n in plan.nodes if not runs[n].done.is_set()]
+        if pending:
+            pending[-1].done.wait(0.5)
     for name in plan.nodes:  # a feed that ended early fails the load: fed again, not failed
         feeder = plan.feeder(name)
         run = runs[name]
@@ -581,18 +686,22 @@ def _stop(run: _NodeRun) -> None:
 
 def _cleanup(run: _NodeRun) -> None:
     mode = "rm" if run.done.is_set() and run.exit_code is not None else "kill"
+    trace.mark(run.name, "cleanup-start")
     try:
         run.conn.run(["sh", "-c", CLEANUP_SCRIPT, "clusterctl-relay-cleanup", run.dir, mode],
                      timeout=30)
     except NodeError:
         pass  # a lost node: its command removes its directory itself when it ends
+    trace.mark(run.name, "cleanup-end")
 
 
 def _sweep(conn, token: str) -> None:
+    trace.mark(conn.name, "sweep-start")
     try:
         conn.run(["sh", "-c", SWEEP_SCRIPT, "clusterctl-relay-sweep", token], timeout=30)
     except NodeError:
         pass  # lost since: its own command stops and cleans up after STALL seconds
+    trace.mark(conn.name, "sweep-end")
 
 
 def _finish(run: _NodeRun, image: SourceImage, plan: NodePlan,
@@ -601,6 +710,7 @@ def _finish(run: _NodeRun, image: SourceImage, plan: NodePlan,
     result.head_bytes += run.head_bytes
     result.bytes_sent = run.received
     result.layers_sent = plan.stats.layers_sent if result.source == "head" else len(plan.send or ())
+    trace.mark(run.name, "confirm-start")
     try:
         if run.lost:
             raise NodeError(run.name, run.lost)
@@ -611,7 +721,8 @@ def _finish(run: _NodeRun, image: SourceImage, plan: NodePlan,
         if loaded != image.id:
             raise NodeError(run.name, f"docker load produced image {loaded or '(no ID printed)'}, "
                             f"not {image.id}")
-        confirm_on_node(run.conn, image)
+        if run.confirmed != 0:  # its command did not tag it (or could not): ask, for the reason
+            confirm_on_node(run.conn, image)
     except NodeError as e:
         plan.fail(e)
     return _done(plan, progress)
@@ -619,6 +730,7 @@ def _finish(run: _NodeRun, image: SourceImage, plan: NodePlan,
 
 def _done(plan: NodePlan, progress: PushProgress) -> PushResult:
     result = plan.result
+    trace.mark(result.node, f"done {result.status}")
     result.seconds = time.monotonic() - plan.start
     progress.finished(result)
     return result
