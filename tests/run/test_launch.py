@@ -26,7 +26,6 @@ from typer.testing import CliRunner
 from clusterctl.cli import app
 from clusterctl.cluster import containers
 from clusterctl.cluster.inventory import load_inventory
-from clusterctl.cluster.transport import Cluster
 from clusterctl.run import launch, records, supervise
 from clusterctl.run.jobs import load_job
 from tests.fixtures import JOBS, REPO
@@ -191,57 +190,6 @@ def test_fail_fast_gives_the_others_sigterm_then_kills_them_after_the_fail_grace
         assert f"rank {rank} flushed" not in text, text           # killed after the 1 s grace
         assert out.exit_codes[node] == 137, out.exit_codes
         assert run_containers(sb, node, result.run_id) == [], node
-
-
-def docker_actions(sb, node: str, name: str, since: float) -> list[str]:
-    """What the node's dockerd recorded about container ``name`` since ``since`` (kill, die, ...)."""
-    return sb.node_docker(node, "events", "--since", f"{since:.3f}", "--until", f"{time.time() + 1:.3f}",
-                          "--filter", f"container={name}", "--format", "{{.Action}}").stdout.split()
-
-
-@pytest.mark.sandbox
-@pytest.mark.docker
-@pytest.mark.slow
-def test_fail_fast_signals_the_inits_directly_and_never_a_pid_that_is_not_the_containers(
-        clean_nodes, cpu_image, runs_dir):
-    """The teardown after a failure signals each other container's init (tini) over the open
-    SSH connection, not through `docker stop` (dockerd records no "kill" for it, only the
-    "die"), and the containers still end by SIGTERM (143) and are removed.  A PID that is not
-    the container's init (here: a process of this machine, whose PIDs the sandbox nodes
-    share) is never signalled: that container is stopped by `docker stop` instead."""
-    sb = clean_nodes
-    since = time.time()
-    result = launch.launch(load_job(FAIL_RANK_JOB), load_inventory(sb.inventory_path), image=cpu_image,
-                           stream=open(os.devnull, "w"), overrides={"FAIL_RANK": "2", "FAIL_AFTER": "3"})  # noqa: SIM115
-    out = result.outcome
-    print(f"teardown {out.teardown_seconds:.2f}s")
-    assert result.exit_code == 3 and out.first_failure.node == "node3", supervise.summary_lines(out)
-    names = {n.node: n.container for n in result.record.nodes}
-    for node in ("node1", "node2"):
-        assert out.exit_codes[node] == 143, out.exit_codes              # SIGTERM, through tini
-        assert run_containers(sb, node, result.run_id) == [], node        # removed
-        actions = docker_actions(sb, node, names[node], since)
-        assert "die" in actions and "kill" not in actions, actions         # no docker stop/kill
-
-    name = f"cc-stoptest-{os.getpid()}"
-    sb.node_docker("node1", "run", "-d", "--init", "--name", name, "--label", f"{containers.RUN_LABEL}=stoptest",
-                   cpu_image, "python3", "-c", "import time; time.sleep(600)")
-    [found] = json.loads(sb.node_docker("node1", "inspect", name).stdout)
-    stranger = subprocess.Popen(["sleep", "600"])
-    try:
-        since = time.time()
-        with Cluster(load_inventory(sb.inventory_path)) as cluster:
-            problems = containers.stop_containers(cluster, {"node1": name}, grace=1,
-                                                  inits={"node1": (found["Id"], stranger.pid)})
-        assert problems == {}
-        assert stranger.poll() is None, "a PID outside the container was signalled"
-        assert "kill" in docker_actions(sb, "node1", name, since)      # docker stop did it instead
-        [after] = json.loads(sb.node_docker("node1", "inspect", name).stdout)
-        assert after["State"]["Running"] is False and after["State"]["ExitCode"] == 143, after["State"]
-    finally:
-        stranger.kill()
-        stranger.wait()
-        sb.node_docker("node1", "rm", "--force", name, check=False)
 
 
 @pytest.mark.sandbox

@@ -15,7 +15,7 @@ Contract:
   :func:`fetch_logs`, :func:`exec_in_container` (the hang watchdog's stack dumps),
   :func:`copy_out` / :func:`remove_dir` (a run's mounted directory on the node),
   :func:`stop_node` (:class:`NodeStop`);
-* many nodes: :func:`stop_containers` (:func:`stop_argv`), :func:`remove_run_containers`;
+* many nodes: :func:`stop_containers`, :func:`remove_run_containers`;
 * pure: :func:`parse_docker_time`, :func:`state_from_inspect`
   (:class:`ContainerState`), :func:`docker_logs_argv`, :func:`split_timestamp`.
 """
@@ -29,7 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel
 
 from clusterctl.cluster.transport import STREAM_WINDOW_SIZE
 from clusterctl.core.deadline import bounded
@@ -69,10 +69,6 @@ class ContainerState(BaseModel):
     started: datetime | None = None
     finished: datetime | None = None
     rank: int | None = None
-    #: the container's ID and its init's PID on the node (``.State.Pid``; 0/None: not running),
-    #: for :func:`stop_containers` to signal it directly; never shown or recorded
-    id: str | None = Field(default=None, exclude=True)
-    pid: int | None = Field(default=None, exclude=True)
 
     @property
     def running(self) -> bool:
@@ -93,8 +89,6 @@ def state_from_inspect(node: str, data: dict) -> ContainerState:
         started=parse_docker_time(st.get("StartedAt")),
         finished=parse_docker_time(st.get("FinishedAt")),
         rank=int(rank) if rank and rank.isdigit() else None,
-        id=data.get("Id") if isinstance(data.get("Id"), str) else None,
-        pid=st.get("Pid") if isinstance(st.get("Pid"), int) else None,
     )
 
 
@@ -217,61 +211,21 @@ def _last_line(res) -> str:
     return text.splitlines()[-1] if text else f"exit {res.exit_code}"
 
 
-#: Stop a container by signalling its init straight from the node's shell: ``kill -TERM``
-#: of the PID docker reported, then up to the grace for it to end; no docker CLI and no
-#: dockerd API call while it ends (16 of those, on 2 shared cores, were most of the
-#: sandbox's teardown: issue 12).  The PID is signalled only while /proc/PID/cgroup names
-#: the container's 64-hex ID, so a PID the kernel gave to another process is never touched
-#: (the container's processes all end with its init, none can hold that cgroup after it).
-#: Not permitted (a non-root login), not ours, or still running after the grace: ``docker
-#: stop`` as before (``--time 0`` once the grace is spent).  $1 PID, $2 ID, $3 name, $4 grace.
-_SIGNAL_SCRIPT = """pid=$1 id=$2 name=$3 grace=$4
-ours() {
-  [ -r "/proc/$pid/cgroup" ] || return 1
-  while IFS= read -r l; do case $l in *"$id"*) return 0;; esac; done 2>/dev/null < "/proc/$pid/cgroup"
-  return 1
-}
-if ours && kill -TERM "$pid" 2>/dev/null; then
-  n=$((grace * 20))
-  while [ "$n" -gt 0 ] && ours; do sleep 0.05; n=$((n - 1)); done
-  ours || exit 0
-  exec docker stop --time 0 "$name"
-fi
-exec docker stop --time "$grace" "$name"
-"""
-_CONTAINER_ID = re.compile(r"[0-9a-f]{64}\Z")
-
-
-def stop_argv(name: str, grace: int, init: tuple[str, int] | None = None) -> list[str]:
-    """The argv that stops container ``name`` on its node with ``grace`` seconds for SIGTERM:
-    ``init`` (its ID and init PID, from ``docker inspect``) signals it directly
-    (:data:`_SIGNAL_SCRIPT`), else ``docker stop``."""
-    if init is not None:
-        cid, pid = init
-        if isinstance(cid, str) and _CONTAINER_ID.match(cid) and isinstance(pid, int) and pid > 1:
-            return ["sh", "-c", _SIGNAL_SCRIPT, "sh", str(pid), cid, name, str(grace)]
-    return ["docker", "stop", "--time", str(grace), name]
-
-
 def stop_containers(cluster, containers: dict[str, str], *, grace: int = 3,
-                    timeout: float = 20.0, remove: bool = False,
-                    inits: dict[str, tuple[str, int]] | None = None) -> dict[str, str]:
+                    timeout: float = 20.0, remove: bool = False) -> dict[str, str]:
     """Stop (``remove``: and remove) each node's container in parallel, each call bounded.
 
-    ``containers``: node name -> container name.  ``inits``: node -> (container ID, its
-    init's PID) where known: that container is stopped by signalling its init
-    (:func:`stop_argv`).  Returns node -> reason for every node where that could not be
-    done; a container already gone counts as done (stopping is idempotent).
+    ``containers``: node name -> container name.  Returns node -> reason for
+    every node where that could not be done; a container already gone counts as
+    done (stopping is idempotent).
     """
-    inits = inits or {}
-
     def one(node: str, name: str) -> str | None:
         def call():
             conn = cluster.connection(node)
             if remove and grace:
-                conn.run(stop_argv(name, grace, inits.get(node)), timeout=timeout)
+                conn.run(["docker", "stop", "--time", str(grace), name], timeout=timeout)
             argv = (["docker", "rm", "--force", name] if remove
-                    else stop_argv(name, grace, inits.get(node)))
+                    else ["docker", "stop", "--time", str(grace), name])
             return conn.run(argv, timeout=timeout)
 
         res = bounded(call, timeout, name=f"stop-{node}")

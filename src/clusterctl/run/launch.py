@@ -342,15 +342,13 @@ def launch(job, inventory, *, image: str | None = None, overrides: Mapping[str, 
         record.save()
         caught: list[str] = []
         with stop_on_signals(stop_event, caught.append) if handle_signals else nullcontext():
-            started = start_recorded(cluster, plans, record)
+            start_recorded(cluster, plans, record)
             if on_started is not None:
                 on_started(record)
             if detach and not stop_event.is_set():
                 return RunResult(run_id, 0, record)
             outcome = follow(cluster, plans, record, stream=stream, color=color, settings=settings,
-                             stop_event=stop_event, interrupted=lambda: (caught or ["SIGINT"])[-1],
-                             inits={n: (st.id, st.pid) for n, st in started.items()
-                                    if st is not None and st.id and st.pid})
+                             stop_event=stop_event, interrupted=lambda: (caught or ["SIGINT"])[-1])
         remove_finished(cluster, plans, outcome)
         outcome.flight = flight.collect(cluster, record, skip=outcome.lost)
         record_outcome(record, outcome)
@@ -367,10 +365,8 @@ def _fresh_run_id(run_id: str | None, job) -> str:
     return run_id
 
 
-def start_recorded(cluster: Cluster, plans: Sequence[plan.NodePlan], record: records.RunRecord
-                   ) -> dict[str, containers.ContainerState | None]:
-    """start_all, with the outcome (start-failed, or each container's start time) in run.json;
-    returns start_all's states."""
+def start_recorded(cluster: Cluster, plans: Sequence[plan.NodePlan], record: records.RunRecord) -> None:
+    """start_all, with the outcome (start-failed, or each container's start time) in run.json."""
     try:
         started = start_all(cluster, plans)
     except StartFailed:
@@ -379,7 +375,6 @@ def start_recorded(cluster: Cluster, plans: Sequence[plan.NodePlan], record: rec
         raise
     mark_running(cluster, record, started)
     record.save()
-    return started
 
 
 def local_image_id(ref: str) -> str:
@@ -416,10 +411,8 @@ def push_image(cluster: Cluster, ref: str, progress=None, have: Sequence[str] = 
 
 def follow(cluster: Cluster, plans: Sequence[plan.NodePlan], record: records.RunRecord, *,
            stream: TextIO | None, color: bool | None, settings: supervise.Settings | None,
-           stop_event: threading.Event, interrupted: Callable[[], str],
-           inits: Mapping[str, tuple[str, int]] | None = None) -> supervise.Outcome:
-    """Merge every node's output to ``stream`` and runs/<id>/, supervise until the end;
-    ``inits``: node -> (container ID, init PID), for a teardown that signals them directly."""
+           stop_event: threading.Event, interrupted: Callable[[], str]) -> supervise.Outcome:
+    """Merge every node's output to ``stream`` and runs/<id>/, supervise until the end."""
     sink = logs.LogSink({p.node: p.rank for p in plans}, run_dir=record.dir,
                         stream=sys.stdout if stream is None else stream, color=color,
                         redact=plan.secret_values(plans))
@@ -430,8 +423,7 @@ def follow(cluster: Cluster, plans: Sequence[plan.NodePlan], record: records.Run
                                     silent_for=silent_for, last_output=last_output, image=plans[0].image)
 
     sup = supervise.Supervisor(cluster, sources, logs.Merger(sink), settings=settings,
-                               stop_event=stop_event, stop_reason=interrupted, on_hang=on_hang,
-                               inits=inits)
+                               stop_event=stop_event, stop_reason=interrupted, on_hang=on_hang)
     try:
         return sup.run()
     except BaseException:

@@ -43,7 +43,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -208,13 +208,9 @@ class Supervisor:
     def __init__(self, cluster, sources: list[Source], merger: Merger, *,
                  settings: Settings | None = None, stop_event: threading.Event | None = None,
                  stop_reason: Callable[[], str] | None = None,
-                 on_hang: Callable[[float, float], HangReport] | None = None,
-                 inits: Mapping[str, tuple[str, int]] | None = None) -> None:
+                 on_hang: Callable[[float, float], HangReport] | None = None) -> None:
         """``on_hang(silent_for, last_output)``: called once when the run is found hung (with
-        ``settings.hang_timeout``), before the teardown; returns what it found.  ``inits``:
-        node -> (container ID, init PID) as started, for a teardown that signals the
-        containers' inits directly (:func:`clusterctl.cluster.containers.stop_containers`)."""
-        self.inits = dict(inits or {})
+        ``settings.hang_timeout``), before the teardown; returns what it found."""
         self.cluster = cluster
         self.sources = {s.node: s for s in sources}
         self.merger = merger
@@ -407,7 +403,7 @@ class Supervisor:
             fail_fast = self._hung_for is None and not self.stop_event.is_set()
             not_stopped = stop_containers(self.cluster, {n: self.sources[n].container for n in to_stop},
                                           grace=s.fail_grace if fail_fast else s.stop_grace,
-                                          timeout=s.stop_timeout, inits=self.inits)
+                                          timeout=s.stop_timeout)
         teardown_seconds = time.monotonic() - t0 if teardown else None
         stopped_at = time.time() if teardown else None
         self._join(followers, s.drain_timeout)
