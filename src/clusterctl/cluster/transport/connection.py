@@ -35,7 +35,12 @@ from fabric import Config, Connection
 
 from clusterctl.cluster.transport.commands import CommandResult, command_line, short
 from clusterctl.cluster.transport.describe import describe_error
-from clusterctl.cluster.transport.hostkeys import HostKeyChanged, KnownHostsCache, host_key_name, secure
+from clusterctl.cluster.transport.hostkeys import (
+    HostKeyChanged,
+    KnownHostsCache,
+    host_key_name,
+    secure,
+)
 from clusterctl.core.errors import NodeError
 from clusterctl.core.lines import LineSplitter
 
