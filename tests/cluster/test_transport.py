@@ -9,7 +9,9 @@ import subprocess
 import threading
 import time
 import uuid
+from types import SimpleNamespace
 
+import paramiko
 import pytest
 
 from clusterctl.cluster.inventory import load_inventory
@@ -506,3 +508,37 @@ def test_each_connection_has_a_fabric_config_of_its_own(loopback_sshd):
         configs = [cluster.connection(n)._conn.config for n in ("node1", "node2", "node3")]
     assert len({id(c) for c in configs}) == 3
     assert all(c.base_ssh_config is not None for c in configs)
+
+
+def test_known_hosts_parsed_once_each_connection_gets_its_own_copy(tmp_path):
+    """KnownHostsCache parses the file once for a command's connections (issue 12); what one
+    connection adds (accept-new) reaches neither the others nor the cache."""
+    from clusterctl.cluster.transport.hostkeys import KnownHostsCache
+    key = paramiko.ECDSAKey.generate()
+    kh = tmp_path / "known_hosts"
+    kh.write_text(f"[10.0.0.1]:22 {key.get_name()} {key.get_base64()}\n")
+    cache = KnownHostsCache(kh)
+    a, b = cache.host_keys(), cache.host_keys()
+    kh.write_text("")   # read once: a later change of the file is not parsed again
+    assert cache.host_keys().lookup("[10.0.0.1]:22") is not None
+    a.add("10.0.0.2", key.get_name(), key)
+    assert b.lookup("10.0.0.2") is None and cache.host_keys().lookup("10.0.0.2") is None
+
+
+def test_each_connection_config_shares_the_parsed_ssh_config_and_reads_no_file(tmp_path):
+    """Fabric's Config.clone re-read the ssh config files into the shared config on every
+    connection, so it grew by its entries each time (issue 12); a node's connection now gets a
+    Config of its own around the one parsed ssh config, which stays as it was."""
+    from clusterctl.cluster import sshconfig
+    from clusterctl.cluster.transport.connection import NodeConnection
+    cfg = tmp_path / "ssh_config"
+    cfg.write_text("Host alias1\n  HostName 10.0.0.9\n  Port 2222\n")
+    shared = sshconfig.load_config(cfg)
+    before = len(shared.base_ssh_config._config)
+    node = SimpleNamespace(name="n1", host="alias1", port=22, user="root", identity_file=None,
+                           model_fields_set={"name", "host"})
+    conns = [NodeConnection(node, known_hosts=tmp_path / "kh", fabric_config=shared)._fabric_connection()
+             for _ in range(5)]
+    assert len(shared.base_ssh_config._config) == before
+    assert {(c.host, c.port) for c in conns} == {("10.0.0.9", 2222)}
+    assert len({id(c.config) for c in conns}) == 5 and all(c.config is not shared for c in conns)

@@ -26,6 +26,7 @@ from typer.testing import CliRunner
 from clusterctl.cli import app
 from clusterctl.cluster import containers
 from clusterctl.cluster.inventory import load_inventory
+from clusterctl.cluster.transport import Cluster
 from clusterctl.run import launch, records, supervise
 from clusterctl.run.jobs import load_job
 from tests.fixtures import JOBS, REPO
@@ -348,6 +349,38 @@ def test_a_node_that_cannot_start_means_nothing_runs(clean_nodes, cpu_image, run
         assert records.load("startfail").state == "start-failed"
     finally:
         sb.node_docker("node3", "rm", "--force", "startfail-node3", check=False)
+
+
+@pytest.mark.sandbox
+@pytest.mark.docker
+@pytest.mark.slow
+def test_a_detached_launch_opens_three_ssh_channels_per_node_and_pushes_only_where_needed(
+        clean_nodes, cpu_image, runs_dir, monkeypatch):
+    """Host work per node (issue 12): preflight's two scripts and the start, nothing else; the
+    image IDs preflight read decide which nodes push skips, so a node without the image still
+    gets it (real channels, only counted here)."""
+    sb = clean_nodes
+    inventory = load_inventory(sb.inventory_path)
+    from clusterctl.cluster.transport import connection
+    with Cluster(inventory) as cluster:   # node1 and node2 have the image (the session pushed it)
+        launch.push_image(cluster, cpu_image)
+    sb.node_docker("node3", "image", "rm", "--force", cpu_image)
+    opened: dict[str, list[str]] = {}
+    real = connection.NodeConnection._channel
+
+    def counted(self, argv, *a, **kw):
+        opened.setdefault(self.name, []).append(" ".join(argv)[:40])
+        return real(self, argv, *a, **kw)
+
+    monkeypatch.setattr(connection.NodeConnection, "_channel", counted)
+    result = launch.launch(load_job(FAIL_RANK_JOB), inventory, image=cpu_image, detach=True,
+                           overrides={"FAIL_RANK": "99"})
+    monkeypatch.setattr(connection.NodeConnection, "_channel", real)
+    with Cluster(inventory) as cluster:
+        supervise.stop_run(cluster, result.record, grace=0)
+    assert len(opened["node1"]) == 3 and len(opened["node2"]) == 3, opened
+    assert len(opened["node3"]) > 3, opened                           # it was pushed to
+    assert sb.node_docker("node3", "image", "inspect", cpu_image).returncode == 0
 
 
 @pytest.mark.sandbox

@@ -630,13 +630,15 @@ def backend_versions(versions: dict) -> str:
 
 
 def apply_consistency(checks: Sequence[NodeCheck], cluster: Cluster | None = None,
-                      image_ref: str | None = None, max_skew: float = consistency.MAX_SKEW) -> None:
+                      image_ref: str | None = None, max_skew: float = consistency.MAX_SKEW,
+                      compare_image: bool = True) -> None:
     """Compare what must match across the nodes and add each odd node's problem or warning
     to its NodeCheck (:mod:`clusterctl.cluster.consistency`).  When the image IDs differ and
     a ``cluster`` is given, the torch and backend versions inside each node's copy are
-    read too, to say what differs."""
+    read too, to say what differs.  ``compare_image=False``: the IDs were only recorded
+    (a push follows, which makes them all the local one)."""
     reached = [c for c in checks if c.ssh]
-    ids = {c.image_id for c in reached if c.image_id}
+    ids = {c.image_id for c in reached if c.image_id} if compare_image else set()
     if cluster is not None and image_ref and len(ids) > 1:
         having = [c.node for c in reached if c.image_id]
         found = cluster.map(lambda conn: image_versions(conn, image_ref), nodes=having)
@@ -649,7 +651,7 @@ def apply_consistency(checks: Sequence[NodeCheck], cluster: Cluster | None = Non
     facts = {}
     for c in reached:
         facts[c.node] = {"docker_version": c.docker_version, "kernel": c.kernel,
-                         "driver": c.driver, "image_id": c.image_id}
+                         "driver": c.driver, "image_id": c.image_id if compare_image else None}
         if c.image_versions:
             facts[c.node]["torch"] = c.image_versions.get("torch")
             facts[c.node]["backend_version"] = backend_versions(c.image_versions)
@@ -679,7 +681,7 @@ def run_preflight(cluster: Cluster, *, devices: Iterable[str] | None = None,
                   devices_for=None, required_bytes: int | None = None,
                   check_master_port: bool = True, expected_arch: str | None = None,
                   image_ref: str | None = None, nodes=None,
-                  timeout: float | None = 30) -> list[NodeCheck]:
+                  timeout: float | None = 30, compare_image: bool = True) -> list[NodeCheck]:
     """Check every node (or ``nodes``) in parallel; one NodeCheck per node in rank order.
 
     ``devices`` are required on every node; ``devices_for(node)`` (optional)
@@ -687,6 +689,8 @@ def run_preflight(cluster: Cluster, *, devices: Iterable[str] | None = None,
     be reached gets ``ssh=False`` and the reason as its problem.  Then the nodes are
     compared (:func:`apply_consistency`): image ID (with ``image_ref``), Docker, kernel,
     driver, clock; an odd node gets a problem or a warning naming what differs.
+    ``compare_image=False``: each node's ID of ``image_ref`` is recorded (``image_id``),
+    not compared (launch pushes next, and skips the nodes whose ID is the local one).
     """
     inventory = cluster.inventory
     master = inventory.nodes[0].name
@@ -705,7 +709,7 @@ def run_preflight(cluster: Cluster, *, devices: Iterable[str] | None = None,
             node = next(n for n in inventory.nodes if n.name == name)
             r = NodeCheck(node=name, host=node.host, ssh=False, problems=[r.reason])
         checks.append(r)
-    apply_consistency(checks, cluster, image_ref)
+    apply_consistency(checks, cluster, image_ref, compare_image=compare_image)
     return checks
 
 

@@ -128,29 +128,32 @@ def dry_run(job, inventory, *, run_id: str | None = None, image: str | None = No
 
 
 def preflight(cluster: Cluster, devices: Mapping[str, Sequence[str]], *,
-              image_ref: str | None = None,
-              on_warning: Callable[[str, str], None] | None = None) -> tuple[dict[str, str], list[str]]:
-    """Check every node before anything starts; returns the interface found per node and
-    the nodes that have Docker's init binary (their containers get ``--init``).
+              image_ref: str | None = None, compare_image: bool = True,
+              on_warning: Callable[[str, str], None] | None = None
+              ) -> tuple[dict[str, str], list[str], dict[str, str | None]]:
+    """Check every node before anything starts; returns the interface found per node,
+    the nodes that have Docker's init binary (their containers get ``--init``) and each
+    node's ID of ``image_ref`` (None: the node lacks it, or no ``image_ref``).
 
     SSH, docker, arch, disk, the devices each node's container will get
     (``devices``: node -> ``--device`` specs, :func:`clusterctl.run.plan.node_devices` and
     :func:`~clusterctl.run.plan.job_devices`),
     the interface, the master port free on the master, and what must match across the
     nodes (:func:`clusterctl.cluster.preflight.apply_consistency`: ``image_ref``'s ID where
-    given, Docker, kernel, driver, clock).  PreflightFailed naming every problem on every
+    given and ``compare_image``, Docker, kernel, driver, clock).  PreflightFailed naming every problem on every
     node (exit 2); ``on_warning(node, text)`` gets each warning (e.g. a clock skew).
     """
     host_paths = {node: [d.split(":", 1)[0] for d in specs] for node, specs in devices.items()}
     checks = pf.run_preflight(cluster, devices_for=lambda node: host_paths.get(node.name, []),
-                              check_master_port=True, image_ref=image_ref)
+                              check_master_port=True, image_ref=image_ref,
+                              compare_image=compare_image)
     if any(c.problems for c in checks):
         raise PreflightFailed(checks)
     for c in checks:
         for warning in c.warnings:
             if on_warning is not None:
                 on_warning(c.node, warning)
-    return pf.interfaces(checks), pf.init_nodes(checks)
+    return pf.interfaces(checks), pf.init_nodes(checks), {c.node: c.image_id for c in checks}
 
 
 # --------------------------------------------------------------------------- start
@@ -321,14 +324,17 @@ def launch(job, inventory, *, image: str | None = None, overrides: Mapping[str, 
     image_id = local_image_id(ref) if push else None
     with Cluster(inventory, accept_new_host_keys=accept_new_host_keys) as cluster:
         extra = plan.job_devices(job)
-        interfaces, init_nodes = preflight(cluster, {n.name: [*plan.node_devices(job, n), *extra]
-                                         for n in inventory.nodes},
-                               image_ref=None if push else ref, on_warning=on_warning)
+        # with push, preflight's docker channel also reads each node's ID of the image, so
+        # push skips the nodes that have it without a channel of its own (issue 12)
+        interfaces, init_nodes, node_ids = preflight(
+            cluster, {n.name: [*plan.node_devices(job, n), *extra] for n in inventory.nodes},
+            image_ref=ref, compare_image=not push, on_warning=on_warning)
         plans = plan.make_plan(job, inventory, run_id=run_id, image=image, interfaces=interfaces,
                                overrides=overrides, extra_docker_args=watchdog_options(hang),
                                init_nodes=init_nodes, **facts)
         if push:
-            push_image(cluster, plans[0].image, progress)
+            push_image(cluster, plans[0].image, progress,
+                       have=[n for n, i in node_ids.items() if i is not None and i == image_id])
         record = new_record(job, inventory, plans, run_id, image_id=image_id, detached=detach, argv=argv)
         if not detach:   # a later command can tell that this process died without an outcome
             record.launcher = records.this_launcher()
@@ -385,9 +391,19 @@ class PushFailed(ClusterctlError):
                          + "\n".join(f"  {n}: {why}" for n, why in self.failures.items()))
 
 
-def push_image(cluster: Cluster, ref: str, progress=None) -> None:
-    """Put ``ref`` on every node that lacks it (only missing layers travel); PushFailed otherwise."""
-    results = distribute.push_image(ref, cluster, progress=progress)
+def push_image(cluster: Cluster, ref: str, progress=None, have: Sequence[str] = ()) -> None:
+    """Put ``ref`` on every node that lacks it (only missing layers travel); PushFailed otherwise.
+
+    ``have``: nodes known to hold ``ref`` with the local image ID already (preflight read
+    it): reported as skipped without asking them again."""
+    progress = progress or distribute.NoProgress()
+    for node in have:
+        progress.started(node, "skip: same image ID")
+        progress.finished(distribute.PushResult(node, "skipped"))
+    rest = [n.name for n in cluster.nodes if n.name not in set(have)]
+    if not rest:
+        return
+    results = distribute.push_image(ref, cluster, progress=progress, nodes=rest)
     failed = {r.node: r.error or r.describe() for r in results if not r.ok}
     if failed:
         raise PushFailed(failed)

@@ -27,7 +27,7 @@ from clusterctl.cluster.transport.connection import (
     NodeConnection,
 )
 from clusterctl.cluster.transport.describe import describe_error
-from clusterctl.cluster.transport.hostkeys import default_known_hosts
+from clusterctl.cluster.transport.hostkeys import KnownHostsCache, default_known_hosts
 from clusterctl.core.errors import NodeError, UserError, did_you_mean
 
 T = TypeVar("T")
@@ -81,6 +81,7 @@ class Cluster:
         if self.settings.fanout < 1:
             raise UserError(f"fan-out must be at least 1, got {self.settings.fanout}")
         self._fabric_config = sshconfig.load_config(ssh_config)
+        self._known_hosts = KnownHostsCache(self.settings.known_hosts)   # parsed once, not per node
         self._connections: dict[str, NodeConnection] = {}
         self._lock = threading.Lock()
 
@@ -113,7 +114,7 @@ class Cluster:
                     node, known_hosts=s.known_hosts, accept_new_host_keys=s.accept_new_host_keys,
                     connect_timeout=s.connect_timeout, command_timeout=s.command_timeout,
                     keepalive=s.keepalive, dead_peer_timeout=s.dead_peer_timeout,
-                    fabric_config=self._fabric_config)
+                    fabric_config=self._fabric_config, known_hosts_cache=self._known_hosts)
                 self._connections[node.name] = conn
         return conn.open()
 

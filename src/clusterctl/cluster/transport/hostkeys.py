@@ -8,7 +8,7 @@ the key like OpenSSH's ``StrictHostKeyChecking accept-new``
 (:func:`record_host_key`).  A CHANGED key (:class:`HostKeyChanged`) is always an error.
 
 Contract: :func:`fingerprint`, :func:`default_known_hosts`, :func:`host_key_name`,
-:func:`record_host_key`, :class:`KnownHostsPolicy`, :func:`secure`,
+:func:`record_host_key`, :class:`KnownHostsPolicy`, :class:`KnownHostsCache`, :func:`secure`,
 :func:`describe_host_key_error`.  Imports nothing else of the transport package.
 """
 
@@ -121,19 +121,49 @@ class KnownHostsPolicy(paramiko.MissingHostKeyPolicy):
         client.get_host_keys().add(hostname, key.get_name(), key)
 
 
-def secure(conn: Connection, known_hosts: Path, accept_new: bool) -> None:
+class KnownHostsCache:
+    """One known_hosts file, parsed once for all the connections of a command.
+
+    Parsing the file for every connection cost each connection time that grows with the
+    file (every line's key decoded): O(nodes x lines) for a command (issue 12).  Each
+    connection gets its own copy (:meth:`host_keys`), entries included, so what one adds
+    never changes another's.  A key recorded by another connection after the parse is
+    still found: :func:`record_host_key` re-reads the file under its lock before writing.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._parsed: paramiko.HostKeys | None = None
+        self._lock = threading.Lock()
+
+    def host_keys(self) -> paramiko.HostKeys:
+        with self._lock:
+            if self._parsed is None:
+                self._parsed = _load_host_keys(self.path)
+            parsed = self._parsed
+        copy = paramiko.HostKeys()
+        copy._entries = [paramiko.hostkeys.HostKeyEntry(list(e.hostnames), e.key)
+                         for e in parsed._entries]
+        return copy
+
+
+def secure(conn: Connection, known_hosts: Path, accept_new: bool,
+           cache: KnownHostsCache | None = None) -> None:
     """Give conn (and any ProxyJump gateway) a client that checks OUR known_hosts only.
 
     Fabric creates its SSHClient with AutoAddPolicy (trust any key); it is
     replaced here by a client that has no system host keys loaded at all.
+    ``cache``: the file parsed once for many connections (else it is read here).
     """
     client = paramiko.SSHClient()
-    if known_hosts.exists():
+    if cache is not None and cache.path == known_hosts:
+        client._host_keys = cache.host_keys()
+    elif known_hosts.exists():
         client.get_host_keys().load(str(known_hosts))
     client.set_missing_host_key_policy(KnownHostsPolicy(known_hosts, accept_new))
     conn.client = client
     if isinstance(conn.gateway, Connection):
-        secure(conn.gateway, known_hosts, accept_new)
+        secure(conn.gateway, known_hosts, accept_new, cache)
 
 
 def describe_host_key_error(exc: BaseException, known_hosts: Path | None = None) -> str | None:
