@@ -11,6 +11,7 @@ autocast, DDP across two nodes' containers.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -25,12 +26,20 @@ runner = CliRunner()
 RANK_LINE = re.compile(r"rank (\d+)/(\d+) node=(\d+) local_rank=\d weights-sha256=([0-9a-f]{64})")
 
 
-def first_nodes(inventory: Path, count: int, dest: Path) -> Path:
-    """The sandbox's inventory cut to its first ``count`` nodes (same keys, same host keys)."""
-    data = yaml.safe_load(inventory.read_text())
-    data["nodes"] = data["nodes"][:count]
-    dest.write_text(yaml.safe_dump(data, sort_keys=False))
-    return dest
+@pytest.fixture(scope="module")
+def two_nodes(sandbox3, ipex_image, tmp_path_factory) -> Iterator[Path]:
+    """The sandbox's inventory cut to its first 2 nodes (same keys, same host keys). The ipex
+    image the tests push there (7.4 GB per node) is removed from them afterwards: the sandbox
+    lives on for the session's later tests, and the disk is needed."""
+    data = yaml.safe_load(sandbox3.inventory_path.read_text())
+    data["nodes"] = data["nodes"][:2]
+    path = tmp_path_factory.mktemp("ipex-nodes") / "two.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    try:
+        yield path
+    finally:
+        for node in [n["name"] for n in data["nodes"]]:
+            sandbox3.node_docker(node, "image", "rm", "--force", ipex_image, check=False)
 
 
 @pytest.mark.docker
@@ -53,11 +62,10 @@ def test_the_ipex_image_holds_ipex_and_names_its_ccl_bindings_as_a_stand_in(dock
 @pytest.mark.sandbox
 @pytest.mark.docker
 @pytest.mark.slow
-def test_ipex_bf16_training_over_gloo_on_two_sandbox_nodes(sandbox3, ipex_image, runs_dir, tmp_path):
+def test_ipex_bf16_training_over_gloo_on_two_sandbox_nodes(two_nodes, ipex_image, runs_dir):
     """`clusterctl launch ddp-smoke-ipex` on 2 nodes x 2 processes: every rank trains with
     ipex.optimize(bf16) under CPU autocast, and all 4 end with identical weights."""
-    inventory = first_nodes(sandbox3.inventory_path, 2, tmp_path / "two.yaml")
-    res = runner.invoke(app, ["launch", "ddp-smoke-ipex", "--nodes", str(inventory), "--image", ipex_image,
+    res = runner.invoke(app, ["launch", "ddp-smoke-ipex", "--nodes", str(two_nodes), "--image", ipex_image,
                               "--set", "BACKEND=gloo", "--set", "STEPS=4"])
     assert res.exit_code == 0, res.output
     assert re.search(rf"ipex {re.escape(IPEX_TORCH)}\S* bf16: ipex.optimize done, parameters torch.bfloat16",
@@ -76,12 +84,10 @@ def test_ipex_bf16_training_over_gloo_on_two_sandbox_nodes(sandbox3, ipex_image,
 @pytest.mark.sandbox
 @pytest.mark.docker
 @pytest.mark.slow
-def test_ipex_job_on_the_ccl_backend_fails_where_the_bindings_are_stood_in(sandbox3, ipex_image, runs_dir,
-                                                                           tmp_path):
+def test_ipex_job_on_the_ccl_backend_fails_where_the_bindings_are_stood_in(two_nodes, ipex_image, runs_dir):
     """The stand-in registers no ccl: the job's default backend (the target's) must fail, named,
     not quietly fall back to another backend."""
-    inventory = first_nodes(sandbox3.inventory_path, 2, tmp_path / "two.yaml")
-    res = runner.invoke(app, ["launch", "ddp-smoke-ipex", "--nodes", str(inventory), "--image", ipex_image])
+    res = runner.invoke(app, ["launch", "ddp-smoke-ipex", "--nodes", str(two_nodes), "--image", ipex_image])
     assert res.exit_code != 0, res.output
     # torch's own words (torch 2.8: "AssertionError: Unknown backend type ccl")
     assert re.search(r"Unknown (c10d )?backend type ccl", res.output, re.IGNORECASE), res.output
