@@ -124,6 +124,7 @@ def _command(resolved: Resolved) -> str:
 def template_values(resolved: Resolved, *, offline: bool) -> dict[str, object]:
     """Everything a template may use; anything else is undefined (an error)."""
     t = resolved.target
+    installs_offline = offline or resolved.wheelhouse == "required"
     return {
         "target": t.name,
         "description": t.description,
@@ -139,8 +140,8 @@ def template_values(resolved: Resolved, *, offline: bool) -> dict[str, object]:
         "pip_command": resolved.pip,
         "pip_setup": resolved.pip_setup,
         "pip_flags": resolved.pip_flags,
-        "wheelhouse": offline or resolved.wheelhouse == "required",
-        "install_stage": (offline or resolved.wheelhouse == "required") and resolved.install_stage,
+        "wheelhouse": installs_offline,
+        "install_stage": installs_offline and resolved.install_stage,
         "entrypoint_env": resolved.entrypoint_env,
     }
 
