@@ -112,9 +112,22 @@ def test_every_hop_is_up_before_the_head_sends_and_nodes_confirm_their_own_load(
     image right after its load (no extra command from the head); still nothing left."""
     path = tmp_path / "push.trace"
     monkeypatch.setenv("CLUSTERCTL_PUSH_TRACE", str(path))
+    from clusterctl.cluster.transport import connection
+    opened: dict[str, list[str]] = {}
+    real = connection.NodeConnection._channel
+
+    def counted(self, argv, *a, **kw):
+        opened.setdefault(self.name, []).append(argv[3] if len(argv) > 3 else argv[0])
+        return real(self, argv, *a, **kw)
+
+    monkeypatch.setattr(connection.NodeConnection, "_channel", counted)
     results = distribute.push_image(scratch.ref, load_inventory(sandbox3.inventory_path),
                                     strategy="relay")
+    monkeypatch.setattr(connection.NodeConnection, "_channel", real)
     assert all(r.ok for r in results), [(r.node, r.error) for r in results]
+    # two commands per node, the plan and the relay command: the node's directory is made
+    # by the relay command itself (a command of its own per node cost a session each)
+    assert opened == {n: ["clusterctl-push-plan", "clusterctl-relay"] for n in sandbox3.nodes}
     rows = _timeline(path)
     nodes = list(sandbox3.nodes)
     send = [t for t, node, phase in rows if phase == "head-send-start"]
@@ -252,10 +265,11 @@ def test_push_exit_status_is_1_and_names_the_failed_node(docker_client, sandbox3
         assert _node_id(sandbox3, node, scratch.ref) == scratch.id
 
 
-def test_a_setup_whose_answer_was_lost_leaves_nothing_on_that_node(
+def test_a_node_command_whose_answer_was_lost_leaves_nothing_on_that_node(
         docker_client, sandbox3, scratch, monkeypatch):
-    """The node made its directory but the head never heard back (an answer lost, a timeout):
-    the push's last sweep still removes it, found by the push's own token."""
+    """The node started its command (which makes the push's directory on the node) but the
+    head never heard back (an answer lost, a timeout): the node is named, the others
+    finish, and nothing of the push is left there, found by the push's own token."""
     nodes = list(sandbox3.nodes)
     victim = nodes[2]
     tokens: list[str] = []
@@ -266,25 +280,38 @@ def test_a_setup_whose_answer_was_lost_leaves_nothing_on_that_node(
 
     monkeypatch.setattr(relay, "secrets", types.SimpleNamespace(token_hex=token_hex))
     made: list[str] = []
-    real_setup = relay._setup
+    real_start = relay._start
 
-    def setup(conn, cluster, names, token):
-        run = real_setup(conn, cluster, names, token)
-        if conn.name == victim:
-            made.append(run.dir)
-            raise NodeError(victim, "the answer to setup was lost (made by the test)")
-        return run
+    def start(run, *args):
+        if run.name != victim:
+            return real_start(run, *args)
+        real_exec = run.conn.exec_channel
 
-    monkeypatch.setattr(relay, "_setup", setup)
+        def exec_channel(argv, **kw):
+            real_exec(argv, **kw)
+            made.append(argv[4])  # the node's directory (see NODE_SCRIPT)
+            deadline = time.monotonic() + 20
+            while not glob.glob(argv[4]) and time.monotonic() < deadline:
+                time.sleep(0.05)  # the node made it: there is something to leave behind
+            raise NodeError(victim, "the answer to the relay command was lost (made by the test)")
+
+        run.conn.exec_channel = exec_channel
+        try:
+            return real_start(run, *args)
+        finally:
+            del run.conn.exec_channel
+
+    monkeypatch.setattr(relay, "_start", start)
     for node in nodes:
         sandbox3.node_docker(node, "rmi", "-f", scratch.id, check=False)
     results = {r.node: r for r in distribute.push_image(
         scratch.ref, load_inventory(sandbox3.inventory_path), strategy="relay")}
     assert made and made[0].startswith(f"/tmp/clusterctl-push.{tokens[0]}.")
-    assert not results[victim].ok and "answer to setup was lost" in results[victim].error
+    assert not results[victim].ok and "answer to the relay command was lost" in results[victim].error
     assert results[nodes[0]].ok and results[nodes[1]].ok, results
     assert glob.glob(f"/tmp/clusterctl-push.{tokens[0]}.*") == []
     assert _node_id(sandbox3, nodes[1], scratch.ref) == scratch.id
+    assert sandbox3.relay_leftovers() == []
 
 
 def test_unknown_strategy_is_exit_2(sandbox3):

@@ -98,6 +98,7 @@ class NodePlan:
     send: set[str] | None  # diff IDs to send; None: nothing to send (skipped, or failed)
     start: float
     stats: FilterStats = field(default_factory=FilterStats)
+    zstd: bool = False  # the node has zstd (a compressed relay needs it on every node)
 
     def fail(self, e: NodeError) -> None:
         self.result.status, self.result.error = "failed", e.reason
@@ -158,20 +159,25 @@ if [ "$rc" != 0 ]; then
   case "$out" in *[Nn]"o such image"*) ;; *) printf '%s\n' "$out" >&2; exit "$rc" ;; esac
 fi
 ids=$(docker image ls -a -q --no-trunc | sort -u) || exit
-echo lack
+if command -v zstd > /dev/null; then echo lack zstd; else echo lack; fi
 [ -z "$ids" ] || docker image inspect --format '{{json .RootFS.Layers}}' $ids || :
 """
 
 
 def node_state(conn, image: SourceImage) -> set[str] | None:
     """None when the node has the image (then it is tagged too); else its layer chain IDs."""
+    return _node_state(conn, image)[0]
+
+
+def _node_state(conn, image: SourceImage) -> tuple[set[str] | None, bool]:
+    """:func:`node_state`, and whether the node has ``zstd`` (for a compressed relay)."""
     tag = "" if _is_id(image.ref, image.id) else image.ref
     r = conn.run(["sh", "-c", PLAN_SCRIPT, "clusterctl-push-plan", image.id, tag],
                  timeout=120, check=True)
     first, _, rest = r.stdout.partition("\n")
     if first.strip() == "have":
-        return None
-    if first.strip() != "lack":
+        return None, False
+    if first.split()[:1] != ["lack"]:
         raise NodeError(conn.name, f"unexpected answer while planning the push: {r.stdout[:200]!r}")
     chains: set[str] = set()
     for line in rest.splitlines():
@@ -179,7 +185,7 @@ def node_state(conn, image: SourceImage) -> set[str] | None:
             chains.update(chain_ids(json.loads(line) or []))
         except ValueError:
             continue
-    return chains
+    return chains, "zstd" in first.split()[1:]
 
 
 def confirm_on_node(conn, image: SourceImage) -> None:
@@ -271,7 +277,7 @@ def plan_node(conn, image: SourceImage, progress: PushProgress) -> NodePlan:
     total = len(image.diff_ids)
     plan = NodePlan(PushResult(conn.name, "failed", layers_total=total), None, time.monotonic())
     try:
-        present = node_state(conn, image)
+        present, plan.zstd = _node_state(conn, image)
         if present is None:
             plan.result.status = "skipped"
             progress.started(conn.name, "skip: same image ID")

@@ -11,7 +11,8 @@ the head sees every node's ``docker load`` result and exit status directly)::
     input | dd (counts bytes) | tee -p <fifo per child> | [zstd -dc |] docker load
 
 where *input* is the channel's stdin on a chain's first node and a fifo in a
-private temporary directory (``mktemp -d``) on the others.  For every child
+private temporary directory on the others (made by the command itself, mode
+0700, named by the head with two random tokens; no command of its own before).  For every child
 the node runs ``ssh child 'cat > DIR/in'`` reading its fifo, so bytes are
 forwarded as they arrive (pipelined through pipe buffers of 64 KiB, never
 stored).  ``tee -p`` keeps feeding the other outputs when one breaks, so a
@@ -30,7 +31,7 @@ agent forwarding requested on that one channel and answered by
 :class:`~clusterctl.cluster.distribute.agent.PushAgent` in this process,
 which signs with the child's inventory key at most once per planned hop and
 nothing after the round.  The child's host key is checked strictly against
-a known_hosts file holding the keys this machine verified.  Nothing is
+a known_hosts file holding the key this machine verified for it.  Nothing is
 installed: the temporary directory (fifos, known_hosts, process group ids)
 is removed by the command itself when it ends and by the head after the
 round; a node whose stream stalls for STALL seconds before it is complete
@@ -90,18 +91,24 @@ STOP_WAIT = 30.0
 _SEND_ERRORS = (OSError, EOFError, paramiko.SSHException)
 
 # Run on every node of a round with positional arguments:
-#   DIR Z FED ID REF [PORT USER HOST REMOTE_COMMAND]...   (one group of four per child)
-# DIR: the node's own temporary directory; Z: 1 when the stream is zstd-compressed;
+#   DIR Z FED ID REF [PORT USER HOST KNOWN_HOST REMOTE_COMMAND]...   (a group of five per child)
+# DIR: the node's own temporary directory, named by the head (the push's token and one of
+# the node's own, both random) and made here, first (mkdir fails on any existing path, so it
+# is never someone else's); Z: 1 when the stream is zstd-compressed;
 # FED: 1 when a node feeds this one (through DIR/in), 0 when the head does (stdin);
 # ID, REF: the image ID docker load must give, and the tag to give it ('' when pushed by ID):
-# confirmed here right after the load, not in one more command from the head.
+# confirmed here right after the load, not in one more command from the head;
+# KNOWN_HOST: the child's host key as this machine verified it (a known_hosts line).
 NODE_SCRIPT = r"""
 d=$1; z=$2; fed=$3; id=$4; ref=$5; shift 5
+case "$d" in /tmp/clusterctl-push.*) ;; *) exit 2 ;; esac
+umask 077
+mkdir "$d" || { echo "could not make the push's temporary directory $d" >&2; exit 1; }
 trap 'rm -rf "$d"' EXIT
 trap 'exit 143' TERM
 trap 'exit 129' HUP
 cut -d' ' -f5 /proc/$$/stat > "$d/pgid"
-: > "$d/progress"
+mkfifo "$d/in" && : > "$d/known_hosts" && : > "$d/progress" || exit 1
 # every 2 s: tell the head how far dd got; stop everything when the stream stalls for
 # $STALL s before it is complete (a dead feeder or head) or the head's session is gone.
 # The stall is measured on the clock, not in rounds of this loop: on a busy node a round
@@ -119,8 +126,9 @@ cut -d' ' -f5 /proc/$$/stat > "$d/pgid"
 hb=$!
 outs=
 i=0
-while [ "$#" -ge 4 ]; do
+while [ "$#" -ge 5 ]; do
   i=$((i+1))
+  printf '%s\n' "$4" >> "$d/known_hosts"
   mkfifo "$d/out$i"
   # the hop's ssh logs in now, while the stream has not reached this node yet: "cat fifo |"
   # waits for tee, ssh does not, so every hop of a chain connects at the same time instead
@@ -131,11 +139,11 @@ while [ "$#" -ge 4 ]; do
         -o UserKnownHostsFile="$d/known_hosts" -o GlobalKnownHostsFile=/dev/null \
         -o ConnectTimeout=10 -o ServerAliveInterval=5 -o ServerAliveCountMax=3 \
         -o ForwardAgent=no -o ClearAllForwardings=yes -o LogLevel=ERROR \
-        -p "$1" -l "$2" -- "$3" "$4"
+        -p "$1" -l "$2" -- "$3" "$5"
       echo "clusterctl-hop $i $?" >&2
       exec cat > /dev/null; }; } < /dev/null &
   outs="$outs $d/out$i"
-  shift 4
+  shift 5
 done
 [ "$fed" = 1 ] && exec < "$d/in"
 # the head sends no byte before every node of the round says this (its hop is up): a hop
@@ -171,15 +179,16 @@ wait
 exit $rc
 """
 
-# Run on a fed node by its feeder's ssh: note who we are (so the head can stop us), feed the fifo.
-HOP_SCRIPT = 'cut -d" " -f5 /proc/$$/stat > "$1/hop"; : > "$1/fed"; exec cat > "$1/in"'
-
-SETUP_SCRIPT = r"""
-case "$1" in *[!0-9a-f]*|'') exit 2 ;; esac
-d=$(mktemp -d "/tmp/clusterctl-push.$1.XXXXXXXXXX") || exit 1
-mkfifo "$d/in" && cat > "$d/known_hosts" || { rm -rf "$d"; exit 1; }
-command -v zstd > /dev/null && echo "zstd" || echo "no-zstd"
-echo "$d"
+# Run on a fed node by its feeder's ssh: wait (30 s at most) for the node's own command to
+# have made its input (its directory must be ours: never write into a path someone else made),
+# note who we are (so the head can stop us), feed the fifo.
+HOP_SCRIPT = r"""
+d=$1; t0=$(date +%s)
+until [ -O "$d" ] && [ -p "$d/in" ]; do
+  [ $(($(date +%s) - t0)) -ge 30 ] && { echo "no relay input at $d" >&2; exit 1; }
+  sleep 0.05 2> /dev/null || sleep 1
+done
+cut -d" " -f5 /proc/$$/stat > "$d/hop"; exec cat > "$d/in"
 """
 
 # Stop what is left of a node's part of a round (kill: its command never ended) and remove it.
@@ -195,8 +204,8 @@ rm -rf "$d"
 """
 
 # After the last round, on every node the push still reaches: stop and remove whatever of this
-# push ($1: its token) is left, whichever way a round ended (a setup whose answer was lost, a
-# cleanup that timed out).  A node the head cannot reach stops and cleans up itself ($STALL).
+# push ($1: its token) is left, whichever way a round ended (a command whose answer was lost,
+# a cleanup that timed out).  A node the head cannot reach stops and cleans up itself ($STALL).
 SWEEP_SCRIPT = r"""
 case "$1" in *[!0-9a-f]*|'') exit 2 ;; esac
 for d in /tmp/clusterctl-push."$1".*; do
@@ -223,6 +232,7 @@ class _NodeRun:
     conn: object
     dir: str
     zstd: bool
+    known_host: str = ""
     children: list[str] = field(default_factory=list)
     chan: paramiko.Channel | None = None
     received: int = 0
@@ -287,9 +297,9 @@ def relay_push(cluster, client, image: SourceImage, plans: dict[str, NodePlan],
 def _round(cluster, shared, image, plans, names, layout, progress, *, compress, width,
            round_no, results, token, lost, swept) -> set[str]:
     runs: dict[str, _NodeRun] = {}
-    setup = cluster.map(lambda conn: _setup(conn, cluster, names, token), names)
+    prepared = cluster.map(lambda conn: _prepare(conn, plans[conn.name], token), names)
     for name in names:
-        value = setup[name]
+        value = prepared[name]
         if isinstance(value, NodeError):
             plans[name].fail(value)
             results[name] = plans[name].finish(progress)
@@ -298,7 +308,7 @@ def _round(cluster, shared, image, plans, names, layout, progress, *, compress, 
     if not runs:
         return set()
     plan = plan_relay({n: frozenset(plans[n].send or ()) for n in runs}, width=width)
-    zstd = compress and all(r.zstd for r in runs.values())
+    zstd = bool(compress) and all(r.zstd for r in runs.values())
     agents: list[PushAgent] = []
     try:
         for name in plan.nodes:
@@ -371,25 +381,17 @@ def _hop_target(conn) -> tuple[str, str, str]:
     return port, user, host
 
 
-def _setup(conn, cluster, names: list[str], token: str) -> _NodeRun:
-    """The node's temporary directory with its fifo and the host keys of the round's nodes."""
-    lines = []
-    for other in names:
-        try:
-            key = cluster.connection(other).transport.get_remote_server_key()
-        except NodeError:
-            continue
-        port, _, host = _hop_target(cluster.connection(other))
-        name = host if port == "22" else f"[{host}]:{port}"
-        lines.append(f"{name} {key.get_name()} {key.get_base64()}\n")
-    trace.mark(conn.name, "setup-start")
-    r = conn.run(["sh", "-c", SETUP_SCRIPT, "clusterctl-relay-setup", token],
-                 stdin="".join(lines).encode(), timeout=60, check=True)
-    trace.mark(conn.name, "setup-end")
-    flag, _, path = r.stdout.strip().partition("\n")
-    if not path.startswith("/tmp/clusterctl-push."):
-        raise NodeError(conn.name, f"could not make a temporary directory: {r.stdout!r}")
-    return _NodeRun(conn.name, conn, path.strip(), flag == "zstd")
+def _prepare(conn, plan: NodePlan, token: str) -> _NodeRun:
+    """The node's part of a round, before its command starts: the directory it will make
+    (named here: the push's token and one of its own, both random) and its host key as
+    this machine verified it, which its feeder's hop checks.  Nothing runs on the node:
+    its command makes the directory itself (there was a command of its own per node for
+    that, one more SSH session each: ~0.1 s per node on the sandbox's shared cores)."""
+    key = conn.transport.get_remote_server_key()
+    port, _, host = _hop_target(conn)
+    name = host if port == "22" else f"[{host}]:{port}"
+    return _NodeRun(conn.name, conn, f"/tmp/clusterctl-push.{token}.{secrets.token_hex(5)}",
+                    plan.zstd, known_host=f"{name} {key.get_name()} {key.get_base64()}")
 
 
 def _start(run: _NodeRun, runs: dict[str, _NodeRun], fed: bool, agents: list[PushAgent],
@@ -401,7 +403,7 @@ def _start(run: _NodeRun, runs: dict[str, _NodeRun], fed: bool, agents: list[Pus
     agent = None
     for child in run.children:
         port, user, host = _hop_target(runs[child].conn)
-        argv += [port, user, host, _command(["sh", "-c", HOP_SCRIPT, "clusterctl-relay-in",
+        argv += [port, user, host, runs[child].known_host, _command(["sh", "-c", HOP_SCRIPT, "clusterctl-relay-in",
                                              runs[child].dir])]
     if run.children:
         key_file = getattr(runs[run.children[0]].conn.node, "identity_file", None)
