@@ -18,6 +18,11 @@ the same with zstd on the wire.  Printed per run: seconds, MB that left this
 machine (the bridge's tx counter: every byte on the head's uplink, SSH framing
 included), image MB clusterctl counted into its channels, T(N)/T(1) for the
 same way and case, and T/(S/B) with S the image's size and B the shaped rate.
+Under each relay row, from the push's own trace (``CLUSTERCTL_PUSH_TRACE``), where
+its time went, phase after phase: plan (the last node's plan command done),
+start (the nodes' relay commands started), hops up (every node-to-node ssh
+logged in), head sends, to chain end (the last byte reaching the last node:
+what waited in the hops' buffers) and load+results.
 
 The image: by default one built here FROM scratch out of this machine's own
 files under /usr (real binaries and text, so zstd has what real images give it),
@@ -159,6 +164,27 @@ def push(way: str, ref: str, inventory_path: Path) -> tuple[int, list[str]]:
             [f"{r.node}: {r.error}" for r in results if not r.ok])
 
 
+def where_time_went(trace_text: str) -> str:
+    """One line from a push's trace (``CLUSTERCTL_PUSH_TRACE``): how long each phase of a
+    relay took, one after the other - planning (every node's plan command), starting the
+    nodes' commands, their hops logging in, the head sending, the last byte reaching the
+    chain's end (what sits in each hop's buffers), and the loads' end with the results."""
+    at: dict[str, list[float]] = {}
+    for line in trace_text.splitlines():
+        if line.startswith("#") or not line.strip():
+            continue
+        t, _node, phase = line.split(None, 2)
+        at.setdefault(phase.split(" rc=")[0], []).append(float(t))
+    try:
+        marks = [0.0, max(at["plan-end"]), at["all-started"][0], at["all-ready"][0],
+                 max(at["head-send-end"]), max(at["last-byte"]), at["relay-end"][-1]]
+    except KeyError:
+        return ""  # not a relay push, or one that did not get that far
+    names = ("plan", "start", "hops up", "head sends", "to chain end", "load+results")
+    spans = zip(names, marks[:-1], marks[1:], strict=True)
+    return "where: " + "  ".join(f"{n} {b - a:.2f}" for n, a, b in spans)
+
+
 def forget(name: str, nodes: int, *images: distribute.SourceImage) -> None:
     """Remove the images from every node (each node's own daemon, from this machine)."""
     for i in range(1, nodes + 1):
@@ -198,15 +224,24 @@ def run(args: argparse.Namespace) -> int:
                     if way == "by-hand" and case != "cold":
                         continue
                     ref = changed.ref if case == "layer" else image.ref
+                    trace_file = tmp / "push.trace"
+                    trace_file.unlink(missing_ok=True)
+                    os.environ["CLUSTERCTL_PUSH_TRACE"] = str(trace_file)
                     before = uplink.read()
                     start = time.monotonic()
                     counted, failures = push(way, ref, inventory)
                     seconds = time.monotonic() - start
+                    os.environ.pop("CLUSTERCTL_PUSH_TRACE", None)
                     out = uplink.read() - before
                     ratio = seconds / first.setdefault((way, case), seconds)
                     print(f"{n:>5} {way:<11} {case:<6} {seconds:>8.1f} {out / 1e6:>8.1f} "
                           f"{counted / 1e6:>9.1f} {ratio:>10.2f} {seconds / ideal:>8.2f}  "
                           f"{'ok' if not failures else 'FAILED'}", flush=True)
+                    if way.startswith("relay") and trace_file.exists():
+                        where = where_time_went(trace_file.read_text())
+                        trace_file.unlink()
+                        if where:
+                            print(f"{'':>5} {where}", flush=True)
                     if failures:
                         print("FAILED: " + "; ".join(failures), file=sys.stderr)
                         return 1
@@ -219,6 +254,7 @@ def run(args: argparse.Namespace) -> int:
             except Exception:  # noqa: BLE001 - already gone
                 pass
         inventory.unlink(missing_ok=True)
+        (tmp / "push.trace").unlink(missing_ok=True)
         tmp.rmdir()
 
 
