@@ -295,6 +295,15 @@ def test_a_stop_channel_closed_or_cut_stops_nothing_and_a_broken_one_falls_back(
             assert containers.stop_containers(cluster, {"node1": name}, grace=0,
                                               ready={"node1": stopper}) == {}
             assert not running()
+
+            sb.node_docker("node1", "start", name)        # grace 0: docker stop on the channel
+            assert running()
+            stopper = containers.StopChannel(name)
+            assert stopper.open(lambda: cluster.connection("node1"))
+            res = stopper.stop(0, timeout=20)
+            assert res is not None and res.exit_code == 0, res
+            assert not running()
+            assert gone_within(10, lambda: stop_shells(sb, run_id)) == []
     finally:
         sb.node_docker("node1", "rm", "--force", name, check=False)
 
