@@ -20,18 +20,28 @@ on them grows with node count for that reason alone):
   included: what a user's machine spends on one command), from its rusage;
 * rank failure -> last other container stopped, at 4 and 16 nodes, split into
   detection (the failing container's FinishedAt to the follow loop seeing it) and the
-  stop calls (``docker stop`` on every other node in parallel), for this design
-  (``docker run --init``: tini as PID 1 passes SIGTERM on to the python rank, which
-  ends at once) and the previous one (no ``--init``: python as the container's PID 1
-  ignores SIGTERM, so each stop costs the whole grace), both with the 1 s fail-fast
-  grace (``Settings.fail_grace``), alternated.
+  stop calls (every other node stopped in parallel), for three designs alternated, all
+  with the 1 s fail-fast grace (``Settings.fail_grace``):
+
+  - ``new``: each node's stop is one line written on a channel opened while the run
+    started (``containers.StopChannel``: a shell on the node waiting on its stdin, which
+    then runs ``docker stop``); also printed: from the line written to that node's
+    container finished (node clock = this machine's in the sandbox), median and slowest
+    node, i.e. the node's own ``docker stop`` work;
+  - ``channel``: the design before it: ``docker stop`` on a new SSH channel per node
+    (each pays a session start on the node), ``docker run --init`` (tini as PID 1 passes
+    SIGTERM on to the python rank, which ends at once);
+  - ``old``: no ``--init`` either (python as the container's PID 1 ignores SIGTERM, so
+    each stop costs the whole grace).
+
+  ``--teardown-only`` measures only these (no launch or whole-process figures).
 
 Run as root (the sandbox creates network namespaces and daemons), with the
 local engine up and an image that has python3 (default: the base target's tag,
 which `make demo` builds on the way to the cpu image):
 
     sudo make bench-launch        # or: sudo .venv/bin/python benchmarks/launch.py
-        [--image REF] [--repeat 2] [--nodes 1,4,8,16]
+        [--image REF] [--repeat 2] [--nodes 1,4,8,16] [--teardown-only]
 
 It creates its own sandbox (name "blaunch", 10.213.63.0/24; change with
 --name/--subnet) and removes it at the end, also on failure or Ctrl-C.  Bad
@@ -59,7 +69,7 @@ from pathlib import Path
 import yaml
 
 from clusterctl.build import targets
-from clusterctl.cluster import distribute, engine, sandbox
+from clusterctl.cluster import containers, distribute, engine, sandbox
 from clusterctl.cluster import preflight as pf
 from clusterctl.cluster.inventory import load_inventory
 from clusterctl.cluster.transport import Cluster, connection
@@ -156,36 +166,68 @@ def process_cpu(inv_path: Path, image: str, env: dict[str, str]) -> tuple[float,
 class Teardown:
     node_clock: float    # failing container's FinishedAt -> last other container's FinishedAt
     detection: float     # failing container's FinishedAt -> the follow loop saw it
-    stop_calls: float    # the parallel docker stop calls
+    stop_calls: float    # the parallel stop calls
+    # new design: each node's stop line written -> its container's FinishedAt, over the nodes
+    line_median: float | None = None
+    line_max: float | None = None
+    to_first_line: float | None = None   # the follow loop saw the failure -> first line written
+    to_last_line: float | None = None    # ... -> last line written
+
+
+TEARDOWN_DESIGNS = ("new", "channel", "old")
 
 
 @contextmanager
-def without_init(old: bool):
-    """Containers started as the previous design did (``old``: no ``docker run --init``)."""
-    saved = pf.init_nodes
-    pf.init_nodes = (lambda checks: []) if old else saved
+def teardown_design(name: str, lines: dict[str, float]):
+    """The teardown as ``name`` has it (see the module docstring); ``lines`` gets, for the new
+    design, each container's time (this machine's clock) its stop line was written."""
+    saved_init, saved_open, saved_send = pf.init_nodes, containers.StopChannel.open, containers.StopChannel.send
+
+    def no_channel(self, connect):   # the stop then takes a new channel, as before
+        return False
+
+    def timed_send(self, grace):
+        ok = saved_send(self, grace)
+        lines[self.container] = time.time()
+        return ok
+
+    if name == "old":
+        pf.init_nodes = lambda checks: []
+    if name in ("old", "channel"):
+        containers.StopChannel.open = no_channel
+    else:
+        containers.StopChannel.send = timed_send
     try:
         yield
     finally:
-        pf.init_nodes = saved
+        pf.init_nodes, containers.StopChannel.open, containers.StopChannel.send = \
+            saved_init, saved_open, saved_send
 
 
-def time_to_teardown(inv_path: Path, image: str, old: bool) -> Teardown:
+def time_to_teardown(inv_path: Path, image: str, design_name: str) -> Teardown:
     """A followed run whose last rank fails after 4 s; where the teardown's time went.
 
     Detection compares a node's clock with this machine's: in the sandbox they are the
     same clock (the nodes are namespaces of this machine)."""
     inventory = load_inventory(inv_path)
     last = str(len(inventory.nodes) - 1)
-    with without_init(old):
+    lines: dict[str, float] = {}
+    with teardown_design(design_name, lines):
         result = launch.launch(load_job(JOB), inventory, image=image, push=False, stream=io.StringIO(),
                                overrides={"FAIL_RANK": last, "FAIL_AFTER": "4"})
     out = result.outcome
     assert out.first_failure is not None and out.exit_code == 3, supervise.summary_lines(out)
-    stopped = [st.finished.timestamp() for n, st in out.containers.items()
-               if st is not None and st.finished and n != out.first_failure.node]
+    finished = {n: st.finished.timestamp() for n, st in out.containers.items()
+                if st is not None and st.finished and n != out.first_failure.node}
     failed = out.first_failure.time
-    return Teardown(max(stopped) - failed, (out.noticed_at or failed) - failed, out.teardown_seconds or 0.0)
+    noticed = out.noticed_at or failed
+    t = Teardown(max(finished.values()) - failed, noticed - failed, out.teardown_seconds or 0.0)
+    names = {r.node: r.container for r in result.record.nodes}
+    per_node = [finished[n] - lines[names[n]] for n in finished if names.get(n) in lines]
+    if per_node:
+        t.line_median, t.line_max = med(per_node), max(per_node)
+        t.to_first_line, t.to_last_line = min(lines.values()) - noticed, max(lines.values()) - noticed
+    return t
 
 
 def repeats(text: str) -> int:
@@ -213,6 +255,8 @@ def parser() -> argparse.ArgumentParser:
                     help="node counts for the launch figures (default 1,4,8,16)")
     ap.add_argument("--name", default="blaunch", help="sandbox name")
     ap.add_argument("--subnet", default="10.213.63.0/24", help="sandbox subnet")
+    ap.add_argument("--teardown-only", action="store_true",
+                    help="only the failure -> teardown figures (at 4 nodes and the largest of --nodes)")
     return ap
 
 
@@ -251,8 +295,9 @@ def run(args: argparse.Namespace) -> int:
             launch.push_image(cluster, args.image)
         print(f"image {args.image} pushed to {size} nodes in {time.monotonic() - t:.1f}s (not counted)")
         invs = {n: inventory_for(full, n, tmp / f"n{n}.yaml") for n in args.nodes}
-        launches(args, invs)
-        whole_process(args, invs)
+        if not args.teardown_only:
+            launches(args, invs)
+            whole_process(args, invs)
         teardowns(args, full, invs)
         print(f"\n(run records in {records.runs_dir()}, removed with the sandbox)")
     finally:
@@ -303,19 +348,30 @@ def whole_process(args: argparse.Namespace, invs: dict[int, Path]) -> None:
 
 def teardowns(args: argparse.Namespace, full: Path, invs: dict[int, Path]) -> None:
     print("\nrank failure -> last other container stopped (node clocks), median of "
-          f"{args.repeat}, fail-fast grace {supervise.Settings.fail_grace}s;\nnew: docker run --init "
-          "(tini passes SIGTERM on to the rank), old: without (python as PID 1 ignores SIGTERM)")
-    print(f"{'nodes':>5} {'design':>6} {'failure->stopped s':>18} {'detection s':>11} {'stop calls s':>12}")
+          f"{args.repeat}, fail-fast grace {supervise.Settings.fail_grace}s;\nnew: each stop one line "
+          "on a channel opened at the start; channel: docker stop on a new SSH channel per node "
+          "(--init); old: no --init either (python as PID 1 ignores SIGTERM)")
+    print(f"{'nodes':>5} {'design':>7} {'failure->stopped s':>18} {'detection s':>11} {'stop calls s':>12}"
+          f" {'noticed->lines written s':>24} {'line->stopped s median':>22} {'slowest node':>12}")
     for n in sorted({min(4, max(invs)), max(invs)}):
         inv = invs.get(n) or inventory_for(full, n, full.parent / f"n{n}.yaml")
-        got: dict[bool, list[Teardown]] = {}
+        got: dict[str, list[Teardown]] = {}
         for _ in range(args.repeat):
-            for old in (False, True):
-                got.setdefault(old, []).append(time_to_teardown(inv, args.image, old))
-        for old in (False, True):
-            s = got[old]
-            print(f"{n:>5} {'old' if old else 'new':>6} {med(x.node_clock for x in s):>18.2f} "
-                  f"{med(x.detection for x in s):>11.2f} {med(x.stop_calls for x in s):>12.2f}", flush=True)
+            for name in TEARDOWN_DESIGNS:   # alternated: every design sees the same load
+                got.setdefault(name, []).append(time_to_teardown(inv, args.image, name))
+        load = os.getloadavg()
+        for name in TEARDOWN_DESIGNS:
+            s = got[name]
+            line = ""
+            if s[0].line_median is not None:
+                written = f"{med(x.to_first_line for x in s):.3f}-{med(x.to_last_line for x in s):.3f}"
+                line = (f" {written:>24} {med(x.line_median for x in s):>22.2f}"
+                        f" {med(x.line_max for x in s):>12.2f}")
+            print(f"{n:>5} {name:>7} {med(x.node_clock for x in s):>18.2f} "
+                  f"{med(x.detection for x in s):>11.2f} {med(x.stop_calls for x in s):>12.2f}{line}", flush=True)
+        print("      each run (failure->stopped s): " + "; ".join(
+            f"{name} " + " ".join(f"{x.node_clock:.2f}" for x in got[name]) for name in TEARDOWN_DESIGNS)
+            + f"; load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}", flush=True)
 
 
 if __name__ == "__main__":

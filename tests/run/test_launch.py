@@ -185,6 +185,129 @@ def test_fail_fast_gives_the_others_sigterm_then_kills_them_after_the_fail_grace
         assert run_containers(sb, node, result.run_id) == [], node
 
 
+def stop_shells(sb, run_id: str) -> list[str]:
+    """The stop channels' shells (containers.StopChannel) of ``run_id`` still on the nodes."""
+    return [p for p in sb.node_processes(containers._STOP_SCRIPT) if run_id in p]
+
+
+def gone_within(seconds: float, what) -> list:
+    """Poll ``what()`` until it is empty or ``seconds`` passed; its last value."""
+    deadline = time.monotonic() + seconds
+    while (left := what()) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return left
+
+
+def within(seconds: float, cond) -> bool:
+    """Poll ``cond()`` until it holds or ``seconds`` passed."""
+    return not gone_within(seconds, lambda: [] if cond() else ["not yet"])
+
+
+@pytest.mark.sandbox
+@pytest.mark.docker
+@pytest.mark.slow
+def test_fail_fast_writes_each_stop_on_the_channel_opened_while_the_run_started(
+        clean_nodes, cpu_image, runs_dir, monkeypatch):
+    """Issue 12: after the first failure, each other node's stop is one line written on a channel
+    opened while the run started (a shell on the node waiting on its stdin), not a new SSH
+    session per node for `docker stop` (whose start on a busy node was most of the teardown).
+    Real channels, only counted here; afterwards no such shell is left on any node."""
+    sb = clean_nodes
+    from clusterctl.cluster.transport import connection
+    opened: list[tuple[str, list[str]]] = []
+    real = connection.NodeConnection._channel
+
+    def counted(self, argv, *a, **kw):
+        opened.append((self.name, list(argv)))
+        return real(self, argv, *a, **kw)
+
+    waiting: list[list[str]] = []
+
+    def look_while_running(record: records.RunRecord) -> None:
+        def later():
+            time.sleep(2)   # the failure comes at 4 s
+            waiting.append(stop_shells(sb, record.run_id))
+        threading.Thread(target=later, daemon=True).start()
+
+    monkeypatch.setattr(connection.NodeConnection, "_channel", counted)
+    result = launch.launch(load_job(FAIL_RANK_JOB), load_inventory(sb.inventory_path), image=cpu_image,
+                           stream=open(os.devnull, "w"),  # noqa: SIM115
+                           overrides={"FAIL_RANK": "2", "FAIL_AFTER": "4"}, on_started=look_while_running)
+    monkeypatch.setattr(connection.NodeConnection, "_channel", real)
+    out = result.outcome
+    print(f"teardown {out.teardown_seconds:.2f}s")
+    assert result.exit_code == 3 and out.first_failure.node == "node3", supervise.summary_lines(out)
+    stop_channels = [n for n, argv in opened if argv[:3] == ["sh", "-c", containers._STOP_SCRIPT]]
+    assert sorted(stop_channels) == ["node1", "node2", "node3"], opened
+    assert [a for _, a in opened if a[:2] == ["docker", "stop"]] == [], opened   # no new session
+    assert len(waiting) == 1 and len(waiting[0]) == 3, waiting   # one shell per node, waiting
+    for node in ("node1", "node2"):       # SIGTERM reached python through tini: docker stop ran
+        assert out.exit_codes[node] == 143, out.exit_codes
+    assert gone_within(10, lambda: stop_shells(sb, result.run_id)) == []
+    for node in sb.nodes:
+        assert run_containers(sb, node, result.run_id) == [], node
+
+
+@pytest.mark.sandbox
+@pytest.mark.docker
+@pytest.mark.slow
+def test_a_stop_channel_closed_or_cut_stops_nothing_and_a_broken_one_falls_back(
+        clean_nodes, cpu_image, runs_dir):
+    """EOF on a stop channel (clusterctl closed it, ended, or lost its connection) must never
+    stop the container, and its shell must end; a stop whose channel broke still happens, on a
+    new channel."""
+    sb = clean_nodes
+    inventory = load_inventory(sb.inventory_path)
+    with Cluster(inventory) as cluster:   # a no-op where an earlier test pushed it
+        launch.push_image(cluster, cpu_image)
+    run_id = f"stopchan-{os.getpid()}"
+    name = f"{run_id}-node1"
+    sb.node_docker("node1", "run", "-d", "--init", "--label", f"{containers.RUN_LABEL}={run_id}",
+                   "--name", name, cpu_image, "sleep", "600")
+
+    def running() -> bool:
+        return run_containers(sb, "node1", run_id, running=True) == [name]
+
+    try:
+        with Cluster(inventory) as cluster:
+            stopper = containers.StopChannel(name)       # closed by clusterctl, unused
+            assert stopper.open(lambda: cluster.connection("node1"))
+            assert within(5, lambda: len(stop_shells(sb, run_id)) == 1)
+            stopper.close()
+            assert gone_within(10, lambda: stop_shells(sb, run_id)) == []
+            assert running()
+
+            stopper = containers.StopChannel(name)       # the connection goes (clusterctl ended)
+            assert stopper.open(lambda: cluster.connection("node1"))
+            assert within(5, lambda: len(stop_shells(sb, run_id)) == 1)
+            cluster.connection("node1").close()
+            assert gone_within(10, lambda: stop_shells(sb, run_id)) == []
+            assert running()
+            assert stopper.stop(0, timeout=10) is None   # its channel is gone: not stopped by it
+
+            stopper = containers.StopChannel(name)       # its shell killed on the node: fallback
+            assert stopper.open(lambda: cluster.connection("node1"))
+            assert within(5, lambda: len(stop_shells(sb, run_id)) == 1)
+            for line in stop_shells(sb, run_id):
+                os.kill(int(line.split(":")[0]), signal.SIGKILL)
+            assert gone_within(10, lambda: stop_shells(sb, run_id)) == []
+            assert running()
+            assert containers.stop_containers(cluster, {"node1": name}, grace=0,
+                                              ready={"node1": stopper}) == {}
+            assert not running()
+
+            sb.node_docker("node1", "start", name)        # grace 0: docker stop on the channel
+            assert running()
+            stopper = containers.StopChannel(name)
+            assert stopper.open(lambda: cluster.connection("node1"))
+            res = stopper.stop(0, timeout=20)
+            assert res is not None and res.exit_code == 0, res
+            assert not running()
+            assert gone_within(10, lambda: stop_shells(sb, run_id)) == []
+    finally:
+        sb.node_docker("node1", "rm", "--force", name, check=False)
+
+
 @pytest.mark.sandbox
 @pytest.mark.docker
 @pytest.mark.slow
@@ -629,8 +752,11 @@ def test_launch_killed_with_sigkill_then_status_stop_and_runs_tell_the_truth(cle
     while not (merged.is_file() and merged.read_text().count("started") == 3):
         assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read().decode()[-2000:]
         time.sleep(0.5)
+    assert within(10, lambda: len(stop_shells(sb, "crash1")) == 3)   # one per node, waiting
     proc.kill()
     proc.wait()
+    # its stop channels' shells read EOF when the connections went: they end, stopping nothing
+    assert gone_within(10, lambda: stop_shells(sb, "crash1")) == []
     for node in sb.nodes:      # nobody tore it down: still running everywhere
         assert len(run_containers(sb, node, "crash1", running=True)) == 1, node
 

@@ -11,7 +11,11 @@ peer failed; the rank that failed first is buried in the logs.  So:
 * the first non-zero exit or lost node ends the follow; every other container
   of the run is stopped in parallel: SIGTERM, then SIGKILL after
   ``Settings.fail_grace`` (1 s: the run is doomed, see :class:`Settings`);
-  Ctrl-C, SIGTERM and a hang give ``Settings.stop_grace`` (3 s);
+  Ctrl-C, SIGTERM and a hang give ``Settings.stop_grace`` (3 s).  Each node's
+  stop is written on a channel opened while the run started
+  (:class:`~clusterctl.cluster.containers.StopChannel`: a shell on the node
+  waiting on its stdin), not a new SSH session; a new one only where that
+  channel is missing or broke;
 * the failure reported is the one that happened FIRST by time - the
   container's own ``FinishedAt`` on its node, or a lost node's last sign of
   life - not the first one noticed, nor the first node in the inventory.
@@ -47,11 +51,13 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from functools import partial
 
 from clusterctl.cluster.containers import (
     ContainerGone,
     ContainerState,
     NodeStop,
+    StopChannel,
     inspect_containers,
     stop_containers,
     stop_node,
@@ -228,6 +234,7 @@ class Supervisor:
         self._hung_for: float | None = None
         self._collective: list[suspicious.Finding] = []
         self._scanner = suspicious.Scanner()
+        self._stoppers: dict[str, StopChannel] = {}  # node -> its pre-opened stop channel
         merger.sink.observers.append(self._observe)
 
     def _observe(self, node: str, rank: int, text: str) -> None:
@@ -324,11 +331,20 @@ class Supervisor:
         for src in self.sources.values():
             threading.Thread(target=self._wait, args=(src,), name=f"wait-{src.node}", daemon=True).start()
             threading.Thread(target=self._probe, args=(src,), name=f"probe-{src.node}", daemon=True).start()
+            # the node's stop, opened now (see StopChannel): the teardown then writes one line
+            # per node instead of starting an SSH session on each
+            stopper = self._stoppers[src.node] = StopChannel(src.container)
+            threading.Thread(target=stopper.open, args=(partial(self.cluster.connection, src.node),),
+                             name=f"stopchan-{src.node}", daemon=True).start()
         try:
-            self._follow()
+            try:
+                self._follow()
+            finally:
+                self._done.set()
+            return self._finish(followers)
         finally:
-            self._done.set()
-        return self._finish(followers)
+            for stopper in self._stoppers.values():   # unused ones: their shells read EOF, end
+                stopper.close()
 
     def _follow(self) -> None:
         while True:
@@ -403,7 +419,7 @@ class Supervisor:
             fail_fast = self._hung_for is None and not self.stop_event.is_set()
             not_stopped = stop_containers(self.cluster, {n: self.sources[n].container for n in to_stop},
                                           grace=s.fail_grace if fail_fast else s.stop_grace,
-                                          timeout=s.stop_timeout)
+                                          timeout=s.stop_timeout, ready=dict(self._stoppers))
         teardown_seconds = time.monotonic() - t0 if teardown else None
         stopped_at = time.time() if teardown else None
         self._join(followers, s.drain_timeout)
