@@ -33,7 +33,7 @@ How to run (root: the sandbox makes network namespaces and daemons)::
 
     sudo make bench-push          # or: sudo .venv/bin/python benchmarks/push.py
         [--nodes 1,2,4,8] [--bandwidth 16mbit] [--image-mb 32] [--image REF]
-        [--ways by-hand,star,relay,relay+zstd] [--layer-mb 5]
+        [--ways by-hand,star,relay,relay+zstd] [--layer-mb 5] [--trace FILE]
 
 Bad input (an image the engine lacks, a malformed --nodes/--bandwidth/--ways/
 --layer-mb, --name or --subnet, not root, no engine) is one message saying what
@@ -237,9 +237,13 @@ def run(args: argparse.Namespace) -> int:
                     print(f"{n:>5} {way:<11} {case:<6} {seconds:>8.1f} {out / 1e6:>8.1f} "
                           f"{counted / 1e6:>9.1f} {ratio:>10.2f} {seconds / ideal:>8.2f}  "
                           f"{'ok' if not failures else 'FAILED'}", flush=True)
-                    if way.startswith("relay") and trace_file.exists():
-                        where = where_time_went(trace_file.read_text())
+                    if trace_file.exists():
+                        text = trace_file.read_text()
                         trace_file.unlink()
+                        if args.trace:  # the whole timeline, node by node, to read by eye
+                            with open(args.trace, "a", encoding="utf-8") as f:
+                                f.write(f"# {n} nodes, {way}, {case}\n{text}")
+                        where = where_time_went(text) if way.startswith("relay") else ""
                         if where:
                             print(f"{'':>5} {where}", flush=True)
                     if failures:
@@ -302,6 +306,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--layer-mb", type=megabytes, default=5.0, help="size of the changed layer")
     p.add_argument("--name", default="pbench", help="sandbox name")
     p.add_argument("--subnet", default="10.213.77.0/24", help="sandbox subnet")
+    p.add_argument("--trace", default=None, metavar="FILE",
+                   help="append every push's whole timeline (node, phase, seconds) to FILE")
     return p
 
 
