@@ -10,7 +10,8 @@ connection.  Contract:
 * :class:`PushResult` - how the image got to the node;
 * :class:`PushProgress` - the events a caller (the CLI's display) receives,
   from worker threads; :class:`NoProgress` ignores them;
-* :func:`node_state` - one command: the node has the image (tagged now), or its chain IDs;
+* :func:`node_state` - one command: the node has the image (tagged now), or its chain IDs,
+  and whether it has zstd;
   :func:`node_has_image`, :func:`node_chain_ids` - the same facts one at a time;
 * :func:`confirm_on_node` - after the load: the image is there, tagged;
 * :func:`load_failure` - a failed ``docker load`` in the user's terms: the node's
@@ -164,13 +165,9 @@ if command -v zstd > /dev/null; then echo lack zstd; else echo lack; fi
 """
 
 
-def node_state(conn, image: SourceImage) -> set[str] | None:
-    """None when the node has the image (then it is tagged too); else its layer chain IDs."""
-    return _node_state(conn, image)[0]
-
-
-def _node_state(conn, image: SourceImage) -> tuple[set[str] | None, bool]:
-    """:func:`node_state`, and whether the node has ``zstd`` (for a compressed relay)."""
+def node_state(conn, image: SourceImage) -> tuple[set[str] | None, bool]:
+    """(None when the node has the image (then it is tagged too), else its layer chain IDs;
+    whether the node has ``zstd``, which a compressed relay needs on every node)."""
     tag = "" if _is_id(image.ref, image.id) else image.ref
     r = conn.run(["sh", "-c", PLAN_SCRIPT, "clusterctl-push-plan", image.id, tag],
                  timeout=120, check=True)
@@ -277,7 +274,7 @@ def plan_node(conn, image: SourceImage, progress: PushProgress) -> NodePlan:
     total = len(image.diff_ids)
     plan = NodePlan(PushResult(conn.name, "failed", layers_total=total), None, time.monotonic())
     try:
-        present, plan.zstd = _node_state(conn, image)
+        present, plan.zstd = node_state(conn, image)
         if present is None:
             plan.result.status = "skipped"
             progress.started(conn.name, "skip: same image ID")
