@@ -1,6 +1,6 @@
 """The relay plan (pure: which node feeds which) and the one-push agent (real keys, no node).
 
-plan_relay and choose_strategy take facts and give chains; PushAgent is checked
+plan_relay and choose_strategy take facts and give chains; HopAgent is checked
 with a real ed25519 key: what it offers, that its signatures verify, and that it
 refuses once its budget is spent or the push closed it.
 """
@@ -11,7 +11,7 @@ import paramiko
 import pytest
 
 from clusterctl.cluster.distribute import choose_strategy, plan_relay
-from clusterctl.cluster.distribute.agent import PushAgent
+from clusterctl.cluster.transport.agent import HopAgent
 
 A, B = frozenset({"sha256:a"}), frozenset({"sha256:b"})
 
@@ -78,7 +78,7 @@ def _sign_request(key: paramiko.PKey, data: bytes) -> bytes:
 def test_push_agent_signs_within_its_budget_and_nothing_after_close():
     key = _ed25519()
     public = paramiko.Ed25519Key(data=key.asbytes())
-    agent = PushAgent(key, budget=2)
+    agent = HopAgent(key, budget=2)
     answer = paramiko.Message(agent._answer(bytes([11])))
     assert answer.get_byte() == bytes([12]) and answer.get_int() == 1
     assert answer.get_binary() == key.asbytes()
@@ -87,7 +87,7 @@ def test_push_agent_signs_within_its_budget_and_nothing_after_close():
         assert reply.get_byte() == bytes([14])
         assert public.verify_ssh_sig(data, paramiko.Message(reply.get_binary()))
     assert agent._answer(_sign_request(key, b"session-3")) == bytes([5])  # over budget
-    other = PushAgent(key, budget=5)
+    other = HopAgent(key, budget=5)
     other.close()
     assert other._answer(bytes([11])) == bytes([5])
     assert other._answer(_sign_request(key, b"x")) == bytes([5])

@@ -30,7 +30,6 @@ The modules, from the top; each imports only modules below it (no cycles)::
     fanout       push_image: plan every node, then star (batches sharing one save) or relay
     relay        relay_push: chains of nodes forwarding while they receive, in rounds
     wire         compress on the wire or not, from a measurement of link and zstd
-    agent        PushAgent: the one-push SSH agent behind the node-to-node hops
     relayplan    plan_relay (pure): which node feeds which; choose_strategy
     node         one node: plan_node, deliver, push_to_node, PushResult, PushProgress
     imagesource  pick_source: read the layer store (only the layers to send), else docker save

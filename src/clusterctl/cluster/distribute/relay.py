@@ -28,7 +28,7 @@ inspects) the image right after its own ``docker load``.
 
 Node to node, authenticated, nothing left behind: the hop's ``ssh`` uses
 agent forwarding requested on that one channel and answered by
-:class:`~clusterctl.cluster.distribute.agent.PushAgent` in this process,
+:class:`~clusterctl.cluster.transport.agent.HopAgent` in this process,
 which signs with the child's inventory key at most once per planned hop and
 nothing after the round.  The child's host key is checked strictly against
 a known_hosts file holding the key this machine verified for it.  Nothing is
@@ -64,7 +64,6 @@ from dataclasses import dataclass, field
 import paramiko
 
 from clusterctl.cluster.distribute import trace, wire
-from clusterctl.cluster.distribute.agent import PushAgent, load_key
 from clusterctl.cluster.distribute.layerfilter import filter_save_stream
 from clusterctl.cluster.distribute.node import (
     NodePlan,
@@ -78,6 +77,7 @@ from clusterctl.cluster.distribute.relayplan import RelayPlan, plan_relay
 from clusterctl.cluster.distribute.savestream import SharedSave
 from clusterctl.cluster.distribute.source import SourceImage
 from clusterctl.cluster.distribute.tarstream import StreamError
+from clusterctl.cluster.transport.agent import HopAgent, load_key
 from clusterctl.core.errors import NodeError
 
 #: a node whose SSH keepalive round trips stop for this long is lost
@@ -309,7 +309,7 @@ def _round(cluster, shared, image, plans, names, layout, progress, *, compress, 
         return set()
     plan = plan_relay({n: frozenset(plans[n].send or ()) for n in runs}, width=width)
     zstd = bool(compress) and all(r.zstd for r in runs.values())
-    agents: list[PushAgent] = []
+    agents: list[HopAgent] = []
     try:
         for name in plan.nodes:
             run = runs[name]
@@ -394,7 +394,7 @@ def _prepare(conn, plan: NodePlan, token: str) -> _NodeRun:
                     plan.zstd, known_host=f"{name} {key.get_name()} {key.get_base64()}")
 
 
-def _start(run: _NodeRun, runs: dict[str, _NodeRun], fed: bool, agents: list[PushAgent],
+def _start(run: _NodeRun, runs: dict[str, _NodeRun], fed: bool, agents: list[HopAgent],
            zstd: bool, image: SourceImage) -> None:
     script = NODE_SCRIPT.replace("$STALL", str(int(STALL))).replace(
         "$TRACE", "1" if trace.enabled() else "0")
@@ -408,7 +408,7 @@ def _start(run: _NodeRun, runs: dict[str, _NodeRun], fed: bool, agents: list[Pus
     if run.children:
         key_file = getattr(runs[run.children[0]].conn.node, "identity_file", None)
         try:
-            agent = PushAgent(load_key(key_file), budget=len(run.children))
+            agent = HopAgent(load_key(key_file), budget=len(run.children))
         except (OSError, TypeError, paramiko.SSHException) as e:
             raise NodeError(run.name, f"relay needs the inventory's identity_file for "
                             f"{run.children[0]} to log in from {run.name}: {e}") from None

@@ -1,16 +1,18 @@
-"""A one-push SSH agent: lets relay nodes log in to the nodes they feed, and nothing more.
+"""A one-use SSH agent: lets nodes log in to the nodes next to them, and nothing more.
 
 One job: answer the SSH agent protocol on channels that a node's sshd opens
-back to this process when a relay pipeline runs ``ssh`` there (agent
-forwarding, requested only on the relay channels of one push).  Contract:
-:class:`PushAgent` - ``handler`` (give it to ``Channel.request_forward_agent``),
+back to this process when a node runs ``ssh`` to another node (agent
+forwarding, requested only on the channels of one push relay
+(:mod:`clusterctl.cluster.distribute.relay`) or one tree call
+(:mod:`clusterctl.cluster.transport.tree`)).  Contract:
+:class:`HopAgent` - ``handler`` (give it to ``Channel.request_forward_agent``),
 ``close()``; :func:`load_key`.
 
 Why an agent in this process rather than a key installed on the nodes: nothing
 is written to any node (no key file, no ``authorized_keys`` line that a crash
 could leave behind), and the key never leaves this machine - a relay node can
 only ask for signatures, and this agent gives at most ``budget`` of them (one
-per hop the push planned) and none after ``close()``, so a node that is not
+per hop the push or the tree planned) and none after ``close()``, so a node that is not
 trusted cannot use the forwarding to log in anywhere else once its hops are up.
 The agent holds the inventory's own key (the one this machine already logs in
 with); it never talks to the user's ssh-agent.
@@ -43,7 +45,7 @@ def load_key(path: str | Path) -> paramiko.PKey:
     return paramiko.PKey.from_path(Path(path).expanduser())
 
 
-class PushAgent:
+class HopAgent:
     """Signs with ``key`` for at most ``budget`` logins, until closed."""
 
     def __init__(self, key: paramiko.PKey, budget: int) -> None:
