@@ -37,7 +37,13 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from clusterctl.cluster import consistency, engine
-from clusterctl.cluster.transport import Cluster, CommandResult, NodeConnection
+from clusterctl.cluster.transport import (
+    Cluster,
+    CommandResult,
+    NodeConnection,
+    describe_error,
+    tree,
+)
 from clusterctl.core.errors import NodeError, UserError
 
 #: uname -m -> Docker's architecture names (image platforms, `docker version` Arch).
@@ -409,12 +415,23 @@ def check_node(conn: NodeConnection, *, devices: Iterable[str] = (),
     ~0.3 s on a loaded machine); the checks then read their commands' recorded results
     (:class:`_Replay`), so problems come in a fixed order with the single checks' words.
     """
-    node = conn.node
+    result = _new_check(conn.node, devices, required_bytes, master_port, expected_arch)
+    replay = _Replay.record(conn, devices=result.devices, ports=master_port is not None,
+                            image_ref=image_ref, timeout=timeout)
+    return _judge(replay, result, image_ref, timeout)
+
+
+def _new_check(node, devices: Iterable[str], required_bytes: int | None, master_port: int | None,
+               expected_arch: str | None) -> NodeCheck:
     result = NodeCheck(node=node.name, host=node.host, ssh=True, required_bytes=required_bytes,
                        master_port=master_port, expected_arch=expected_arch)
     result.devices = list(dict.fromkeys([*getattr(node, "devices", []), *devices]))
-    replay = _Replay.record(conn, devices=result.devices, ports=master_port is not None,
-                            image_ref=image_ref, timeout=timeout)
+    return result
+
+
+def _judge(replay: _Replay, result: NodeCheck, image_ref: str | None, timeout: float | None) -> NodeCheck:
+    """Every check, on what the node's two scripts recorded, problems in a fixed order."""
+    master_port = result.master_port
     parts = [_check_arch, _check_docker, _check_devices, _check_interface, _check_facts]
     if master_port is not None:
         parts.append(_check_master_port)
@@ -448,12 +465,12 @@ class _Replay:
     def __getattr__(self, name):
         return getattr(self._conn, name)
 
-    @classmethod
-    def record(cls, conn: NodeConnection, *, devices: Sequence[str], ports: bool,
-               image_ref: str | None, timeout: float | None) -> _Replay:
-        self = cls(conn)
-        slow = None if timeout is None else 2 * timeout   # several commands in a row
-        mode = "link" if getattr(conn.node, "interface", None) else "addr"
+    @staticmethod
+    def scripts(node, *, devices: Sequence[str], ports: bool, image_ref: str | None
+                ) -> list[tuple[str, list[str], dict[str, list[str]]]]:
+        """The node's two scripts: (script, its arguments after the token, the argv each of
+        its sections stands for)."""
+        mode = "link" if getattr(node, "interface", None) else "addr"
         node_argv = {"facts": ["sh", "-c", _FACTS_SCRIPT], "arch": ["uname", "-m"],
                      "devices": ["sh", "-c", _MISSING_SCRIPT, "sh", *devices],
                      "link": ["ip", "-o", "link", "show"], "conn": ["printenv", "SSH_CONNECTION"],
@@ -462,36 +479,51 @@ class _Replay:
         docker_argv = {"version": ["docker", "version", "--format", "{{.Server.Version}}"],
                        "info": ["docker", "info", "--format", DOCKER_INFO_FORMAT],
                        "image": ["docker", "image", "inspect", "--format", "{{.Id}}", image_ref or ""]}
+        return [(_NODE_SCRIPT, [mode, "1" if ports else "0", *devices], node_argv),
+                (_DOCKER_SCRIPT, [image_ref or ""], docker_argv)]
+
+    def absorb(self, script: str, token: str, argv_of: dict, r: CommandResult | NodeError,
+               slow: float | None, window: tuple[float, float]) -> None:
+        """Keep what one script found (or why it failed) for the checks to read."""
+        if isinstance(r, NodeError):   # a timeout, named by what the script checks
+            what = "preflight's docker checks" if script is _DOCKER_SCRIPT else "preflight's node checks"
+            why = (f"timed out after {slow:g}s" if "timed out" in r.reason and slow is not None
+                   else r.reason)   # not the script's text, which says nothing to a user
+            self._errors.append(NodeError(self._conn.name, f"{what} ({', '.join(argv_of)}): {why}"))
+            return
+        if script is _NODE_SCRIPT:
+            self.window = window
+        sections = parse_sections(token, r.stdout, r.stderr)
+        info = sections.get("info")
+        if info is not None:   # df and the init check take their argument from info's output
+            root, init = _info_fields(info[1])
+            argv_of = {**argv_of, "df": ["df", "-Pk", "--", root],
+                       "init": ["sh", "-c", _INIT_SCRIPT, "sh", init]}
+        for name, (code, out, err) in sections.items():
+            if name in argv_of:
+                argv = argv_of[name]
+                self._results[tuple(argv)] = CommandResult(self._conn.name, list(argv), code, out, err)
+
+    @classmethod
+    def record(cls, conn: NodeConnection, *, devices: Sequence[str], ports: bool,
+               image_ref: str | None, timeout: float | None) -> _Replay:
+        self = cls(conn)
+        slow = None if timeout is None else 2 * timeout   # several commands in a row
 
         def run(script: str, args: list[str], argv_of: dict) -> None:
             token = uuid.uuid4().hex
+            before = time.time()
             try:
-                before = time.time()
-                r = conn.run(["sh", "-c", script, "sh", token, *args], timeout=slow)
-                after = time.time()
-            except NodeError as e:   # a timeout, named by what the script checks
-                what = "preflight's docker checks" if script is _DOCKER_SCRIPT else "preflight's node checks"
-                why = (f"timed out after {slow:g}s" if "timed out" in e.reason and slow is not None
-                       else e.reason)   # not the script's text, which says nothing to a user
-                self._errors.append(NodeError(conn.name, f"{what} ({', '.join(argv_of)}): {why}"))
-                return
-            if script is _NODE_SCRIPT:
-                self.window = (before, after)
-            sections = parse_sections(token, r.stdout, r.stderr)
-            info = sections.get("info")
-            if info is not None:   # df and the init check take their argument from info's output
-                root, init = _info_fields(info[1])
-                argv_of = {**argv_of, "df": ["df", "-Pk", "--", root],
-                           "init": ["sh", "-c", _INIT_SCRIPT, "sh", init]}
-            for name, (code, out, err) in sections.items():
-                if name in argv_of:
-                    argv = argv_of[name]
-                    self._results[tuple(argv)] = CommandResult(conn.name, list(argv), code, out, err)
+                r: CommandResult | NodeError = conn.run(["sh", "-c", script, "sh", token, *args], timeout=slow)
+            except NodeError as e:
+                r = e
+            self.absorb(script, token, argv_of, r, slow, (before, time.time()))
 
-        other = threading.Thread(target=run, name=f"preflight-{conn.name}", daemon=True,
-                                 args=(_DOCKER_SCRIPT, [image_ref or ""], docker_argv))
+        (node_script, node_args, node_argv), docker = cls.scripts(
+            conn.node, devices=devices, ports=ports, image_ref=image_ref)
+        other = threading.Thread(target=run, name=f"preflight-{conn.name}", daemon=True, args=docker)
         other.start()
-        run(_NODE_SCRIPT, [mode, "1" if ports else "0", *devices], node_argv)
+        run(node_script, node_args, node_argv)
         other.join()
         return self
 
@@ -702,7 +734,13 @@ def run_preflight(cluster: Cluster, *, devices: Iterable[str] | None = None,
                           master_port=port if conn.name == master else None,
                           expected_arch=expected_arch, image_ref=image_ref, timeout=timeout)
 
-    results = cluster.map(one, nodes)
+    if tree.enabled(cluster):
+        results = _preflight_through_tree(
+            cluster, nodes, lambda node: [*(devices or []), *(devices_for(node) if devices_for else [])],
+            required_bytes=required_bytes, master=master, port=port, expected_arch=expected_arch,
+            image_ref=image_ref, timeout=timeout)
+    else:
+        results = cluster.map(one, nodes)
     checks = []
     for name, r in results.items():
         if isinstance(r, NodeError):
@@ -711,6 +749,59 @@ def run_preflight(cluster: Cluster, *, devices: Iterable[str] | None = None,
         checks.append(r)
     apply_consistency(checks, cluster, image_ref, compare_image=compare_image)
     return checks
+
+
+class _Later:
+    """A node's connection, opened only if a check asks for a command the tree did not run."""
+
+    def __init__(self, cluster: Cluster, node) -> None:
+        self._cluster, self.node, self.name = cluster, node, node.name
+
+    def __getattr__(self, attr):
+        return getattr(self._cluster.connection(self.name), attr)
+
+
+def _preflight_through_tree(cluster: Cluster, nodes, devices_of, *, required_bytes, master, port,
+                            expected_arch, image_ref, timeout) -> dict[str, NodeCheck | NodeError]:
+    """run_preflight's checks with both scripts of every node run through the tree
+    (:mod:`clusterctl.cluster.transport.tree`: one connection from here).  The clock's
+    window is the whole tree call's, so its uncertainty is wider than a node's own channel."""
+    wanted = None if nodes is None else {getattr(n, "name", n) for n in nodes}
+    targets = [n for n in cluster.nodes if wanted is None or n.name in wanted]
+    slow = None if timeout is None else 2 * timeout
+    prepared, commands = {}, {}
+    for node in targets:
+        result = _new_check(node, devices_of(node), required_bytes,
+                            port if node.name == master else None, expected_arch)
+        token = uuid.uuid4().hex
+        scripts = _Replay.scripts(node, devices=result.devices, ports=result.master_port is not None,
+                                  image_ref=image_ref)
+        prepared[node.name] = (result, token, scripts)
+        commands[node.name] = [tree.Command(("sh", "-c", script, "sh", token, *args))
+                               for script, args, _ in scripts]
+    before = time.time()
+    missed: dict[str, str] = {}
+    ran = tree.run_commands(cluster, commands, timeout=slow or 120.0,
+                            on_tree=lambda info: missed.update(info["hops"]))
+    window = (before, time.time())
+    out: dict[str, NodeCheck | NodeError] = {}
+    for name, found in ran.items():
+        if isinstance(found, NodeError):
+            out[name] = found
+            continue
+        result, token, scripts = prepared[name]
+        replay = _Replay(_Later(cluster, next(n for n in targets if n.name == name)))
+        for (script, _, argv_of), r in zip(scripts, found, strict=True):
+            replay.absorb(script, token, argv_of, r, slow, window)
+        if name in missed:
+            result.warnings.append(f"reached on its own connection, not through the tree: {missed[name]}")
+        try:
+            out[name] = _judge(replay, result, image_ref, timeout)
+        except NodeError as e:
+            out[name] = e if e.node == name else NodeError(name, e.message)
+        except Exception as e:  # as Cluster.map: a per-node reason, never a traceback
+            out[name] = NodeError(name, describe_error(e))
+    return out
 
 
 @dataclass(frozen=True)

@@ -92,6 +92,14 @@ def _host(value: str) -> str:
     return value
 
 
+def _node_path(value: str) -> str:
+    """A path on the nodes (never read here): absolute or ~/..., no blanks or control characters."""
+    _argument_safe(value)
+    if not value.startswith(("/", "~/")):
+        raise _invalid("is not an absolute path or ~/... on the nodes")
+    return value
+
+
 def _device(value: str) -> str:
     _one_line(value)
     if not value.startswith("/") or _SPACE.search(value):
@@ -111,6 +119,7 @@ Device = Annotated[str, AfterValidator(_device)]
 Interface = Annotated[str, AfterValidator(_matching(_IFACE_RE, "is not a network interface name"))]
 EnvName = Annotated[str, AfterValidator(_matching(_ENV_NAME_RE, "is not an environment variable name"))]
 UserPath = Annotated[Path, AfterValidator(_user_path)]
+NodePath = Annotated[str, AfterValidator(_node_path)]
 OneLine = Annotated[str, AfterValidator(_one_line)]
 FreeText = Annotated[str, AfterValidator(_free_text)]
 
@@ -168,6 +177,11 @@ class SSHSettings(BaseModel):
     accept_new_host_keys: StrictBool = False  # explicit opt-in; a CHANGED key is always an error
     connect_timeout: Annotated[float, Field(strict=True, gt=0)] = 10.0
     fanout: Annotated[int, Field(strict=True, ge=1)] = 32
+    # launch's preflight and start reach the nodes through each other, over ONE connection
+    # from here (clusterctl.cluster.transport.tree); tree_width children per node
+    tree: StrictBool = False
+    tree_width: Annotated[int, Field(strict=True, ge=1)] = 32
+    node_identity_file: NodePath | None = None  # on the NODES: their own key for node-to-node logins
 
 
 DEFAULT_FIELDS = tuple(_NodeSettings.model_fields)

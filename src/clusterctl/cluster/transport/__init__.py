@@ -24,7 +24,11 @@ The package, lowest layer first (each module imports only those above it):
 - ``describe``: any SSH failure as one readable line;
 - ``connection``: :class:`NodeConnection` (run, stream, raw channels, dead-peer
   detection) and :func:`send_signal`;
-- ``cluster``: :class:`Cluster`, one connection per node and the bounded fan-out.
+- ``agent``: :class:`~clusterctl.cluster.transport.agent.HopAgent`, the one-use agent that
+  signs node-to-node logins (push relay, tree);
+- ``cluster``: :class:`Cluster`, one connection per node and the bounded fan-out;
+- ``tree``: :func:`~clusterctl.cluster.transport.tree.run_commands`, every node's commands
+  through one connection (the nodes reach each other), when the inventory asks.
 
 Contract: ``Cluster``, ``NodeConnection``, ``CommandResult``, ``command_line``,
 ``send_signal``, ``describe_error``, the host-key names (``fingerprint``,

@@ -118,6 +118,18 @@ class Cluster:
                 self._connections[node.name] = conn
         return conn.open()
 
+    def ssh_lookup(self):
+        """The ssh config's lookup (host -> its settings: hostname, user, port, proxyjump),
+        as the connections read it; None when there is no config to read."""
+        try:
+            return self._fabric_config.base_ssh_config.lookup
+        except AttributeError:
+            return None
+
+    def known_host_keys(self):
+        """The host keys this command's known_hosts file holds (a copy, parsed once)."""
+        return self._known_hosts.host_keys()
+
     def is_connected(self, name) -> bool:
         """Whether the node's connection is open now (never opens one)."""
         with self._lock:

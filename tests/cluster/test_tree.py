@@ -1,0 +1,186 @@
+"""Tree fan-out (clusterctl.cluster.transport.tree): every node's commands through ONE
+connection from this machine, the nodes logging in to each other.
+
+The plan and the reading of results are pure and tested on their own.  The rest runs on
+the real 3-node sandbox with a tree of width 1 (node1 -> node2 -> node3), so a node
+two hops down is reached through a node that was itself reached by a hop: agent
+forwarding through two levels, and a middle node that can break.  Which connections this
+machine opened is read from the Cluster itself (``is_connected``), not guessed.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from clusterctl.cluster import preflight as pf
+from clusterctl.cluster.inventory import load_inventory
+from clusterctl.cluster.transport import Cluster, tree
+from clusterctl.core.errors import NodeError
+
+# --------------------------------------------------------------------------- pure
+
+
+def test_plan_tree_is_breadth_first_with_width_children_per_node():
+    names = [f"n{i}" for i in range(1, 8)]
+    assert tree.plan_tree(names, 1) == {"n1": "n1", "n2": "n1/n2", "n3": "n1/n2/n3", "n4": "n1/n2/n3/n4",
+                                        "n5": "n1/n2/n3/n4/n5", "n6": "n1/n2/n3/n4/n5/n6",
+                                        "n7": "n1/n2/n3/n4/n5/n6/n7"}
+    assert tree.plan_tree(names, 2) == {"n1": "n1", "n2": "n1/n2", "n3": "n1/n3", "n4": "n1/n2/n4",
+                                        "n5": "n1/n2/n5", "n6": "n1/n3/n6", "n7": "n1/n3/n7"}
+    star = tree.plan_tree(names, 32)
+    assert all(star[n] == f"n1/{n}" for n in names[1:])
+    # 500 nodes at the default width: two levels below the root, never more
+    big = tree.plan_tree([f"n{i}" for i in range(500)], tree.DEFAULT_WIDTH)
+    assert max(p.count("/") for p in big.values()) == 2
+    children = {}
+    for p in big.values():
+        parent = p.rpartition("/")[0]
+        if parent:
+            children[parent] = children.get(parent, 0) + 1
+    assert max(children.values()) == tree.DEFAULT_WIDTH
+
+
+def test_parse_results_keeps_only_complete_nodes_and_names_failed_hops():
+    cmds = {"a": [tree.Command(("true",)), tree.Command(("uname",))], "b": [tree.Command(("x",))],
+            "c": [tree.Command(("y",))]}
+    b64 = lambda t: __import__("base64").b64encode(t.encode()).decode()  # noqa: E731
+    stdout = "\n".join([
+        "clusterctl-tree a 1 0 - -",
+        f"clusterctl-tree a 2 3 {b64('Linux')} {b64('oops')}",
+        f"clusterctl-tree b 1 0 {b64('only one')} -",
+        "clusterctl-tree c 2 0 - -",              # c has one command: a 2nd is not its
+        "clusterctl-tree z 1 0 - -",               # not asked for: ignored
+        "some noise a node printed",
+        f"clusterctl-tree-hop c 255 {b64('Permission denied (publickey).')}",
+    ])
+    done, hops = tree.parse_results(stdout, cmds)
+    assert sorted(done) == ["a", "b"]
+    assert [(r.exit_code, r.stdout, r.stderr) for r in done["a"]] == [(0, "", ""), (3, "Linux", "oops")]
+    assert done["a"][1].argv == ["uname"] and done["b"][0].stdout == "only one"
+    assert hops == {"c": "ssh from its parent node exited 255: Permission denied (publickey)."}
+
+
+# --------------------------------------------------------------------------- on the sandbox
+
+
+def tree_inventory(sb, tmp_path: Path, **ssh) -> Path:
+    data = yaml.safe_load(sb.inventory_path.read_text())
+    data["ssh"].update({"tree": True, "tree_width": 1, **ssh})
+    out = tmp_path / "tree.yaml"
+    out.write_text(yaml.safe_dump(data, sort_keys=False))
+    return out
+
+
+def tree_leftovers(sb) -> list[str]:
+    """Tree directories and processes on this machine (the nodes share its files and
+    process table): nothing may outlive a call."""
+    found = [str(d) for d in Path("/tmp").glob("clusterctl-tree.*")]
+    ps = subprocess.run(["ps", "-eo", "pid=,args="], capture_output=True, text=True).stdout
+    found += [line.strip() for line in ps.splitlines()
+              if "clusterctl-tree" in line and any(ip in line for ip in sb.nodes.values())]
+    return found
+
+
+#: each node says where it runs (its addresses), what it was given and what came on stdin
+PROBE = ("sh", "-c", 'ip -o -4 addr show | grep -o "inet [0-9.]*"; printf "<%s>" "$@"; cat; exit 7',
+         "probe", "two words", "it's $(not run) `either`", "new\nline", "")
+
+
+def probes(inventory_path: Path) -> dict[str, list[tree.Command]]:
+    inv = load_inventory(inventory_path)
+    return {n.name: [tree.Command(PROBE, f"secret for {n.name}\n".encode()),
+                     tree.Command(("uname", "-m"))] for n in inv.nodes}
+
+
+def check_probes(sb, results) -> None:
+    for name, ip in sb.nodes.items():
+        probe, uname = results[name]
+        assert probe.exit_code == 7 and uname.exit_code == 0, (name, probe, uname)
+        assert f"inet {ip}" in probe.stdout, (name, probe.stdout)      # it ran on that node
+        assert ("<two words><it's $(not run) `either`><new\nline><>"
+                f"secret for {name}\n") in probe.stdout, probe.stdout   # argv verbatim, stdin
+        assert uname.stdout.strip() == subprocess.run(["uname", "-m"], capture_output=True,
+                                                      text=True).stdout.strip()
+
+
+@pytest.mark.parametrize("mode", ["agent", "node key"])
+def test_every_node_runs_its_commands_through_one_connection(sandbox3, tmp_path, mode):
+    sb = sandbox3
+    extra = {"node_identity_file": str(sb.key)} if mode == "node key" else {}
+    inv_path = tree_inventory(sb, tmp_path, **extra)
+    seen = []
+    with Cluster(load_inventory(inv_path)) as cluster:
+        results = tree.run_commands(cluster, probes(inv_path), timeout=60, on_tree=seen.append)
+        opened = [n for n in sb.nodes if cluster.is_connected(n)]
+    check_probes(sb, results)
+    first = next(iter(sb.nodes))
+    assert opened == [first], opened                       # node2 and node3 came through it
+    assert seen == [{"tree": list(sb.nodes), "direct": [], "hops": {}}]
+    assert tree_leftovers(sb) == []
+
+
+def test_a_node_the_tree_cannot_reach_is_run_on_its_own_connection(sandbox3, tmp_path):
+    sb = sandbox3
+    # a key that is not on the nodes: every hop is refused, so every node but the root
+    # comes back through its own connection, and the hops' failures are named
+    inv_path = tree_inventory(sb, tmp_path, node_identity_file="/nonexistent/clusterctl-key")
+    seen = []
+    with Cluster(load_inventory(inv_path)) as cluster:
+        results = tree.run_commands(cluster, probes(inv_path), timeout=60, on_tree=seen.append)
+        opened = [n for n in sb.nodes if cluster.is_connected(n)]
+    check_probes(sb, results)
+    names = list(sb.nodes)
+    assert opened == names
+    assert seen[0]["direct"] == names[1:]
+    assert list(seen[0]["hops"]) == [names[1]], seen       # node3 hangs below node2: never tried
+    assert "exited 255" in seen[0]["hops"][names[1]]
+    assert tree_leftovers(sb) == []
+
+
+def test_a_broken_middle_node_is_named_and_the_node_below_it_still_runs(sandbox3, tmp_path):
+    sb = sandbox3
+    names = list(sb.nodes)
+    inv_path = tree_inventory(sb, tmp_path)
+    sb.stop_sshd(names[1])
+    try:
+        with Cluster(load_inventory(inv_path), connect_timeout=3) as cluster:
+            results = tree.run_commands(cluster, probes(inv_path), timeout=60)
+    finally:
+        sb.start_sshd(names[1])
+    assert isinstance(results[names[1]], NodeError) and results[names[1]].node == names[1]
+    assert "refused" in results[names[1]].reason or "connect" in results[names[1]].reason
+    ok = {n: r for n, r in results.items() if n != names[1]}
+    check_probes(type(sb)(**{**sb.__dict__, "nodes": {n: sb.nodes[n] for n in ok}}), ok)
+    assert tree_leftovers(sb) == []
+
+
+def test_preflight_through_the_tree_finds_what_it_finds_node_by_node(sandbox3, tmp_path):
+    sb = sandbox3
+    names = list(sb.nodes)
+
+    def checks(path):
+        with Cluster(load_inventory(path)) as cluster:
+            found = pf.run_preflight(cluster, devices_for=lambda n: ["/dev/clusterctl-none"]
+                                     if n.name == names[2] else [], image_ref="clusterctl/none:0")
+            return found, [n for n in names if cluster.is_connected(n)]
+
+    direct, direct_opened = checks(sb.inventory_path)
+    via_tree, tree_opened = checks(tree_inventory(sb, tmp_path))
+    assert direct_opened == names and tree_opened == names[:1]
+    fields = ("node", "ssh", "arch", "docker_version", "docker_root", "interface", "address",
+              "init_binary", "init", "kernel", "driver", "problems", "missing_devices",
+              "master_port_free", "image_id", "free_bytes")
+    for d, t in zip(direct, via_tree, strict=True):
+        for f in fields:
+            if f == "free_bytes":   # the disk moves a little between the two runs
+                assert abs((getattr(d, f) or 0) - (getattr(t, f) or 0)) < 256 * 2**20, d.node
+            else:
+                assert getattr(d, f, None) == getattr(t, f, None), (d.node, f)
+    problems = {c.node: c.problems for c in via_tree}
+    assert problems[names[0]] == problems[names[1]] == []
+    assert any("/dev/clusterctl-none" in p for p in problems[names[2]]), problems
+    assert tree_leftovers(sb) == []
