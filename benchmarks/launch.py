@@ -14,10 +14,17 @@ on them grows with node count for that reason alone):
     cores but are not clusterctl's work;
   - wall seconds of each phase, which is mostly waiting on the nodes (node work);
 
-  each for this design and for the previous one (paramiko's 0.1 s reader wake-up per
-  connection), alternated in the same run, with T(16)/T(1);
+  each for four designs (:data:`DESIGNS`), alternated in the same run, with T(16)/T(1)
+  (the tree designs against the 1-node direct figure: one node has no tree to make):
+  ``direct``, one SSH connection per node (the default); ``old``, the same with
+  paramiko's 0.1 s reader wake-up per connection (the design before it);
+  ``tree-agent`` and ``tree-key``, ``ssh: {tree: true}`` (one connection from here, the
+  nodes reach each other: :mod:`clusterctl.cluster.transport.tree`), each node-to-node
+  login signed here (agent forwarding) or with the nodes' own key (``node_identity_file``;
+  the sandbox's nodes share this machine's files, so its key serves as theirs);
 * the same host work for the whole ``clusterctl launch --detach`` process (imports
-  included: what a user's machine spends on one command), from its rusage;
+  included: what a user's machine spends on one command), from its rusage, for the
+  direct and both tree designs;
 * rank failure -> last other container stopped, at 4 and 16 nodes, split into
   detection (the failing container's FinishedAt to the follow loop seeing it) and the
   stop calls (every other node stopped in parallel), for three designs alternated, all
@@ -83,12 +90,26 @@ OLD_READER_WAKEUP = 0.1    # paramiko's own (Transport._active_check_timeout), t
 SHARED = "(nodes share this machine's cores)"
 
 
-def inventory_for(full: Path, n: int, out: Path) -> Path:
-    """The sandbox inventory cut to its first ``n`` nodes."""
+def inventory_for(full: Path, n: int, out: Path, design_name: str = "direct") -> Path:
+    """The sandbox inventory cut to its first ``n`` nodes, with the ``ssh:`` settings of
+    ``design_name`` (:data:`DESIGNS`)."""
     data = yaml.safe_load(full.read_text())
     data["nodes"] = data["nodes"][:n]
+    if design_name.startswith("tree"):
+        data["ssh"]["tree"] = True
+    if design_name == "tree-key":
+        # the sandbox's nodes share this machine's files, so its key is also "on the nodes"
+        data["ssh"]["node_identity_file"] = str(data["defaults"]["identity_file"])
     out.write_text(yaml.safe_dump(data, sort_keys=False))
     return out
+
+
+#: The launch designs, alternated in one run: ``direct`` (one SSH connection per node, as
+#: without ``ssh.tree``), ``old`` (the same with paramiko's 0.1 s reader wake-up, the design
+#: before it), ``tree-agent`` (``ssh: {tree: true}``: one connection, nodes reach each other,
+#: each node-to-node login signed here through agent forwarding) and ``tree-key``
+#: (``node_identity_file`` too: the nodes log in to each other with their own key).
+DESIGNS = ("direct", "old", "tree-agent", "tree-key")
 
 
 @contextmanager
@@ -294,11 +315,12 @@ def run(args: argparse.Namespace) -> int:
         with Cluster(load_inventory(full)) as cluster:
             launch.push_image(cluster, args.image)
         print(f"image {args.image} pushed to {size} nodes in {time.monotonic() - t:.1f}s (not counted)")
-        invs = {n: inventory_for(full, n, tmp / f"n{n}.yaml") for n in args.nodes}
+        invs = {name: {n: inventory_for(full, n, tmp / f"n{n}-{name}.yaml", name) for n in args.nodes}
+                for name in DESIGNS}
         if not args.teardown_only:
             launches(args, invs)
             whole_process(args, invs)
-        teardowns(args, full, invs)
+        teardowns(args, full, invs["direct"])
         print(f"\n(run records in {records.runs_dir()}, removed with the sandbox)")
     finally:
         sandbox.down(args.name)
@@ -306,44 +328,56 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def launches(args: argparse.Namespace, invs: dict[int, Path]) -> None:
+def launches(args: argparse.Namespace, invs: dict[str, dict[int, Path]]) -> None:
     print(f"\nlaunch -> all containers running (detached, image present), median of {args.repeat};"
           f"\nhost = CPU s of the clusterctl process (all threads); wall = mostly waiting on the nodes {SHARED}")
-    print(f"{'nodes':>5} {'design':>6} {'host CPU s':>10} {'preflight+plan':>14} {'start':>6}"
+    print(f"{'nodes':>5} {'design':>10} {'host CPU s':>10} {'preflight+plan':>14} {'start':>6}"
           f" {'wall s':>7} {'preflight+plan':>14} {'start':>6}")
-    got: dict[tuple[int, bool], list[Launch]] = {}
-    for n, inv in invs.items():
+    got: dict[tuple[int, str], list[Launch]] = {}
+    counts = sorted(invs["direct"])
+    for n in counts:
+        names = DESIGNS if n > 1 else ("direct", "old")   # one node: no tree to make
         for _ in range(args.repeat):
-            for old in (False, True):   # alternated: both designs see the same load
-                with design(old):
-                    got.setdefault((n, old), []).append(time_to_running(inv, args.image))
-        for old in (False, True):
-            s = got[(n, old)]
-            print(f"{n:>5} {'old' if old else 'new':>6} {med(x.cpu for x in s):>10.3f} "
+            for name in names:   # alternated: every design sees the same load
+                with design(name == "old"):
+                    got.setdefault((n, name), []).append(time_to_running(invs[name][n], args.image))
+        for name in names:
+            s = got[(n, name)]
+            print(f"{n:>5} {name:>10} {med(x.cpu for x in s):>10.3f} "
                   f"{med(x.cpu_pre for x in s):>14.3f} {med(x.cpu_start for x in s):>6.3f} "
                   f"{med(x.wall for x in s):>7.2f} {med(x.wall_pre for x in s):>14.2f} "
                   f"{med(x.wall_start for x in s):>6.2f}", flush=True)
-    lo, hi = min(invs), max(invs)
-    for old in (False, True):
-        a, b = got[(lo, old)], got[(hi, old)]
-        print(f"T({hi})/T({lo}) {'old' if old else 'new'}: host CPU {med(x.cpu for x in b) / med(x.cpu for x in a):.1f}x"
-              f" (preflight+plan {med(x.cpu_pre for x in b) / med(x.cpu_pre for x in a):.1f}x),"
+    lo, hi = counts[0], counts[-1]
+    base = {"old": got[(lo, "old")]}
+    for name in DESIGNS:
+        a, b = base.get(name, got[(lo, "direct")]), got.get((hi, name))
+        if b is None:
+            continue
+        print(f"T({hi})/T({lo}) {name}: host CPU {med(x.cpu for x in b) / med(x.cpu for x in a):.1f}x"
+              f" (preflight+plan {med(x.cpu_pre for x in b) / med(x.cpu_pre for x in a):.1f}x,"
+              f" start {med(x.cpu_start for x in b) / med(x.cpu_start for x in a):.1f}x),"
               f" wall {med(x.wall for x in b) / med(x.wall for x in a):.1f}x {SHARED}")
-    new, old = got[(hi, False)], got[(hi, True)]
-    print(f"new/old host CPU at {hi} nodes: {med(x.cpu for x in new) / med(x.cpu for x in old):.2f}")
+    if hi > 1:
+        print(f"host CPU at {hi} nodes against direct: " + ", ".join(
+            f"{name} {med(x.cpu for x in got[(hi, name)]) / med(x.cpu for x in got[(hi, 'direct')]):.2f}"
+            for name in DESIGNS if name != "direct"))
 
 
-def whole_process(args: argparse.Namespace, invs: dict[int, Path]) -> None:
+def whole_process(args: argparse.Namespace, invs: dict[str, dict[int, Path]]) -> None:
     print("\nwhole `clusterctl launch --detach` process (imports included), median of "
-          f"{args.repeat}:\n{'nodes':>5} {'CPU s':>6} {'wall s':>7}")
+          f"{args.repeat}:\n{'nodes':>5} {'design':>10} {'CPU s':>6} {'wall s':>7}")
     env = {**os.environ, "CLUSTERCTL_PLAIN": "1"}
     cpu = {}
-    for n, inv in invs.items():
-        s = [process_cpu(inv, args.image, env) for _ in range(args.repeat)]
-        cpu[n] = med(c for c, _ in s)
-        print(f"{n:>5} {cpu[n]:>6.2f} {med(w for _, w in s):>7.2f}", flush=True)
-    lo, hi = min(invs), max(invs)
-    print(f"T({hi})/T({lo}): CPU {cpu[hi] / cpu[lo]:.2f}x")
+    counts = sorted(invs["direct"])
+    for n in counts:
+        for name in ("direct", "tree-agent", "tree-key") if n > 1 else ("direct",):
+            s = [process_cpu(invs[name][n], args.image, env) for _ in range(args.repeat)]
+            cpu[(n, name)] = med(c for c, _ in s)
+            print(f"{n:>5} {name:>10} {cpu[(n, name)]:>6.2f} {med(w for _, w in s):>7.2f}", flush=True)
+    lo, hi = counts[0], counts[-1]
+    print(f"T({hi})/T({lo}): CPU " + ", ".join(
+        f"{name} {cpu[(hi, name)] / cpu[(lo, 'direct')]:.2f}x" for name in ("direct", "tree-agent", "tree-key")
+        if (hi, name) in cpu))
 
 
 def teardowns(args: argparse.Namespace, full: Path, invs: dict[int, Path]) -> None:

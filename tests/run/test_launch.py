@@ -509,6 +509,55 @@ def test_a_detached_launch_opens_three_ssh_channels_per_node_and_pushes_only_whe
 @pytest.mark.sandbox
 @pytest.mark.docker
 @pytest.mark.slow
+def test_through_the_tree_a_launch_opens_one_connection_and_a_followed_run_still_fails_fast(
+        clean_nodes, cpu_image, runs_dir, monkeypatch, tmp_path):
+    """``ssh: {tree: true}`` (issue 12's host work): preflight and start of every node go over
+    the first node's connection (width 1: node1 -> node2 -> node3, agent forwarding two levels
+    down), each container gets its own rank; a followed run then behaves as without the tree."""
+    sb = clean_nodes
+    data = yaml.safe_load(sb.inventory_path.read_text())
+    data["ssh"].update({"tree": True, "tree_width": 1})
+    tree_inv = tmp_path / "tree.yaml"
+    tree_inv.write_text(yaml.safe_dump(data, sort_keys=False))
+    inventory = load_inventory(tree_inv)
+    with Cluster(load_inventory(sb.inventory_path)) as cluster:
+        launch.push_image(cluster, cpu_image)
+    from clusterctl.cluster.transport import connection
+    opened: dict[str, int] = {}
+    real = connection.NodeConnection._channel
+
+    def counted(self, argv, *a, **kw):
+        opened[self.name] = opened.get(self.name, 0) + 1
+        return real(self, argv, *a, **kw)
+
+    monkeypatch.setattr(connection.NodeConnection, "_channel", counted)
+    result = launch.launch(load_job(FAIL_RANK_JOB), inventory, image=cpu_image, detach=True,
+                           push=False, overrides={"FAIL_RANK": "99"})
+    monkeypatch.setattr(connection.NodeConnection, "_channel", real)
+    try:
+        assert opened == {"node1": 2}, opened          # the tree's preflight, the tree's start
+        for rank, node in enumerate(sb.nodes):
+            names = run_containers(sb, node, result.record.run_id, running=True)
+            assert len(names) == 1, (node, names)
+            label = sb.node_docker(node, "inspect", "--format",
+                                   f'{{{{index .Config.Labels "{containers.RANK_LABEL}"}}}}', names[0])
+            assert label.stdout.strip() == str(rank), node
+        assert [n.state for n in result.record.nodes] == ["running"] * 3
+    finally:
+        with Cluster(inventory) as cluster:
+            supervise.stop_run(cluster, result.record, grace=0)
+    res = cli("launch", str(FAIL_RANK_JOB), "--nodes", str(tree_inv), "--image", cpu_image,
+              "--set", "FAIL_RANK=2", "--set", "FAIL_AFTER=3")
+    assert res.exit_code == 3, res.output
+    assert res.output[res.output.index("FIRST FAILURE"):].startswith("FIRST FAILURE: node3[2] exited 3")
+    for node in sb.nodes:
+        assert run_containers(sb, node, running=True) == [], node
+    assert list(Path("/tmp").glob("clusterctl-tree.*")) == []
+
+
+@pytest.mark.sandbox
+@pytest.mark.docker
+@pytest.mark.slow
 def test_logs_status_stop_on_a_detached_run_then_on_the_finished_one(clean_nodes, cpu_image, runs_dir):
     sb = clean_nodes
     inv = str(sb.inventory_path)

@@ -37,7 +37,7 @@ from typing import TextIO
 
 from clusterctl.cluster import containers, distribute, engine, sshconfig
 from clusterctl.cluster import preflight as pf
-from clusterctl.cluster.transport import Cluster, CommandResult
+from clusterctl.cluster.transport import Cluster, CommandResult, tree
 from clusterctl.core.deadline import bounded
 from clusterctl.core.errors import ClusterctlError, NodeError, UserError
 from clusterctl.run import flight, logs, plan, records, supervise, watchdog
@@ -161,27 +161,37 @@ def preflight(cluster: Cluster, devices: Mapping[str, Sequence[str]], *,
 #: ``docker run -d ...`` (the arguments), then ``docker inspect`` of the container it started,
 #: in one SSH channel (a channel costs this machine ~2 ms of CPU: issue 12).  A constant: the
 #: argv arrives as positional parameters; stdin (``--env-file /dev/stdin``) reaches docker run.
-_START_SCRIPT = 'c=$("$@") || exit; printf "%s\\n" "$c"; docker inspect --type container "$c"'
+#: The inspect prints only name, state and labels: never the env (secrets), which would
+#: otherwise cross every node of a tree on the way back.
+_START_SCRIPT = ('c=$("$@") || exit; printf "%s\\n" "$c"; docker inspect --type container --format '
+                 '\'[{"Name":{{json .Name}},"State":{{json .State}},"Config":{"Labels":{{json .Config.Labels}}}}]\' "$c"')
 
 
 def start_all(cluster: Cluster, plans: Sequence[plan.NodePlan], *,
               timeout: float = START_TIMEOUT) -> dict[str, containers.ContainerState | None]:
     """Start every node's container in parallel; all or nothing (StartFailed).  Returns each
-    node's container state as ``docker inspect`` saw it just after the start (None: unknown)."""
+    node's container state as ``docker inspect`` saw it just after the start (None: unknown).
+    Through the tree when the inventory asks for it (:mod:`clusterctl.cluster.transport.tree`)."""
     by_node = {p.node: p for p in plans}
 
-    def start(conn) -> containers.ContainerState | None:
-        p = by_node[conn.name]
-        r = conn.run(["sh", "-c", _START_SCRIPT, "sh", *p.argv], stdin=p.stdin, timeout=timeout)
-        CommandResult(conn.name, list(p.argv), r.exit_code, r.stdout, r.stderr).check()  # its words
+    def started(node: str, r: CommandResult) -> containers.ContainerState | None:
+        p = by_node[node]
+        CommandResult(node, list(p.argv), r.exit_code, r.stdout, r.stderr).check()  # its words
         _, _, inspected = r.stdout.partition("\n")
         try:
             found = json.loads(inspected or "[]")
         except ValueError:
             return None
-        return containers.state_from_inspect(conn.name, found[0]) if found else None
+        return containers.state_from_inspect(node, found[0]) if found else None
 
-    results = cluster.map(start, nodes=list(by_node))
+    ran = tree.run_commands(cluster, {p.node: [tree.Command(("sh", "-c", _START_SCRIPT, "sh", *p.argv), p.stdin)]
+                                      for p in plans}, timeout=timeout)
+    results: dict[str, containers.ContainerState | None | NodeError] = {}
+    for node, r in ran.items():
+        try:
+            results[node] = r if isinstance(r, NodeError) else started(node, r[0])
+        except NodeError as e:
+            results[node] = e
     failed = {n: r.reason for n, r in results.items() if isinstance(r, NodeError)}
     if failed:
         # "created but not started" containers exist too (a bad device, a port): remove on every node
