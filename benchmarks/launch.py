@@ -41,14 +41,15 @@ on them grows with node count for that reason alone):
   - ``old``: no ``--init`` either (python as the container's PID 1 ignores SIGTERM, so
     each stop costs the whole grace).
 
-  ``--teardown-only`` measures only these (no launch or whole-process figures).
+  ``--teardown-only`` measures only these (no launch or whole-process figures),
+  ``--launch-only`` only the others.
 
 Run as root (the sandbox creates network namespaces and daemons), with the
 local engine up and an image that has python3 (default: the base target's tag,
 which `make demo` builds on the way to the cpu image):
 
     sudo make bench-launch        # or: sudo .venv/bin/python benchmarks/launch.py
-        [--image REF] [--repeat 2] [--nodes 1,4,8,16] [--teardown-only]
+        [--image REF] [--repeat 2] [--nodes 1,4,8,16] [--teardown-only | --launch-only]
 
 It creates its own sandbox (name "blaunch", 10.213.63.0/24; change with
 --name/--subnet) and removes it at the end, also on failure or Ctrl-C.  Bad
@@ -276,8 +277,11 @@ def parser() -> argparse.ArgumentParser:
                     help="node counts for the launch figures (default 1,4,8,16)")
     ap.add_argument("--name", default="blaunch", help="sandbox name")
     ap.add_argument("--subnet", default="10.213.63.0/24", help="sandbox subnet")
-    ap.add_argument("--teardown-only", action="store_true",
-                    help="only the failure -> teardown figures (at 4 nodes and the largest of --nodes)")
+    only = ap.add_mutually_exclusive_group()
+    only.add_argument("--teardown-only", action="store_true",
+                      help="only the failure -> teardown figures (at 4 nodes and the largest of --nodes)")
+    only.add_argument("--launch-only", action="store_true",
+                      help="only the launch and whole-process figures (no teardown figures)")
     return ap
 
 
@@ -320,7 +324,8 @@ def run(args: argparse.Namespace) -> int:
         if not args.teardown_only:
             launches(args, invs)
             whole_process(args, invs)
-        teardowns(args, full, invs["direct"])
+        if not args.launch_only:
+            teardowns(args, full, invs["direct"])
         print(f"\n(run records in {records.runs_dir()}, removed with the sandbox)")
     finally:
         sandbox.down(args.name)

@@ -184,3 +184,20 @@ def test_preflight_through_the_tree_finds_what_it_finds_node_by_node(sandbox3, t
     assert problems[names[0]] == problems[names[1]] == []
     assert any("/dev/clusterctl-none" in p for p in problems[names[2]]), problems
     assert tree_leftovers(sb) == []
+
+
+def test_known_hosts_index_finds_plain_and_hashed_entries_and_nothing_else(tmp_path):
+    import paramiko
+
+    from clusterctl.cluster.transport.hostkeys import known_hosts_index
+    keys = [paramiko.RSAKey.generate(1024) for _ in range(3)]
+    hk = paramiko.HostKeys()
+    hk.add("10.0.0.1", "ssh-rsa", keys[0])
+    hk.add("[10.0.0.2]:2222", "ssh-rsa", keys[1])
+    hk.add(paramiko.HostKeys.hash_host("10.0.0.3"), "ssh-rsa", keys[2])
+    index = known_hosts_index(hk)
+    assert index("10.0.0.1") == [("ssh-rsa", keys[0].get_base64())]
+    assert index("[10.0.0.2]:2222") == [("ssh-rsa", keys[1].get_base64())]
+    assert index("10.0.0.2") == []                      # another port is another host
+    assert index("10.0.0.3") == [("ssh-rsa", keys[2].get_base64())]   # hashed: matched one by one
+    assert index("10.0.0.4") == []

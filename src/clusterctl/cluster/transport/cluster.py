@@ -84,6 +84,7 @@ class Cluster:
         self._known_hosts = KnownHostsCache(self.settings.known_hosts)   # parsed once, not per node
         self._connections: dict[str, NodeConnection] = {}
         self._lock = threading.Lock()
+        self.tree_memo: dict = {}   # what transport.tree works out once per command (hops)
 
     def __enter__(self) -> Cluster:
         return self

@@ -147,6 +147,27 @@ class KnownHostsCache:
         return copy
 
 
+def known_hosts_index(host_keys: paramiko.HostKeys):
+    """name -> [(key type, base64 key)] as known_hosts holds them for that name (a
+    ``host_key_name``), in O(1) for plain entries; hashed entries (``|1|...``) are matched
+    one by one, as OpenSSH does, only when the plain ones have nothing for the name."""
+    plain: dict[str, list[tuple[str, str]]] = {}
+    hashed = False
+    for e in host_keys._entries:
+        for name in e.hostnames:
+            if name.startswith("|1|"):
+                hashed = True
+            elif e.key is not None:
+                plain.setdefault(name, []).append((e.key.get_name(), e.key.get_base64()))
+
+    def lookup(name: str) -> list[tuple[str, str]]:
+        if name in plain or not hashed:
+            return plain.get(name, [])
+        found = host_keys.lookup(name)
+        return [(kind, key.get_base64()) for kind, key in (found or {}).items()]
+    return lookup
+
+
 def secure(conn: Connection, known_hosts: Path, accept_new: bool,
            cache: KnownHostsCache | None = None) -> None:
     """Give conn (and any ProxyJump gateway) a client that checks OUR known_hosts only.

@@ -46,6 +46,7 @@ naming the node.  Contract: :func:`run_commands`, :func:`plan_tree`,
 from __future__ import annotations
 
 import base64
+import functools
 import getpass
 import re
 import secrets
@@ -59,7 +60,7 @@ import paramiko
 from clusterctl.cluster.transport.agent import HopAgent, load_key
 from clusterctl.cluster.transport.commands import CommandResult
 from clusterctl.cluster.transport.connection import _explicit_port
-from clusterctl.cluster.transport.hostkeys import host_key_name
+from clusterctl.cluster.transport.hostkeys import host_key_name, known_hosts_index
 from clusterctl.core.errors import NodeError
 
 DEFAULT_WIDTH = 32
@@ -191,7 +192,24 @@ class _Hop:
     known_host: str
 
 
-def _hop_of(cluster, node, lookup, host_keys: paramiko.HostKeys) -> _Hop | None:
+def _hops(cluster):
+    """node -> its _Hop (or None), worked out once per node for the whole command (launch
+    asks twice: preflight, start), with known_hosts indexed by name once: looking each node
+    up in the file's entries was O(nodes x entries)."""
+    memo = cluster.tree_memo
+    if "index" not in memo:
+        memo["index"] = known_hosts_index(cluster.known_host_keys())
+        memo["lookup"] = cluster.ssh_lookup()
+        memo["hops"] = {}
+
+    def hop_of(node) -> _Hop | None:
+        if node.name not in memo["hops"]:
+            memo["hops"][node.name] = _hop_of(node, memo["lookup"], memo["index"])
+        return memo["hops"][node.name]
+    return hop_of
+
+
+def _hop_of(node, lookup, index) -> _Hop | None:
     """The node as another node dials it (ssh config HostName/User/Port applied), with the
     host keys this machine's known_hosts holds for it (known_hosts lines); None when the tree cannot take it
     (no known key, or a ProxyJump/ProxyCommand: another node may not reach it directly)."""
@@ -200,12 +218,17 @@ def _hop_of(cluster, node, lookup, host_keys: paramiko.HostKeys) -> _Hop | None:
         return None
     host = cfg.get("hostname") or node.host
     port = _explicit_port(node) or int(cfg.get("port", 22))
-    user = node.user or cfg.get("user") or getpass.getuser()
+    user = node.user or cfg.get("user") or _local_user()
     name = host_key_name(host, port)
-    keys = host_keys.lookup(name)
+    keys = index(name)
     if not keys:
         return None
-    return _Hop(user, host, port, "\n".join(f"{name} {kind} {key.get_base64()}" for kind, key in keys.items()))
+    return _Hop(user, host, port, "\n".join(f"{name} {kind} {blob}" for kind, blob in keys))
+
+
+@functools.lru_cache(maxsize=1)
+def _local_user() -> str:
+    return getpass.getuser()
 
 
 def _b64(data: bytes) -> str:
@@ -306,14 +329,13 @@ def _through_tree(cluster, commands: Mapping[str, Sequence[Command]], timeout: f
     nodes = {n.name: n for n in cluster.nodes}
     names = list(commands)
     root = nodes[names[0]]
-    lookup = cluster.ssh_lookup()
-    host_keys = cluster.known_host_keys()
+    hop_of = _hops(cluster)
     members, hops = [root.name], {}
     for name in names[1:]:
         node = nodes[name]
         if not key_on_nodes and node.identity_file != root.identity_file:
             continue
-        hop = _hop_of(cluster, node, lookup, host_keys)
+        hop = hop_of(node)
         if hop is not None:
             members.append(name)
             hops[name] = hop
