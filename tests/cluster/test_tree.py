@@ -76,12 +76,18 @@ def tree_inventory(sb, tmp_path: Path, **ssh) -> Path:
 
 
 def tree_leftovers(sb) -> list[str]:
-    """Tree directories and processes on this machine (the nodes share its files and
-    process table): nothing may outlive a call."""
+    """Tree directories on this machine (the nodes share its files) and the tree's processes
+    in the sandbox's nodes (their network namespaces): nothing may outlive a call."""
     found = [str(d) for d in Path("/tmp").glob("clusterctl-tree.*")]
-    ps = subprocess.run(["ps", "-eo", "pid=,args="], capture_output=True, text=True).stdout
-    found += [line.strip() for line in ps.splitlines()
-              if "clusterctl-tree" in line and any(ip in line for ip in sb.nodes.values())]
+    in_nodes = set()
+    for node in sb.nodes:
+        out = subprocess.run(["ip", "netns", "pids", sb.netns(node)], capture_output=True, text=True).stdout
+        in_nodes |= {int(p) for p in out.split()}
+    ps = subprocess.run(["ps", "-ww", "-eo", "pid=,args="], capture_output=True, text=True).stdout
+    for line in ps.splitlines():
+        pid, _, args = line.strip().partition(" ")
+        if int(pid) in in_nodes and ("clusterctl-tree" in args or '"$@" < "$IN"' in args):
+            found.append(f"process {pid}: {args[:80]!r}")
     return found
 
 
@@ -201,3 +207,40 @@ def test_known_hosts_index_finds_plain_and_hashed_entries_and_nothing_else(tmp_p
     assert index("10.0.0.2") == []                      # another port is another host
     assert index("10.0.0.3") == [("ssh-rsa", keys[2].get_base64())]   # hashed: matched one by one
     assert index("10.0.0.4") == []
+
+
+def test_nothing_is_left_on_the_nodes_when_clusterctl_is_killed_mid_tree(sandbox3, tmp_path):
+    """SIGKILL of the process holding the root's connection: the root's heartbeat then fails
+    to write, it ends its part (its hops with it), and so does every node below it."""
+    import os
+    import signal
+    import sys
+    import time
+
+    sb = sandbox3
+    inv_path = tree_inventory(sb, tmp_path)
+    program = (
+        "import sys\n"
+        "from clusterctl.cluster.inventory import load_inventory\n"
+        "from clusterctl.cluster.transport import Cluster, tree\n"
+        "inv = load_inventory(sys.argv[1])\n"
+        "with Cluster(inv) as c:\n"
+        "    tree.run_commands(c, {n.name: [tree.Command(('sleep', '300'))] for n in inv.nodes}, timeout=600)\n")
+    child = subprocess.Popen([sys.executable, "-c", program, str(inv_path)], env=os.environ.copy())
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:   # every node's part is up: a sleep on each
+            if len([p for p in tree_leftovers(sb) if p.startswith("/tmp/")]) == len(sb.nodes):
+                break
+            time.sleep(0.2)
+        assert len([p for p in tree_leftovers(sb) if p.startswith("/tmp/")]) == len(sb.nodes)
+        assert any(p.startswith("process") for p in tree_leftovers(sb))   # the check sees them
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+    deadline = time.monotonic() + 20
+    while tree_leftovers(sb) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert tree_leftovers(sb) == []
+    sleeping = subprocess.run(["pgrep", "-f", "^sleep 300$"], capture_output=True, text=True).stdout.split()
+    assert sleeping == [], "a node's command outlived the tree"

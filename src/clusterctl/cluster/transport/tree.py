@@ -111,6 +111,8 @@ mkdir "$d" || { echo "could not make the tree's temporary directory $d" >&2; exi
 trap 'rm -rf "$d"' EXIT
 trap 'exit 143' TERM
 trap 'exit 129' HUP
+# the session's end can reach this shell as SIGPIPE, which would skip the EXIT trap
+trap 'exit 141' PIPE
 req=$(cat)
 { trap '' PIPE
   while sleep $HEARTBEAT < /dev/null > /dev/null 2>&1; do echo clusterctl-alive >&2 || break; done
