@@ -14,7 +14,7 @@ from pathlib import Path
 import clusterctl.cluster.distribute as distribute
 
 #: top first; a module may import only modules after it in this list
-ORDER = ["fanout", "relay", "wire", "agent", "relayplan", "node", "imagesource", "storesave",
+ORDER = ["fanout", "relay", "wire", "relayplan", "node", "imagesource", "storesave",
          "layerstore", "tarsplit", "savestream", "layerfilter", "layout", "tarstream", "source", "trace"]
 PACKAGE = "clusterctl.cluster.distribute"
 

@@ -247,8 +247,8 @@ def _request_line(name: str, path: str, directory: str, hop: _Hop | None,
     return " ".join(fields)
 
 
-_RESULT = re.compile(r"clusterctl-tree (\S+) (\d+) (-?\d+) (\S+) (\S+)$")
-_HOP = re.compile(r"clusterctl-tree-hop (\S+) (\d+) (\S*)$")
+_RESULT = re.compile(r"clusterctl-tree (\S+) (\d+) (-?\d+) (\S+) (\S+)")
+_HOP = re.compile(r"clusterctl-tree-hop (\S+) (\d+) (\S*)")
 
 
 def parse_results(stdout: str, commands: Mapping[str, Sequence[Command]]
@@ -258,7 +258,7 @@ def parse_results(stdout: str, commands: Mapping[str, Sequence[Command]]
     got: dict[str, dict[int, CommandResult]] = {}
     hops: dict[str, str] = {}
     for line in stdout.splitlines():
-        m = _RESULT.match(line)
+        m = _RESULT.fullmatch(line)
         if m and m.group(1) in commands:
             name, k = m.group(1), int(m.group(2))
             if 1 <= k <= len(commands[name]):
@@ -266,7 +266,7 @@ def parse_results(stdout: str, commands: Mapping[str, Sequence[Command]]
                 got.setdefault(name, {})[k] = CommandResult(
                     name, list(commands[name][k - 1].argv), int(m.group(3)), out, err)
             continue
-        m = _HOP.match(line)
+        m = _HOP.fullmatch(line)
         if m:
             words = _unb64(m.group(3)).strip().replace("\n", "; ")
             hops[m.group(1)] = (f"ssh from its parent node exited {m.group(2)}"
