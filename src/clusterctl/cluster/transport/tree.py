@@ -97,7 +97,8 @@ def plan_tree(names: Sequence[str], width: int) -> dict[str, str]:
 
 # The program each node of the tree runs.  $1 its private directory (made here), $2 its
 # name, $3 the identity file on the nodes ("" = the forwarded agent), $4 this program's
-# text quoted for a remote shell (what a hop runs), $5 1 = trace hops on stderr.
+# text quoted for a remote shell (what a hop runs).  $HEARTBEAT, $HOP_CONNECT_TIMEOUT and
+# $TRACE are replaced by the head before it sends the text.
 # stdin: one line per node of its subtree:
 #   NAME PATH DIR PORT USER HOST B64(known_hosts lines) B64(argv, each NUL-terminated) B64(stdin)|- ...
 # stdout: per command of each node of the subtree, "clusterctl-tree NAME K RC B64OUT B64ERR";
