@@ -78,18 +78,13 @@ def tree_inventory(sb, tmp_path: Path, **ssh) -> Path:
 
 def tree_leftovers(sb) -> list[str]:
     """Tree directories on this machine (the nodes share its files) and the tree's processes
-    in the sandbox's nodes (their network namespaces): nothing may outlive a call."""
+    in the sandbox's nodes (their network namespaces): nothing may outlive a call.  A
+    process is shown with the tree directories its command line names (after the script)."""
     found = [str(d) for d in Path("/tmp").glob("clusterctl-tree.*")]
-    in_nodes = set()
-    for node in sb.nodes:
-        out = subprocess.run(["ip", "netns", "pids", sb.netns(node)], capture_output=True, text=True).stdout
-        in_nodes |= {int(p) for p in out.split()}
-    ps = subprocess.run(["ps", "-ww", "-eo", "pid=,args="], capture_output=True, text=True).stdout
-    for line in ps.splitlines():
-        pid, _, args = line.strip().partition(" ")
-        if int(pid) in in_nodes and ("clusterctl-tree" in args or '"$@" < "$IN"' in args):
-            dirs = " ".join(re.findall(r"/tmp/clusterctl-tree\.[0-9a-f]+\.[0-9a-f]+", args))
-            found.append(f"process {pid}: {args[:80]!r} {dirs}".rstrip())
+    for marker in ("clusterctl-tree", '"$@" < "$IN"'):
+        for p in sb.node_processes(marker, width=None):
+            dirs = " ".join(re.findall(r"/tmp/clusterctl-tree\.[0-9a-f]+\.[0-9a-f]+", p))
+            found.append(f"process {p[:80]!r} {dirs}".rstrip())
     return found
 
 

@@ -294,7 +294,7 @@ def run_commands(cluster, commands: Mapping[str, Sequence[Command]], *,
     Through the tree when :func:`enabled`, else (and for every node the tree did not
     bring back) on each node's own connection.  ``on_tree(info)``, when given, is called
     with what the tree did (``{"tree": [...], "direct": [...], "hops": {...}}``)."""
-    order = [n for n in commands]
+    order = list(commands)
     results: dict[str, list[CommandResult] | NodeError] = {}
     info: dict = {"tree": [], "direct": [], "hops": {}}
     if enabled(cluster) and len(order) > 1:
@@ -332,6 +332,8 @@ def _through_tree(cluster, commands: Mapping[str, Sequence[Command]], timeout: f
     nodes = {n.name: n for n in cluster.nodes}
     names = list(commands)
     root = nodes[names[0]]
+    if not key_on_nodes and root.identity_file is None:
+        return {}, {}, []   # nothing to sign node-to-node logins with: every node direct
     hop_of = _hops(cluster)
     members, hops = [root.name], {}
     for name in names[1:]:
@@ -344,8 +346,6 @@ def _through_tree(cluster, commands: Mapping[str, Sequence[Command]], timeout: f
             hops[name] = hop
     if len(members) < 2:
         return {}, {}, []
-    if not key_on_nodes and root.identity_file is None:
-        return {}, {}, []   # nothing to sign node-to-node logins with: every node direct
     paths = plan_tree(members, width)
     token = secrets.token_hex(6)
     dirs = {n: f"/tmp/clusterctl-tree.{token}.{secrets.token_hex(5)}" for n in members}
