@@ -85,10 +85,10 @@ check: venv
 
 lint: $(CLUSTERCTL)
 	$(VENV)/bin/ruff check src tests benchmarks
-	env PATH="$(abspath $(VENV))/bin:$$PATH" $(VENV)/bin/python -m pytest -q tests/build/test_hadolint.py
+	env PATH="$(abspath $(VENV))/bin:$$PATH" $(VENV)/bin/python -m pytest -q tests/image/test_hadolint.py
 
 golden: $(CLUSTERCTL)
-	UPDATE_GOLDEN=1 $(VENV)/bin/python -m pytest -q tests/build/test_golden.py tests/run/test_slurm_script.py \
+	UPDATE_GOLDEN=1 $(VENV)/bin/python -m pytest -q tests/image/test_golden.py tests/run/test_slurm_script.py \
 		tests/run/test_plan.py::test_ddp_smoke_nccl_dry_run_matches_golden
 
 # The lock: every package of the runtime, the dev extra and the build backend

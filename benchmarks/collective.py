@@ -40,7 +40,7 @@ from pathlib import Path
 
 import yaml
 
-from clusterctl.build import targets
+from clusterctl.image import targets
 from clusterctl.cluster import distribute, engine, sandbox
 from clusterctl.cluster.inventory import load_inventory
 from clusterctl.cluster.transport import Cluster

@@ -76,7 +76,7 @@ from pathlib import Path
 
 import yaml
 
-from clusterctl.build import targets
+from clusterctl.image import targets
 from clusterctl.cluster import containers, distribute, engine, sandbox
 from clusterctl.cluster import preflight as pf
 from clusterctl.cluster.inventory import load_inventory

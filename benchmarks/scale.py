@@ -54,7 +54,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from clusterctl.build import targets
+from clusterctl.image import targets
 from clusterctl.cluster import distribute, engine, sandbox
 from clusterctl.cluster.inventory import load_inventory
 from clusterctl.cluster.transport import Cluster

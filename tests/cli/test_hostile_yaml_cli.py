@@ -18,7 +18,7 @@ import sys
 import pytest
 from typer.testing import CliRunner
 
-from clusterctl.build import targets
+from clusterctl.image import targets
 from clusterctl.cli import app
 from clusterctl.cluster import inventory
 from clusterctl.core import yamlfile

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from clusterctl.build import targets
+from clusterctl.image import targets
 from clusterctl.core import paths
 from clusterctl.core.errors import UserError
 from clusterctl.run import jobs

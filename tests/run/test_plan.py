@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from clusterctl.build import targets
+from clusterctl.image import targets
 from clusterctl.cli import app
 from clusterctl.cluster.inventory import load_inventory
 from clusterctl.cluster.sshconfig import resolve_host

@@ -26,7 +26,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from clusterctl.build import targets
+from clusterctl.image import targets
 from clusterctl.cli import app
 from clusterctl.cluster.inventory import load_inventory
 from clusterctl.run import mpi, records

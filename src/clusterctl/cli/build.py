@@ -1,6 +1,6 @@
 """`clusterctl targets | render | build`: image targets, their Dockerfiles, their images.
 
-Thin over clusterctl.build: targets (facts), context (render a target and write
+Thin over clusterctl.image: targets (facts), context (render a target and write
 its build context) and pipeline (plan and build an image); the build's output
 is shown by cli/display.py.  Every input is checked before anything is written
 or any engine is asked; bad input is a UserError (one message, exit 2).
@@ -13,9 +13,9 @@ from typing import Annotated
 
 import typer
 
-from clusterctl.build import context, pipeline
-from clusterctl.build.render import parse_build_args
-from clusterctl.build.targets import load_targets, resolve
+from clusterctl.image import context, pipeline
+from clusterctl.image.render import parse_build_args
+from clusterctl.image.targets import load_targets, resolve
 from clusterctl.cli.display import BuildDisplay
 from clusterctl.cluster import engine
 from clusterctl.core import console

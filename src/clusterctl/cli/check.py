@@ -18,7 +18,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from clusterctl.build.targets import get_target
+from clusterctl.image.targets import get_target
 from clusterctl.cli import collective as collective_view
 from clusterctl.cli.nodes import NodesOption
 from clusterctl.cluster import preflight

@@ -1,6 +1,6 @@
 """How the CLI shows a long-running image build: the library's ``on_output`` / ``log`` callbacks.
 
-The build library (build/pipeline.py, build/imagebuild.py) prints nothing; it
+The build library (image/pipeline.py, image/imagebuild.py) prints nothing; it
 hands each output line to a callback.  ``BuildDisplay`` is the callback the CLI
 passes: a live line with the current step and elapsed time on a terminal (each
 step also kept above it), and every line as plain text otherwise (pipes, CI

@@ -16,5 +16,5 @@ Data flows jobs -> plan -> launch -> supervise -> logs / records:
 * ``export``: pure; a job as a Kubeflow PyTorchJob / TrainJob manifest (no cluster).
 
 run/ imports core/, cluster/ (transport, preflight, distribute, containers,
-sshconfig) and build/targets; nothing below cli/ imports run/.
+sshconfig) and image/targets; nothing below cli/ imports run/.
 """

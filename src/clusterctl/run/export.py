@@ -1,7 +1,7 @@
 """Kubernetes manifests of a job: a Kubeflow PyTorchJob or a Kubeflow Trainer TrainJob.
 
 :func:`build_manifest` is pure: the job (:mod:`clusterctl.run.jobs`), its target's
-facts (:mod:`clusterctl.build.targets`) and the options in, a :class:`Manifest` (the
+facts (:mod:`clusterctl.image.targets`) and the options in, a :class:`Manifest` (the
 object as a dict, plus notes on what Kubernetes cannot say) out; :meth:`Manifest.text`
 is the YAML ``clusterctl export`` writes.  Nothing is contacted and no API server is
 needed.
@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 
 import yaml
 
-from clusterctl.build import targets
+from clusterctl.image import targets
 from clusterctl.cluster.containers import JOB_LABEL
 from clusterctl.core.errors import UserError, did_you_mean, one_of
 from clusterctl.run.jobs import (

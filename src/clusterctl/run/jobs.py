@@ -16,7 +16,7 @@ Keys of a job file (unknown keys are an error)
 ``description``
     One line for listings.  Optional.
 ``target``
-    A target name (``clusterctl targets``, src/clusterctl/build/data/targets.yaml).  The
+    A target name (``clusterctl targets``, src/clusterctl/image/data/targets.yaml).  The
     target gives the default image tag, the ``docker run`` flags and devices
     every container of that stack needs, and default container environment.
 ``image``
@@ -108,7 +108,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from clusterctl.build import targets
+from clusterctl.image import targets
 from clusterctl.core import paths
 from clusterctl.core.durations import DURATION_HELP, parse_duration
 from clusterctl.core.errors import UserError, did_you_mean, one_of

@@ -25,7 +25,7 @@ Environment precedence (later wins)
    ``WORLD_SIZE`` = number of nodes), and ``GLOO_SOCKET_IFNAME`` /
    ``NCCL_SOCKET_IFNAME`` = the node's interface (inventory ``interface``,
    else what preflight found);
-2. the target's default ``env`` (src/clusterctl/build/data/targets.yaml);
+2. the target's default ``env`` (src/clusterctl/image/data/targets.yaml);
 3. the job's ``env`` (placeholders filled);
 4. the inventory's ``env`` (``defaults:`` merged with the node's own);
 5. ``--set NAME=VALUE``, exactly as typed (never expanded).
@@ -78,7 +78,7 @@ import shlex
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from clusterctl.build import targets
+from clusterctl.image import targets
 from clusterctl.cluster.containers import JOB_LABEL, NODE_LABEL, RANK_LABEL, RUN_LABEL
 from clusterctl.core.errors import UserError
 from clusterctl.core.text import control_problem, escaped
@@ -198,7 +198,7 @@ class _Launch:
     """What is the same for every node of one plan."""
 
     job: Job
-    target: object | None          # clusterctl.build.targets.Target
+    target: object | None          # clusterctl.image.targets.Target
     image: str
     run_id: str
     extra_docker_args: tuple[str, ...]

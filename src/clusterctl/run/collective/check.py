@@ -29,7 +29,7 @@ from dataclasses import dataclass, replace
 from importlib import resources
 from pathlib import Path
 
-from clusterctl.build import targets
+from clusterctl.image import targets
 from clusterctl.cluster import containers
 from clusterctl.cluster import preflight as pf
 from clusterctl.cluster.transport import Cluster

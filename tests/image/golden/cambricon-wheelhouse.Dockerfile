@@ -1,0 +1,27 @@
+# Dockerfile of the clusterctl "cambricon" image.
+# Rendered by `clusterctl render --target cambricon` from templates/cambricon/;
+# edit the template or src/clusterctl/image/data/*.yaml, not this file.
+#
+# Cambricon PyTorch (torch_mlu) with CNCL; backend cncl. The base image comes
+# from Cambricon as a tarball (`docker load`); older ones keep torch in a venv,
+# which the entrypoint activates.
+FROM pytorch:v1.17.0-torch1.13.1-ubuntu20.04-py310
+
+LABEL org.opencontainers.image.title="clusterctl cambricon" \
+      io.clusterctl.target="cambricon" \
+      io.clusterctl.torch="1.13.1"
+
+# Offline: every wheel comes from wheels/ in the build context, no index is asked.
+COPY wheels/ /tmp/wheels/
+RUN python -m pip install --no-cache-dir --no-index --find-links /tmp/wheels \
+        /tmp/wheels/*.whl \
+ && rm -rf /tmp/wheels
+
+# The repository's example training scripts (examples/), for `clusterctl launch`.
+COPY examples/ /opt/clusterctl/examples/
+
+# The entrypoint script sets up what a RUN step cannot persist (sourced
+# environments), then execs the command; it is executable in the build context.
+COPY entrypoint.sh /opt/clusterctl/entrypoint.sh
+ENTRYPOINT ["/opt/clusterctl/entrypoint.sh"]
+CMD ["bash"]
