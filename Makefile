@@ -19,7 +19,7 @@ INVENTORY ?= inventories/sandbox.yaml
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
 
-.PHONY: help setup venv image render demo demo-down test check lint golden lock bench-push bench-launch bench-validate bench-collective bench-scale clean
+.PHONY: help setup venv image render demo demo-down test check docs docs-serve lint golden lock bench-plots bench-push bench-launch bench-validate bench-collective bench-scale clean
 
 help:
 	@echo "make demo        set up this machine, build the cpu image, start a $(NODES)-node sandbox, run ddp-smoke on it"
@@ -27,6 +27,8 @@ help:
 	@echo "make check       set up this machine with a fresh $(VENV) from the lock and run the full test suite (what CI runs)"
 	@echo "make image TARGET=cpu|ipex|accl|nccl|cambricon|base   build one target's image"
 	@echo "make test        run the test suite with $(VENV) (machine already set up)"
+	@echo "make docs        build the documentation site into site/ (strict: a broken link or a missing page fails)"
+	@echo "make docs-serve  serve the documentation site on http://127.0.0.1:8000 while you edit docs/"
 	@echo "make lint        ruff + hadolint on every rendered Dockerfile"
 	@echo "make golden      rewrite the golden Dockerfiles, sbatch scripts and the nccl smoke dry-run after a reviewed change"
 	@echo "make lock        refresh $(LOCK) from pyproject.toml (needs uv; UV_ARGS=--upgrade for newest versions)"
@@ -81,7 +83,15 @@ test: $(CLUSTERCTL)
 
 # (test runs in a second make, after venv has re-created $(VENV))
 check: venv
+	$(MAKE) docs
 	$(MAKE) test
+
+# The site: mkdocs.yml; docs/hooks.py generates the reference pages from the code.
+docs: $(CLUSTERCTL)
+	$(VENV)/bin/mkdocs build --strict --clean --site-dir site
+
+docs-serve: $(CLUSTERCTL)
+	$(VENV)/bin/mkdocs serve --strict --dev-addr 127.0.0.1:8000
 
 lint: $(CLUSTERCTL)
 	$(VENV)/bin/ruff check src tests benchmarks
