@@ -1,0 +1,1 @@
+"""MkDocs hooks (mkdocs.yml `hooks:`): the reference pages are generated here."""
