@@ -67,7 +67,7 @@ is bounded by the local engine exporting the whole image, not by the wire,
 which carries 5.3 MB instead of 1344 MB per node; every node's sshd, dockerd
 and ``docker load`` share the same 2 cores, hence the growth with node count.
 Those figures predate the layer-store source: with it a one-layer change reads
-that layer only (about 1-3 s star, 1 or 4 nodes, at load ~8; README "Push").
+that layer only (about 1-3 s star, 1 or 4 nodes, at load ~8; docs/benchmarks/push.md).
 """
 
 from clusterctl.cluster.distribute.fanout import push_image

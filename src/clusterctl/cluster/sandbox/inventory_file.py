@@ -91,7 +91,7 @@ def inventory_text(sb: Sandbox) -> str:
         "# holds every node's own host key.\n",
         dump({"ssh": {"known_hosts": str(sb.known_hosts_path), "accept_new_host_keys": False}}),
         "# To launch through the nodes (one SSH connection from here, the nodes log in to\n",
-        "# each other; README \"Launching on many nodes\"), add under ssh:\n",
+        "# each other; docs/how-to/many-nodes.md), add under ssh:\n",
         "#   tree: true\n",
         f"#   node_identity_file: {sb.key_path}   # the nodes share this machine's files\n",
         "\n",
