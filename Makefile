@@ -111,6 +111,11 @@ lock:
 	  | $(UV) pip compile --quiet pyproject.toml - --extra dev --universal --python-version 3.10 \
 	      --generate-hashes --custom-compile-command "make lock" $(UV_ARGS) -o $(LOCK)
 
+# the benchmark pages' plots: every docs/benchmarks/data/*.json drawn into docs/benchmarks/img/
+# (matplotlib, no root, no Docker; the same data gives the same PNG bytes)
+bench-plots:
+	$(VENV)/bin/python benchmarks/plot.py
+
 bench-push: $(CLUSTERCTL)
 	$(SUDO) $(VENV)/bin/python benchmarks/push.py $(BENCH_ARGS)
 

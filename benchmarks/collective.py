@@ -21,6 +21,12 @@ Run as root with the local engine up and the cpu image built (`make demo` builds
 
     sudo .venv/bin/python benchmarks/collective.py [--image clusterctl/cpu:2.13.0]
         [--nodes 2,4,8] [--bandwidth 20mbit] [--name bcoll --subnet 10.213.65.0/24]
+        [--json FILE] [--plot FILE.png]
+
+``--json FILE`` writes the printed figures and the run's conditions in benchmarks/plot.py's
+"collective" shape: ``pair`` (the one 2-node check: seconds, verdict) and per node count
+nodes, verdict_s, torch_up_s, measuring_s, all_pairs_s (null: the same as 3 rounds),
+by_hand_s, vs_all, vs_hand, verdict, busbw and reference (bytes/s); ``--plot`` draws them.
 
 It creates its own sandbox (name "bcoll", 10.213.65.0/24 by default) and removes it
 at the end, also on failure or Ctrl-C; pushing the image to the nodes is not counted.
@@ -40,14 +46,19 @@ from pathlib import Path
 
 import yaml
 
-from clusterctl.image import targets
 from clusterctl.cluster import distribute, engine, sandbox
 from clusterctl.cluster.inventory import load_inventory
 from clusterctl.cluster.transport import Cluster
 from clusterctl.core.errors import ClusterctlError, UserError
+from clusterctl.image import targets
 from clusterctl.run import launch
 from clusterctl.run.collective import check as collective
 from clusterctl.run.collective import model
+
+if __package__:                 # imported as benchmarks.collective (the tests)
+    from . import plot as benchplot
+else:                           # run as a script: benchmarks/ is sys.path[0]
+    import plot as benchplot
 
 SIZES = (64 << 10, 256 << 10)      # small: a slow link moves ~250 kB/s
 PAIR_BYTES = 256 << 10
@@ -90,6 +101,10 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--bandwidth", default="20mbit", help="tbf rate of every node link")
     ap.add_argument("--name", default="bcoll", help="sandbox name")
     ap.add_argument("--subnet", default="10.213.65.0/24", help="sandbox subnet")
+    ap.add_argument("--json", default=None, metavar="FILE",
+                    help="write the figures and the run's conditions as JSON (benchmarks/plot.py)")
+    ap.add_argument("--plot", default=None, metavar="FILE.png",
+                    help="draw them: seconds to the verdict against nodes (benchmarks/plot.py)")
     return ap
 
 
@@ -101,6 +116,7 @@ def check(args: argparse.Namespace) -> None:
         rate_bytes(args.bandwidth)
     except argparse.ArgumentTypeError as e:
         raise UserError(str(e)) from None
+    benchplot.check_outputs(args.json, args.plot)
     sandbox.require_environment("benchmarks/collective.py")
     distribute.source_image(engine.client(), args.image)
 
@@ -125,6 +141,26 @@ def tenth(rate: str) -> str:
     return f"{float(digits) / 10:g}{unit}"
 
 
+def row(n: int, seconds: float, ready: float, done: float, every: float | None, by_hand: float,
+        verdict: str, busbw: float | None, reference: float | None) -> dict:
+    """One printed row as the JSON holds it (seconds; bus bandwidths in bytes/s)."""
+    return {"nodes": n, "verdict_s": round(seconds, 3), "torch_up_s": round(ready, 3),
+            "measuring_s": round(done - ready, 3),
+            "all_pairs_s": round(every, 3) if every is not None else None,
+            "by_hand_s": round(by_hand, 3),
+            "vs_all": round(every / seconds, 3) if every is not None else None,
+            "vs_hand": round(by_hand / seconds, 3), "verdict": verdict,
+            "busbw": busbw, "reference": reference}
+
+
+def json_document(pair: dict, rows: list[dict], args: argparse.Namespace, push_seconds: float,
+                  command: str, conditions: dict) -> dict:
+    """The run's figures and conditions as one checked document (plot.py's "collective" shape)."""
+    return benchplot.document("collective", command, {
+        **conditions, "bandwidth": args.bandwidth, "slow_bandwidth": tenth(args.bandwidth),
+        "image": args.image, "push_seconds": round(push_seconds, 1)}, pair=pair, rows=rows)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
@@ -139,6 +175,10 @@ def run(args: argparse.Namespace) -> int:
     tmp = Path(tempfile.mkdtemp(prefix="bench-collective-"))
     os.environ["CLUSTERCTL_RUNS"] = str(tmp / "runs")
     most = max(args.nodes)
+    rows: list[dict] = []
+    pair: dict = {}
+    pushed = 0.0
+    loads = benchplot.Loads()
     try:
         print(f"sandbox {args.name}: {most} nodes, every link {args.bandwidth} "
               f"(the slow node's {tenth(args.bandwidth)}) ...", flush=True)
@@ -148,6 +188,7 @@ def run(args: argparse.Namespace) -> int:
         t = time.monotonic()
         with Cluster(load_inventory(full)) as cluster:
             launch.push_image(cluster, args.image)
+        pushed = time.monotonic() - t
         print(f"image {args.image} pushed to {most} nodes in {time.monotonic() - t:.0f}s "
               "(not counted)", flush=True)
         for node in sb.nodes:
@@ -158,6 +199,7 @@ def run(args: argparse.Namespace) -> int:
         pair_result, pair_seconds = one_check(inventory_for(full, 2, tmp / "pair.yaml"), args.image)
         print(f"one 2-node check (the by-hand way's unit): {pair_seconds:.1f}s, "
               f"{pair_result.verdict.message}", flush=True)
+        pair = {"seconds": round(pair_seconds, 3), "verdict": pair_result.verdict.message}
         print(f"\n{'nodes':>5} {'verdict s':>10} {'torch up s':>11} {'measuring s':>12} "
               f"{'all pairs s':>12} {'by hand s':>10} {'vs all':>7} {'vs hand':>8}  verdict")
         for n in args.nodes:
@@ -185,11 +227,22 @@ def run(args: argparse.Namespace) -> int:
             print(f"{n:>5} {seconds:>10.1f} {ready:>11.1f} {done - ready:>12.1f} {all_s} "
                   f"{by_hand:>10.0f} {vs_all} {by_hand / seconds:>7.1f}x  {result.verdict.message}{flag}",
                   flush=True)
+            rows.append(row(n, seconds, ready, done, every, by_hand, result.verdict.message + flag,
+                            result.verdict.busbw if result.measurements.world else None,
+                            result.verdict.reference if result.measurements.world else None))
+            loads.sample()
             if result.measurements.world:
                 print(f"{'':>5} all-node busbw {model.fmt_rate(result.verdict.busbw)}, "
                       f"median node's best pair {model.fmt_rate(result.verdict.reference)}",
                       flush=True)
     finally:
+        if rows and (args.json or args.plot):
+            doc = json_document(pair, rows, args, pushed, benchplot.command_line(),
+                                benchplot.conditions(loads))
+            if args.json:
+                benchplot.write(doc, args.json)
+            if args.plot:
+                benchplot.draw(doc, args.plot)
         sandbox.down(args.name)
         shutil.rmtree(tmp, ignore_errors=True)
     return 0

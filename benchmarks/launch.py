@@ -50,6 +50,13 @@ which `make demo` builds on the way to the cpu image):
 
     sudo make bench-launch        # or: sudo .venv/bin/python benchmarks/launch.py
         [--image REF] [--repeat 2] [--nodes 1,4,8,16] [--teardown-only | --launch-only]
+        [--json FILE] [--plot FILE.png]
+
+``--json FILE`` writes every printed row and the run's conditions in benchmarks/plot.py's
+"launch" shape: ``launch`` (nodes, design, host_cpu, cpu_pre, cpu_start, wall, wall_pre,
+wall_start: medians), ``process`` (nodes, design, cpu, wall), ``teardown`` (nodes, design,
+stopped, detection, stop_calls, lines_first/lines_last, line_median/line_max, each_run,
+load_average) and ``ratios`` (the T(hi)/T(lo) lines); ``--plot`` draws them.
 
 It creates its own sandbox (name "blaunch", 10.213.63.0/24; change with
 --name/--subnet) and removes it at the end, also on failure or Ctrl-C.  Bad
@@ -76,14 +83,19 @@ from pathlib import Path
 
 import yaml
 
-from clusterctl.image import targets
 from clusterctl.cluster import containers, distribute, engine, sandbox
 from clusterctl.cluster import preflight as pf
 from clusterctl.cluster.inventory import load_inventory
 from clusterctl.cluster.transport import Cluster, connection
 from clusterctl.core.errors import ClusterctlError
+from clusterctl.image import targets
 from clusterctl.run import launch, records, supervise
 from clusterctl.run.jobs import load_job
+
+if __package__:                 # imported as benchmarks.launch (the tests)
+    from . import plot as benchplot
+else:                           # run as a script: benchmarks/ is sys.path[0]
+    import plot as benchplot
 
 REPO = Path(__file__).resolve().parent.parent
 JOB = REPO / "tests" / "fixtures" / "jobs" / "fail-rank.yaml"   # moved with the test fixtures
@@ -282,6 +294,10 @@ def parser() -> argparse.ArgumentParser:
                       help="only the failure -> teardown figures (at 4 nodes and the largest of --nodes)")
     only.add_argument("--launch-only", action="store_true",
                       help="only the launch and whole-process figures (no teardown figures)")
+    ap.add_argument("--json", default=None, metavar="FILE",
+                    help="write every row and the run's conditions as JSON (benchmarks/plot.py)")
+    ap.add_argument("--plot", default=None, metavar="FILE.png",
+                    help="draw the rows: host CPU, wall and teardown against nodes (benchmarks/plot.py)")
     return ap
 
 
@@ -289,6 +305,7 @@ def check(args: argparse.Namespace) -> None:
     """Every problem with the input or this machine, before the sandbox exists (exit 2)."""
     sandbox.check_name(args.name)
     sandbox.parse_subnet(args.subnet, max(args.nodes))
+    benchplot.check_outputs(args.json, args.plot)
     sandbox.require_environment("benchmarks/launch.py")
     distribute.source_image(engine.client(), args.image)   # no engine, or no such image
 
@@ -307,10 +324,45 @@ def med(values) -> float:
     return statistics.median(list(values))
 
 
+def launch_row(n: int, design_name: str, runs: list[Launch]) -> dict:
+    """One printed launch row (medians over ``runs``) as the JSON holds it."""
+    return {"nodes": n, "design": design_name,
+            **{k: round(med(getattr(x, k) for x in runs), 4)
+               for k in ("cpu", "cpu_pre", "cpu_start", "wall", "wall_pre", "wall_start")}}
+
+
+def teardown_row(n: int, design_name: str, runs: list[Teardown], load: tuple[float, ...]) -> dict:
+    """One printed teardown row (medians over ``runs``, and each run's figure)."""
+    first = runs[0].line_median is not None
+    return {"nodes": n, "design": design_name, "stopped": round(med(x.node_clock for x in runs), 4),
+            "detection": round(med(x.detection for x in runs), 4),
+            "stop_calls": round(med(x.stop_calls for x in runs), 4),
+            **({k: round(med(getattr(x, k) for x in runs), 4)
+                for k in ("to_first_line", "to_last_line", "line_median", "line_max")} if first else {}),
+            "each_run": [round(x.node_clock, 4) for x in runs],
+            "load_average": [round(v, 2) for v in load]}
+
+
+def json_document(results: dict[str, list[dict]], args: argparse.Namespace, command: str,
+                  conditions: dict) -> dict:
+    """The run's rows and conditions as one checked document (plot.py's "launch" shape).
+    ``results``: "launch" rows as :func:`launch_row` makes them, "process", "teardown"
+    (:func:`teardown_row`) and "ratios"."""
+    rename = {"cpu": "host_cpu", "to_first_line": "lines_first", "to_last_line": "lines_last"}
+    lists = {key: [{rename.get(k, k) if key != "process" else k: v for k, v in r.items()}
+                   for r in results.get(key, [])]
+             for key in ("launch", "process", "teardown", "ratios")}
+    return benchplot.document("launch", command, {
+        **conditions, "repeat": args.repeat, "image": args.image,
+        "fail_grace": supervise.Settings.fail_grace}, **lists)
+
+
 def run(args: argparse.Namespace) -> int:
     tmp = Path(tempfile.mkdtemp(prefix="bench-launch-"))
     os.environ["CLUSTERCTL_RUNS"] = str(tmp / "runs")
     size = max(args.nodes)
+    results: dict[str, list[dict]] = {"launch": [], "process": [], "teardown": [], "ratios": []}
+    loads = benchplot.Loads()
     try:
         print(f"sandbox {args.name}: {size} nodes, sharing this machine's {os.cpu_count()} cores ...", flush=True)
         sb = sandbox.up(size, name=args.name, subnet=args.subnet, inventory_path=tmp / "all.yaml")
@@ -322,18 +374,27 @@ def run(args: argparse.Namespace) -> int:
         invs = {name: {n: inventory_for(full, n, tmp / f"n{n}-{name}.yaml", name) for n in args.nodes}
                 for name in DESIGNS}
         if not args.teardown_only:
-            launches(args, invs)
-            whole_process(args, invs)
+            launches(args, invs, results)
+            loads.sample()
+            whole_process(args, invs, results)
+            loads.sample()
         if not args.launch_only:
-            teardowns(args, full, invs["direct"])
+            teardowns(args, full, invs["direct"], results)
         print(f"\n(run records in {records.runs_dir()}, removed with the sandbox)")
     finally:
+        if any(results.values()) and (args.json or args.plot):
+            doc = json_document(results, args, benchplot.command_line(), benchplot.conditions(loads))
+            if args.json:
+                benchplot.write(doc, args.json)
+            if args.plot:
+                benchplot.draw(doc, args.plot)
         sandbox.down(args.name)
         shutil.rmtree(tmp, ignore_errors=True)
     return 0
 
 
-def launches(args: argparse.Namespace, invs: dict[str, dict[int, Path]]) -> None:
+def launches(args: argparse.Namespace, invs: dict[str, dict[int, Path]],
+             results: dict[str, list[dict]]) -> None:
     print(f"\nlaunch -> all containers running (detached, image present), median of {args.repeat};"
           f"\nhost = CPU s of the clusterctl process (all threads); wall = mostly waiting on the nodes {SHARED}")
     print(f"{'nodes':>5} {'design':>10} {'host CPU s':>10} {'preflight+plan':>14} {'start':>6}"
@@ -352,12 +413,17 @@ def launches(args: argparse.Namespace, invs: dict[str, dict[int, Path]]) -> None
                   f"{med(x.cpu_pre for x in s):>14.3f} {med(x.cpu_start for x in s):>6.3f} "
                   f"{med(x.wall for x in s):>7.2f} {med(x.wall_pre for x in s):>14.2f} "
                   f"{med(x.wall_start for x in s):>6.2f}", flush=True)
+            results["launch"].append(launch_row(n, name, s))
     lo, hi = counts[0], counts[-1]
     base = {"old": got[(lo, "old")]}
     for name in DESIGNS:
         a, b = base.get(name, got[(lo, "direct")]), got.get((hi, name))
         if b is None:
             continue
+        for what, attr in (("host_cpu", "cpu"), ("cpu_pre", "cpu_pre"), ("cpu_start", "cpu_start"),
+                           ("wall", "wall")):
+            results["ratios"].append({"design": name, "what": what, "nodes": [lo, hi], "value": round(
+                med(getattr(x, attr) for x in b) / med(getattr(x, attr) for x in a), 3)})
         print(f"T({hi})/T({lo}) {name}: host CPU {med(x.cpu for x in b) / med(x.cpu for x in a):.1f}x"
               f" (preflight+plan {med(x.cpu_pre for x in b) / med(x.cpu_pre for x in a):.1f}x,"
               f" start {med(x.cpu_start for x in b) / med(x.cpu_start for x in a):.1f}x),"
@@ -368,7 +434,8 @@ def launches(args: argparse.Namespace, invs: dict[str, dict[int, Path]]) -> None
             for name in DESIGNS if name != "direct"))
 
 
-def whole_process(args: argparse.Namespace, invs: dict[str, dict[int, Path]]) -> None:
+def whole_process(args: argparse.Namespace, invs: dict[str, dict[int, Path]],
+                  results: dict[str, list[dict]]) -> None:
     print("\nwhole `clusterctl launch --detach` process (imports included), median of "
           f"{args.repeat}:\n{'nodes':>5} {'design':>10} {'CPU s':>6} {'wall s':>7}")
     env = {**os.environ, "CLUSTERCTL_PLAIN": "1"}
@@ -379,13 +446,19 @@ def whole_process(args: argparse.Namespace, invs: dict[str, dict[int, Path]]) ->
             s = [process_cpu(invs[name][n], args.image, env) for _ in range(args.repeat)]
             cpu[(n, name)] = med(c for c, _ in s)
             print(f"{n:>5} {name:>10} {cpu[(n, name)]:>6.2f} {med(w for _, w in s):>7.2f}", flush=True)
+            results["process"].append({"nodes": n, "design": name, "cpu": round(cpu[(n, name)], 4),
+                                       "wall": round(med(w for _, w in s), 4)})
     lo, hi = counts[0], counts[-1]
+    results["ratios"] += [{"design": name, "what": "process_cpu", "nodes": [lo, hi],
+                           "value": round(cpu[(hi, name)] / cpu[(lo, "direct")], 3)}
+                          for name in ("direct", "tree-agent", "tree-key") if (hi, name) in cpu]
     print(f"T({hi})/T({lo}): CPU " + ", ".join(
         f"{name} {cpu[(hi, name)] / cpu[(lo, 'direct')]:.2f}x" for name in ("direct", "tree-agent", "tree-key")
         if (hi, name) in cpu))
 
 
-def teardowns(args: argparse.Namespace, full: Path, invs: dict[int, Path]) -> None:
+def teardowns(args: argparse.Namespace, full: Path, invs: dict[int, Path],
+              results: dict[str, list[dict]]) -> None:
     print("\nrank failure -> last other container stopped (node clocks), median of "
           f"{args.repeat}, fail-fast grace {supervise.Settings.fail_grace}s;\nnew: each stop one line "
           "on a channel opened at the start; channel: docker stop on a new SSH channel per node "
@@ -408,6 +481,7 @@ def teardowns(args: argparse.Namespace, full: Path, invs: dict[int, Path]) -> No
                         f" {med(x.line_max for x in s):>12.2f}")
             print(f"{n:>5} {name:>7} {med(x.node_clock for x in s):>18.2f} "
                   f"{med(x.detection for x in s):>11.2f} {med(x.stop_calls for x in s):>12.2f}{line}", flush=True)
+            results["teardown"].append(teardown_row(n, name, s, load))
         print("      each run (failure->stopped s): " + "; ".join(
             f"{name} " + " ".join(f"{x.node_clock:.2f}" for x in got[name]) for name in TEARDOWN_DESIGNS)
             + f"; load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}", flush=True)

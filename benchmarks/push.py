@@ -34,6 +34,12 @@ How to run (root: the sandbox makes network namespaces and daemons)::
     sudo make bench-push          # or: sudo .venv/bin/python benchmarks/push.py
         [--nodes 1,2,4,8] [--bandwidth 16mbit] [--image-mb 32] [--image REF]
         [--ways by-hand,star,relay,relay+zstd] [--layer-mb 5] [--trace FILE]
+        [--json FILE] [--plot FILE.png]
+
+``--json FILE`` writes every printed row (nodes, way, case, seconds, mb_out, image_mb,
+t_over_t1, t_over_ideal, result, and a relay's phases as ``where``) and the run's
+conditions (date, host, cores, load average seen, bandwidth, B, image, S, S/B) in
+benchmarks/plot.py's "push" shape; ``--plot`` draws them (push time against nodes).
 
 Bad input (an image the engine lacks, a malformed --nodes/--bandwidth/--ways/
 --layer-mb, --name or --subnet, not root, no engine) is one message saying what
@@ -58,6 +64,11 @@ from pathlib import Path
 from clusterctl.cluster import distribute, engine, sandbox
 from clusterctl.cluster.inventory import load_inventory
 from clusterctl.core.errors import ClusterctlError, UserError
+
+if __package__:                 # imported as benchmarks.push (the tests)
+    from . import plot as benchplot
+else:                           # run as a script: benchmarks/ is sys.path[0]
+    import plot as benchplot
 
 WAYS = ("by-hand", "star", "relay", "relay+zstd")
 CASES = ("cold", "warm", "layer")
@@ -164,11 +175,10 @@ def push(way: str, ref: str, inventory_path: Path) -> tuple[int, list[str]]:
             [f"{r.node}: {r.error}" for r in results if not r.ok])
 
 
-def where_time_went(trace_text: str) -> str:
-    """One line from a push's trace (``CLUSTERCTL_PUSH_TRACE``): how long each phase of a
-    relay took, one after the other - planning (every node's plan command), starting the
-    nodes' commands, their hops logging in, the head sending, the last byte reaching the
-    chain's end (what sits in each hop's buffers), and the loads' end with the results."""
+def phases(trace_text: str) -> dict[str, float] | None:
+    """A relay push's phases from its trace (``CLUSTERCTL_PUSH_TRACE``), in seconds, one
+    after the other (benchmarks/plot.py's PHASES), or None: not a relay push, or one that
+    did not get that far."""
     at: dict[str, list[float]] = {}
     for line in trace_text.splitlines():
         if line.startswith("#") or not line.strip():
@@ -179,10 +189,42 @@ def where_time_went(trace_text: str) -> str:
         marks = [0.0, max(at["plan-end"]), at["all-started"][0], at["all-ready"][0],
                  max(at["head-send-end"]), max(at["last-byte"]), at["relay-end"][-1]]
     except KeyError:
+        return None
+    return {name: round(b - a, 3)
+            for name, a, b in zip(benchplot.PHASES, marks[:-1], marks[1:], strict=True)}
+
+
+def where_time_went(trace_text: str) -> str:
+    """One line from a push's trace (``CLUSTERCTL_PUSH_TRACE``): how long each phase of a
+    relay took, one after the other - planning (every node's plan command), starting the
+    nodes' commands, their hops logging in, the head sending, the last byte reaching the
+    chain's end (what sits in each hop's buffers), and the loads' end with the results."""
+    spans = phases(trace_text)
+    if spans is None:
         return ""  # not a relay push, or one that did not get that far
     names = ("plan", "start", "hops up", "head sends", "to chain end", "load+results")
-    spans = zip(names, marks[:-1], marks[1:], strict=True)
-    return "where: " + "  ".join(f"{n} {b - a:.2f}" for n, a, b in spans)
+    return "where: " + "  ".join(f"{n} {v:.2f}" for n, v in zip(names, spans.values(), strict=True))
+
+
+def row(n: int, way: str, case: str, seconds: float, out: int, counted: int, ratio: float,
+        ideal: float, ok: bool, where: dict[str, float] | None = None) -> dict:
+    """One printed row as the JSON holds it (bytes as MB, like the table)."""
+    return {"nodes": n, "way": way, "case": case, "seconds": round(seconds, 3),
+            "mb_out": round(out / 1e6, 2), "image_mb": round(counted / 1e6, 2),
+            "t_over_t1": round(ratio, 3), "t_over_ideal": round(seconds / ideal, 3),
+            "result": "ok" if ok else "FAILED", "where": where}
+
+
+def json_document(rows: list[dict], image: distribute.SourceImage | None, image_size: int,
+                  layers: int, bandwidth: str, layer_mb: float, command: str,
+                  conditions: dict) -> dict:
+    """The run's rows and conditions as one checked document (plot.py's "push" shape)."""
+    rate = rate_bytes(bandwidth)
+    return benchplot.document("push", command, {
+        **conditions, "bandwidth": bandwidth, "bytes_per_second": rate,
+        "image": image.ref if image else None, "image_mb": round(image_size / 1e6, 2),
+        "layers": layers, "ideal_seconds": round(image_size / rate, 2),
+        "layer_mb": layer_mb}, rows=rows)
 
 
 def forget(name: str, nodes: int, *images: distribute.SourceImage) -> None:
@@ -210,6 +252,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"{'nodes':>5} {'way':<11} {'case':<6} {'seconds':>8} {'MB out':>8} {'image MB':>9} "
           f"{'T(N)/T(1)':>10} {'T/(S/B)':>8}  result", flush=True)
     first: dict[tuple[str, str], float] = {}
+    rows: list[dict] = []
+    loads = benchplot.Loads()
     try:
         changed = derived_image(client, image.ref, "clusterctl-bench/push:layer",
                                 int(args.layer_mb * 1024 * 1024))
@@ -237,6 +281,8 @@ def run(args: argparse.Namespace) -> int:
                     print(f"{n:>5} {way:<11} {case:<6} {seconds:>8.1f} {out / 1e6:>8.1f} "
                           f"{counted / 1e6:>9.1f} {ratio:>10.2f} {seconds / ideal:>8.2f}  "
                           f"{'ok' if not failures else 'FAILED'}", flush=True)
+                    rows.append(row(n, way, case, seconds, out, counted, ratio, ideal, not failures))
+                    loads.sample()
                     if trace_file.exists():
                         text = trace_file.read_text()
                         trace_file.unlink()
@@ -246,11 +292,19 @@ def run(args: argparse.Namespace) -> int:
                         where = where_time_went(text) if way.startswith("relay") else ""
                         if where:
                             print(f"{'':>5} {where}", flush=True)
+                            rows[-1]["where"] = phases(text)
                     if failures:
                         print("FAILED: " + "; ".join(failures), file=sys.stderr)
                         return 1
         return 0
     finally:
+        if rows and (args.json or args.plot):   # also what a failed or stopped run measured
+            doc = json_document(rows, image, image.size, len(image.diff_ids), args.bandwidth,
+                                args.layer_mb, benchplot.command_line(), benchplot.conditions(loads))
+            if args.json:
+                benchplot.write(doc, args.json)
+            if args.plot:
+                benchplot.draw(doc, args.plot)
         sandbox.down(args.name)
         for image_ in reversed(built):
             try:
@@ -308,6 +362,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--subnet", default="10.213.77.0/24", help="sandbox subnet")
     p.add_argument("--trace", default=None, metavar="FILE",
                    help="append every push's whole timeline (node, phase, seconds) to FILE")
+    p.add_argument("--json", default=None, metavar="FILE",
+                   help="write every row and the run's conditions as JSON (benchmarks/plot.py)")
+    p.add_argument("--plot", default=None, metavar="FILE.png",
+                   help="draw the rows: push time against nodes (benchmarks/plot.py)")
     return p
 
 
@@ -318,6 +376,7 @@ def check(args: argparse.Namespace) -> None:
     sandbox.check_bandwidth(args.bandwidth)
     rate_bytes(args.bandwidth)
     sandbox.parse_subnet(args.subnet, max(args.nodes))
+    benchplot.check_outputs(args.json, args.plot)
     sandbox.require_environment("benchmarks/push.py")
 
 

@@ -31,6 +31,12 @@ How to run (root: the sandbox makes network namespaces and daemons)::
     sudo make bench-scale         # or: sudo .venv/bin/python benchmarks/scale.py
         [--nodes 16] [--rate 625] [--seconds 30] [--stall 10] [--image REF]
         [--runs keeps-up,stalled,unbounded,by-hand] [--name bscale --subnet 10.213.66.0/24]
+        [--json FILE] [--plot FILE.png]
+
+``--json FILE`` writes every printed row (run, wall, exit, stdout, missing, duplicated,
+out_of_order, garbled, node_log, merged, peak_mb, steady_mb, growth_mb, threads, note) and
+the run's conditions (nodes, rate, seconds, stall, sandbox up/down and push seconds) in
+benchmarks/plot.py's "scale" shape; ``--plot`` draws them (memory per run).
 
 The nodes are network namespaces on THIS machine: their sshd, dockerd, the jobs and
 clusterctl share its cores (say so next to any figure).  Bad input (an image the engine
@@ -54,13 +60,18 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from clusterctl.image import targets
 from clusterctl.cluster import distribute, engine, sandbox
 from clusterctl.cluster.inventory import load_inventory
 from clusterctl.cluster.transport import Cluster
 from clusterctl.core.errors import ClusterctlError
+from clusterctl.image import targets
 from clusterctl.run import launch, records, supervise
 from clusterctl.run.jobs import load_job
+
+if __package__:                 # imported as benchmarks.scale (the tests)
+    from . import plot as benchplot
+else:                           # run as a script: benchmarks/ is sys.path[0]
+    import plot as benchplot
 
 REPO = Path(__file__).resolve().parent.parent
 JOB = REPO / "tests" / "fixtures" / "jobs" / "chatty.yaml"
@@ -366,6 +377,28 @@ def report(results: list[Result], args) -> None:
             print(f"  LINES LOST OR DAMAGED in '{r.name}': " + "; ".join(problems))
 
 
+def row(r: Result) -> dict:
+    """One printed row as the JSON holds it."""
+    return {"run": r.name, "wall": round(r.seconds, 3), "exit": r.exit_code,
+            "stdout": r.stdout.received, "missing": r.stdout.missing,
+            "duplicated": r.stdout.duplicated, "out_of_order": r.stdout.out_of_order,
+            "garbled": r.stdout.garbled + r.stdout.misattributed,
+            "node_log": r.files.received if r.files else None,
+            "merged": r.merged if r.files else None,
+            "peak_mb": round(r.memory.peak, 2), "steady_mb": round(r.memory.steady, 2),
+            "growth_mb": round(r.memory.growth, 2), "threads": max(r.memory.threads, default=0),
+            "note": r.note or None}
+
+
+def json_document(rows: list[dict], args, timings: dict[str, float], command: str,
+                  conditions: dict) -> dict:
+    """The run's rows and conditions as one checked document (plot.py's "scale" shape)."""
+    return benchplot.document("scale", command, {
+        **conditions, "nodes": args.nodes, "rate": args.rate, "seconds": args.seconds,
+        "stall": args.stall, "image": args.image,
+        **{k: round(v, 2) for k, v in timings.items()}}, rows=rows)
+
+
 # --------------------------------------------------------------------------- main
 
 
@@ -401,6 +434,10 @@ def parser() -> argparse.ArgumentParser:
                     help="local image with python3 (default: the base target's tag)")
     ap.add_argument("--name", default="bscale", help="sandbox name")
     ap.add_argument("--subnet", default="10.213.66.0/24", help="sandbox subnet")
+    ap.add_argument("--json", default=None, metavar="FILE",
+                    help="write every row and the run's conditions as JSON (benchmarks/plot.py)")
+    ap.add_argument("--plot", default=None, metavar="FILE.png",
+                    help="draw the rows: memory per run (benchmarks/plot.py)")
     return ap
 
 
@@ -409,6 +446,7 @@ def check(args: argparse.Namespace) -> None:
     sandbox.check_name(args.name)
     sandbox.check_nodes(args.nodes)
     sandbox.parse_subnet(args.subnet, args.nodes)
+    benchplot.check_outputs(args.json, args.plot)
     sandbox.require_environment("benchmarks/scale.py")
     distribute.source_image(engine.client(), args.image)   # no engine, or no such image
 
@@ -428,14 +466,18 @@ def run(args: argparse.Namespace) -> int:
     os.environ["CLUSTERCTL_RUNS"] = str(args.tmp / "runs")
     inv = args.tmp / "inventory.yaml"
     results: list[Result] = []
+    timings: dict[str, float] = {}
+    loads = benchplot.Loads()
     try:
         t = time.monotonic()
         sb = sandbox.up(args.nodes, name=args.name, subnet=args.subnet, slots=1, inventory_path=inv)
+        timings["sandbox_up_s"] = time.monotonic() - t
         print(f"sandbox {args.name}: {args.nodes} nodes up in {time.monotonic() - t:.1f}s", flush=True)
         nodes = [n.name for n in sb.nodes]
         t = time.monotonic()
         with Cluster(load_inventory(inv)) as cluster:
             launch.push_image(cluster, args.image)
+        timings["push_s"] = time.monotonic() - t
         print(f"image {args.image} pushed to {args.nodes} nodes in {time.monotonic() - t:.1f}s",
               flush=True)
         for name in args.runs:
@@ -449,12 +491,21 @@ def run(args: argparse.Namespace) -> int:
                                           stall=args.stall, unbounded=True))
             else:
                 results.append(run_by_hand(args, sb, inv, nodes))
+            loads.sample()
         report(results, args)
     finally:
         t = time.monotonic()
         sandbox.down(args.name)
+        timings["sandbox_down_s"] = time.monotonic() - t
         print(f"\nsandbox {args.name} down in {time.monotonic() - t:.1f}s")
         shutil.rmtree(args.tmp, ignore_errors=True)
+        if results and (args.json or args.plot):
+            doc = json_document([row(r) for r in results], args, timings,
+                                benchplot.command_line(), benchplot.conditions(loads))
+            if args.json:
+                benchplot.write(doc, args.json)
+            if args.plot:
+                benchplot.draw(doc, args.plot)
     bad = [r for r in results if r.name != "by hand" and (r.exit_code or not r.stdout.clean)]
     return 1 if bad else 0
 

@@ -18,7 +18,13 @@ steadier figure on a busy machine), the peak resident memory, and the ratio prev
 Run it from a checkout (no root, no sandbox, no engine):
 
     .venv/bin/python benchmarks/validate.py [--nodes 1000,10000,100000] [--old-limit 120]
+        [--json FILE] [--plot FILE.png]
     make bench-validate
+
+``--json FILE`` writes every printed row and the run's conditions (benchmarks/plot.py's
+"validate" shape: per node count and input, new_wall/new_cpu/new_mb and the previous
+design's prev_wall/prev_cpu/prev_over_new, or prev_stopped at --old-limit); ``--plot``
+draws them (CPU seconds against node count, log-log).
 """
 
 from __future__ import annotations
@@ -35,6 +41,11 @@ import time
 from pathlib import Path
 
 KINDS = ("hostfile", "yaml", "slurm")
+
+if __package__:                 # imported as benchmarks.validate (the tests)
+    from . import plot as benchplot
+else:                           # run as a script: benchmarks/ is sys.path[0]
+    import plot as benchplot
 
 
 def old_rank_order(nodes, *, where: str = "inventory"):
@@ -120,6 +131,24 @@ def sizes(text: str) -> list[int]:
     return values
 
 
+def row(n: int, kind: str, new: dict, old: dict | None, old_limit: float) -> dict:
+    """One printed row as the JSON holds it (``old`` None: stopped at ``old_limit`` CPU seconds;
+    prev_over_new is then the lower bound the script prints, old_limit / new CPU s)."""
+    return {"nodes": n, "input": kind, "new_wall": round(new["wall"], 4),
+            "new_cpu": round(new["cpu"], 4), "new_mb": round(new["rss_mb"], 1),
+            "prev_wall": round(old["wall"], 4) if old else None,
+            "prev_cpu": round(old["cpu"], 4) if old else None,
+            "prev_over_new": (round(old["cpu"] / new["cpu"], 2) if old else round(old_limit / new["cpu"]))
+            if new["cpu"] else None,
+            "prev_stopped": old is None}
+
+
+def json_document(rows: list[dict], old_limit: float, command: str, conditions: dict) -> dict:
+    """The run's rows and conditions as one checked document (plot.py's "validate" shape)."""
+    return benchplot.document("validate", command, {**conditions, "old_limit": old_limit},
+                              rows=rows)
+
+
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--one":
         kind, n, design, path = sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5]
@@ -129,12 +158,18 @@ def main() -> None:
     ap.add_argument("--nodes", default="1000,10000,100000", help="node counts, comma-separated")
     ap.add_argument("--old-limit", type=int, default=120,
                     help="CPU seconds after which a previous-design run is stopped (default 120)")
+    ap.add_argument("--json", metavar="FILE", help="write the rows and the run's conditions as JSON")
+    ap.add_argument("--plot", metavar="FILE.png", help="draw the rows (benchmarks/plot.py)")
     args = ap.parse_args()
     counts = sizes(args.nodes)
+    for option, value in (("--json", args.json), ("--plot", args.plot)):
+        if value and not Path(value).resolve().parent.is_dir():
+            bad(f"{option} {value}: its directory does not exist; valid: a file in an existing directory")
     if args.old_limit <= 0:
         bad(f"--old-limit {args.old_limit}: valid: a whole number of CPU seconds greater than 0")
     print(f"{'nodes':>8} {'input':<9} {'new wall s':>10} {'new CPU s':>10} {'new MB':>7} "
           f"{'prev wall s':>11} {'prev CPU s':>10} {'prev/new':>9}")
+    rows, loads = [], benchplot.Loads()
     with tempfile.TemporaryDirectory(prefix="clusterctl-bench-validate-") as tmp:
         for n in counts:
             for kind in KINDS:
@@ -146,9 +181,18 @@ def main() -> None:
                         f"{'>' + format(args.old_limit / new['cpu'], '.0f') + 'x':>9}")
                 print(f"{n:>8} {kind:<9} {new['wall']:>10.2f} {new['cpu']:>10.2f} {new['rss_mb']:>7.0f} {prev}",
                       flush=True)
+                rows.append(row(n, kind, new, old, args.old_limit))
+                loads.sample()
                 if path:
                     path.unlink()
     print(f"(machine load average at the end: {os.getloadavg()[0]:.1f}; CPU seconds are the steadier figure)")
+    if args.json or args.plot:
+        doc = json_document(rows, args.old_limit, benchplot.command_line(),
+                            benchplot.conditions(loads))
+        if args.json:
+            benchplot.write(doc, args.json)
+        if args.plot:
+            benchplot.draw(doc, args.plot)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,680 @@
+"""The benchmarks' JSON results: their shapes, checks, tables and plots.
+
+Every benchmark script takes ``--json FILE`` (its results, one documented shape per
+script: :data:`SHAPES`) and ``--plot FILE.png`` (the plot of those results, drawn here).
+Run on its own, this script draws every data file of ``docs/benchmarks/data/`` into
+``docs/benchmarks/img/`` (``make bench-plots``), one PNG of the same name each::
+
+    .venv/bin/python benchmarks/plot.py [--data DIR] [--out DIR]
+    .venv/bin/python benchmarks/plot.py FILE.json [--out FILE.png]
+    .venv/bin/python benchmarks/plot.py --tables [FILE.json ...]   # the Markdown tables the pages hold
+
+A document (every shape)::
+
+    {"benchmark": "push" | "launch" | "collective" | "validate" | "scale",
+     "schema": 1,
+     "source": "where the figures come from, in words (a run of this script, or transcribed)",
+     "command": "the command line that produced them",
+     "conditions": {"date": "2026-11-23", "host": ..., "cpus": 2,
+                    "load_average": [lowest, highest] of the 1-minute load average seen, ...},
+     <row lists>: [{...}, ...]}
+
+Each shape names its conditions and, per row list, each row's fields; a field ending
+in ``?`` may be missing or null (a transcribed run that did not print it). A file
+missing a required field, or holding the wrong type, is one message naming the file,
+the row and the field (exit status 2). Nothing here needs root, Docker or the
+package: only matplotlib (the Agg backend) and the standard library.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+DATA = REPO / "docs" / "benchmarks" / "data"
+IMG = REPO / "docs" / "benchmarks" / "img"
+SCHEMA = 1
+SIZE = (8.0, 4.5)      # inches at DPI: 800 x 450 pixels
+DPI = 100
+
+#: benchmark -> {"conditions": fields, <row list>: row fields}; "name?" is optional
+#: (missing or null), a type after ":" (num: int or float, int, str, bool, list, dict).
+SHAPES: dict[str, dict[str, tuple[str, ...]]] = {
+    "push": {
+        "conditions": ("bandwidth:str", "bytes_per_second:num", "image_mb:num", "ideal_seconds:num",
+                       "image?:str", "layers?:int", "layer_mb?:num"),
+        # way: by-hand | star | relay | relay+zstd; case: cold | warm | layer;
+        # mb_out: MB that left this machine (bridge tx); image_mb: image MB clusterctl counted;
+        # t_over_t1: T(N)/T(1) for the same way and case; t_over_ideal: T/(S/B);
+        # where: a relay's phases in seconds (plan, start, hops_up, head_sends,
+        # to_chain_end, load_results); design/run: labels when runs of two designs are kept
+        "rows": ("nodes:int", "way:str", "case:str", "seconds:num", "mb_out?:num",
+                 "image_mb?:num", "t_over_t1?:num", "t_over_ideal?:num", "result?:str",
+                 "where?:dict", "design?:str", "run?:str"),
+    },
+    "launch": {
+        "conditions": ("repeat?:int", "image?:str", "fail_grace?:num"),
+        # launch -> every container running, medians: host_cpu = CPU s of the clusterctl
+        # process (cpu_pre: preflight+plan, cpu_start: start); wall = seconds, mostly the nodes
+        "launch": ("nodes:int", "design:str", "host_cpu:num", "cpu_pre?:num", "cpu_start?:num",
+                   "wall?:num", "wall_pre?:num", "wall_start?:num"),
+        # the whole `clusterctl launch --detach` process: CPU s (imports included), wall s
+        "process": ("nodes:int", "design:str", "cpu:num", "wall?:num"),
+        # rank failure -> last other container stopped (stopped, s; medians), detection,
+        # stop calls, lines written (first/last, after the failure was noticed), each node's
+        # line -> stopped (median node / slowest), every run's figure, the load average after
+        "teardown": ("nodes:int", "design:str", "stopped:num", "detection?:num", "stop_calls?:num",
+                     "lines_first?:num", "lines_last?:num", "line_median?:num", "line_max?:num",
+                     "each_run?:list", "run?:str", "load_average?:list"),
+        # T(hi)/T(lo) per design, as printed: {"design": d, "what": "host_cpu"|..., "value": x}
+        "ratios": ("design:str", "what:str", "value:num", "nodes?:list"),
+    },
+    "collective": {
+        "conditions": ("bandwidth:str", "slow_bandwidth:str", "image?:str", "push_seconds?:num"),
+        # the by-hand way's unit: one 2-node check
+        "pair": ("seconds:num", "verdict:str"),
+        # verdict_s: check --collective to its verdict (torch_up_s + measuring_s + the rest);
+        # all_pairs_s: the previous design (every pair), null where it equals 3 rounds;
+        # by_hand_s: pair after pair, n(n-1)/2 x the pair's seconds; vs_*: those over verdict_s;
+        # busbw, reference: bytes/s (all-node bus bandwidth, the median node's best pair)
+        "rows": ("nodes:int", "verdict_s:num", "by_hand_s:num", "verdict:str", "torch_up_s?:num",
+                 "measuring_s?:num", "all_pairs_s?:num", "vs_all?:num", "vs_hand?:num",
+                 "busbw?:num", "reference?:num"),
+    },
+    "validate": {
+        "conditions": ("old_limit:num",),
+        # input: hostfile | yaml | slurm; new_*: this design (wall s, CPU s, peak resident MB);
+        # prev_*: the previous design, null when stopped at old_limit CPU seconds (prev_stopped)
+        "rows": ("nodes:int", "input:str", "new_cpu:num", "new_wall?:num", "new_mb?:num",
+                 "prev_wall?:num", "prev_cpu?:num", "prev_over_new?:num", "prev_stopped?:bool"),
+    },
+    "scale": {
+        "conditions": ("nodes:int", "rate:num", "seconds:num", "stall?:num", "image?:str",
+                       "sandbox_up_s?:num", "sandbox_down_s?:num", "push_s?:num"),
+        # one row per run: lines on stdout / in runs/ (node logs), what went wrong with them,
+        # memory (MB): peak, steady (median), growth (peak after the first line over the
+        # memory then)
+        "rows": ("run:str", "wall:num", "stdout:int", "peak_mb:num", "growth_mb:num",
+                 "exit?:int", "missing?:int", "duplicated?:int", "out_of_order?:int",
+                 "garbled?:int", "node_log?:int", "merged?:int", "steady_mb?:num",
+                 "threads?:int", "note?:str"),
+    },
+}
+TOP = ("benchmark:str", "schema:int", "source:str", "command:str", "conditions:dict")
+COMMON_CONDITIONS = ("date:str", "host?:str", "cpus?:int", "load_average?:list")
+
+
+class DataError(Exception):
+    """A data file that does not have its shape: the message names the file and the field."""
+
+
+def _type_ok(value, kind: str) -> bool:
+    if kind == "num":
+        return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    if kind == "int":
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, {"str": str, "bool": bool, "list": list, "dict": dict}[kind])
+
+
+def _check_fields(obj, fields, where: str, source: str) -> None:
+    if not isinstance(obj, dict):
+        raise DataError(f"{source}: {where}: expected an object with fields "
+                        f"{', '.join(f.split(':')[0].rstrip('?') for f in fields)}")
+    for spec in fields:
+        name, kind = spec.split(":")
+        optional = name.endswith("?")
+        name = name.rstrip("?")
+        value = obj.get(name)
+        if value is None:
+            if optional:
+                continue
+            raise DataError(f'{source}: {where}: missing field "{name}" (a {kind})')
+        if not _type_ok(value, kind):
+            raise DataError(f'{source}: {where}: field "{name}" is {json.dumps(value)[:60]}; '
+                            f"valid: a {kind}")
+
+
+def validate(doc, source: str = "<document>") -> dict:
+    """``doc`` if it has its benchmark's shape, else :class:`DataError` naming ``source``,
+    the row and the field."""
+    _check_fields(doc, TOP, "top level", source)
+    shape = SHAPES.get(doc["benchmark"])
+    if shape is None:
+        raise DataError(f'{source}: field "benchmark" is "{doc["benchmark"]}"; '
+                        f"valid: one of {', '.join(SHAPES)}")
+    if doc["schema"] != SCHEMA:
+        raise DataError(f'{source}: field "schema" is {doc["schema"]}; valid: {SCHEMA}')
+    _check_fields(doc["conditions"], COMMON_CONDITIONS + shape["conditions"], "conditions", source)
+    lists = [k for k in shape if k != "conditions"]
+    for key in lists:
+        value = doc.get(key)
+        if value is None:
+            continue
+        if key == "pair":                     # one object, not a list
+            _check_fields(value, shape[key], key, source)
+            continue
+        if not isinstance(value, list):
+            raise DataError(f'{source}: field "{key}" is {json.dumps(value)[:60]}; valid: a list of rows')
+        for i, row in enumerate(value):
+            _check_fields(row, shape[key], f"{key}[{i}]", source)
+    if not any(doc.get(k) for k in lists if k not in ("pair", "ratios")):
+        raise DataError(f'{source}: no rows: give at least one of the fields '
+                        f"{', '.join(k for k in lists if k not in ('pair', 'ratios'))}")
+    return doc
+
+
+def load(path: str | os.PathLike) -> dict:
+    """A data file, checked (:class:`DataError` names the file and the field)."""
+    path = Path(path)
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as e:
+        raise DataError(f"{path}: cannot read it: {e.strerror}") from None
+    except json.JSONDecodeError as e:
+        raise DataError(f"{path}: line {e.lineno}: not JSON: {e.msg}") from None
+    return validate(doc, str(path))
+
+
+def dumps(doc: dict) -> str:
+    """The document as the files hold it: checked, indented, keys in the shape's order."""
+    validate(doc)
+    return json.dumps(doc, indent=1, ensure_ascii=False) + "\n"
+
+
+def write(doc: dict, path: str | os.PathLike) -> None:
+    Path(path).write_text(dumps(doc), encoding="utf-8")
+
+
+class Loads:
+    """The 1-minute load average, sampled as a benchmark goes: its range is a condition."""
+
+    def __init__(self) -> None:
+        self.seen: list[float] = []
+        self.sample()
+
+    def sample(self) -> float:
+        value = os.getloadavg()[0]
+        self.seen.append(round(value, 2))
+        return value
+
+    def range(self) -> list[float]:
+        self.sample()
+        return [min(self.seen), max(self.seen)]
+
+
+def conditions(loads: Loads | None = None, **extra) -> dict:
+    """A run's conditions: when, where (host name, cores), the load seen, and ``extra``."""
+    return {"date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "host": platform.node(),
+            "cpus": os.cpu_count(), "load_average": loads.range() if loads else None, **extra}
+
+
+def document(benchmark: str, command: str, conditions_: dict, source: str | None = None,
+             **lists) -> dict:
+    """A checked document of ``benchmark``'s shape: what every script's ``--json`` writes."""
+    doc = {"benchmark": benchmark, "schema": SCHEMA,
+           "source": source or f"measured: a run of benchmarks/{benchmark}.py "
+                               f"on {conditions_.get('host') or 'this machine'}",
+           "command": command, "conditions": conditions_, **lists}
+    return validate(doc)
+
+
+def check_outputs(*paths: str | None) -> None:
+    """A script's --json/--plot files can be written (their directory exists), checked
+    before the benchmark runs: the clusterctl UserError (exit 2) naming the option's value."""
+    for path in paths:
+        if path and not Path(path).resolve().parent.is_dir():
+            from clusterctl.core.errors import UserError
+            raise UserError(f"{path}: its directory does not exist; valid: a file in an existing "
+                            "directory (--json FILE, --plot FILE.png)")
+
+
+def command_line(argv: list[str] | None = None) -> str:
+    """The command that ran, as a user would type it (``benchmarks/X.py ARGS``)."""
+    argv = sys.argv if argv is None else argv
+    script = Path(argv[0])
+    try:
+        script = script.resolve().relative_to(REPO)
+    except ValueError:
+        pass
+    return " ".join([f"python {script}", *argv[1:]])
+
+
+# --------------------------------------------------------------------------- tables
+# The pages' tables are these functions' output: docs/benchmarks/*.md holds each one after a
+# line `<!-- bench-table: FILE.json -->`, and tests/benchmarks/ checks that they are equal.
+
+
+def _f(value, digits: int, suffix: str = "") -> str:
+    return "-" if value is None else f"{value:.{digits}f}{suffix}"
+
+
+def _md(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+WAYS = ("by-hand", "star", "relay", "relay+zstd")
+DESIGNS = ("direct", "tree-key", "tree-agent", "old", "before", "now")
+TEARDOWN_DESIGNS = ("new", "channel", "old")
+PHASES = ("plan", "start", "hops_up", "head_sends", "to_chain_end", "load_results")
+
+
+def _ordered(names, order) -> list[str]:
+    seen = list(dict.fromkeys(names))
+    return sorted(seen, key=lambda n: (order.index(n) if n in order else len(order), seen.index(n)))
+
+
+def _phases_only(doc: dict) -> bool:
+    return bool(doc["rows"]) and all(r.get("where") for r in doc["rows"])
+
+
+def push_table(doc: dict) -> str:
+    if _phases_only(doc):
+        header = ["run", "design", "nodes", "case", "seconds (x S/B)",
+                  *(p.replace("_", " ").replace("load results", "load+results") for p in PHASES)]
+        rows = [[r.get("run") or "-", r.get("design") or "-", str(r["nodes"]), r["case"],
+                 f"{r['seconds']:.1f} ({_f(r.get('t_over_ideal'), 2)})",
+                 *(_f(r["where"].get(p), 2) for p in PHASES)] for r in doc["rows"]]
+        return _md(header, rows)
+    header = ["nodes", "way", "case", "seconds", "MB out", "image MB", "T(N)/T(1)", "T/(S/B)", "result"]
+    rows = [[str(r["nodes"]), r["way"], r["case"], _f(r["seconds"], 1), _f(r.get("mb_out"), 1),
+             _f(r.get("image_mb"), 1), _f(r.get("t_over_t1"), 2), _f(r.get("t_over_ideal"), 2),
+             r.get("result") or "-"] for r in doc["rows"]]
+    return _md(header, rows)
+
+
+def _launch_pivot(doc: dict) -> str | None:
+    launch, process = doc.get("launch") or [], doc.get("process") or []
+    if not launch and not process:
+        return None
+    counts = sorted({r["nodes"] for r in launch + process})
+    host = _ordered([r["design"] for r in launch], DESIGNS)
+    wall = _ordered([r["design"] for r in launch if r.get("wall") is not None], DESIGNS)
+    proc = _ordered([r["design"] for r in process], DESIGNS)
+    by = {("launch", r["nodes"], r["design"]): r for r in launch}
+    by.update({("process", r["nodes"], r["design"]): r for r in process})
+
+    def host_cell(r) -> str:
+        if r is None:
+            return "-"
+        cell = f"{r['host_cpu']:.3f}"
+        if r.get("cpu_pre") is not None and r.get("cpu_start") is not None:
+            cell += f" ({r['cpu_pre']:.3f} / {r['cpu_start']:.3f})"
+        return cell
+
+    header = ["nodes", *(f"host CPU s, {d}" for d in host), *(f"wall s, {d}" for d in wall),
+              *(f"whole process CPU s, {d}" for d in proc)]
+    rows = []
+    for n in counts:
+        rows.append([str(n), *(host_cell(by.get(("launch", n, d))) for d in host),
+                     *(_f((by.get(("launch", n, d)) or {}).get("wall"), 2) for d in wall),
+                     *(_f((by.get(("process", n, d)) or {}).get("cpu"), 2) for d in proc)])
+    return _md(header, rows)
+
+
+def _teardown_table(doc: dict) -> str | None:
+    rows_in = doc.get("teardown") or []
+    if not rows_in:
+        return None
+    designs = _ordered([r["design"] for r in rows_in], TEARDOWN_DESIGNS)
+    groups: dict[tuple[str, int], dict[str, dict]] = {}
+    for r in rows_in:
+        groups.setdefault((r.get("run") or "-", r["nodes"]), {})[r["design"]] = r
+    header = ["run", "nodes", *(f"{d} s" for d in designs), "detection s",
+              "line -> stopped s, median node / slowest", "each run s"]
+    rows = []
+    for (run, n), got in groups.items():
+        first = got.get(designs[0]) or next(iter(got.values()))
+        each = "; ".join(f"{d} " + " / ".join(f"{x:.2f}" for x in got[d]["each_run"])
+                         for d in designs if d in got and got[d].get("each_run"))
+        rows.append([run, str(n), *(_f(got[d]["stopped"], 2) if d in got else "-" for d in designs),
+                     _f(first.get("detection"), 2),
+                     f"{_f(first.get('line_median'), 2)} / {_f(first.get('line_max'), 2)}",
+                     each or "-"])
+    return _md(header, rows)
+
+
+def launch_table(doc: dict) -> str:
+    return "\n\n".join(t for t in (_launch_pivot(doc), _teardown_table(doc)) if t)
+
+
+def collective_table(doc: dict) -> str:
+    header = ["nodes", "verdict s", "torch up s", "measuring s", "every pair s (previous)",
+              "by hand s", "every pair / verdict", "by hand / verdict", "verdict"]
+    rows = [[str(r["nodes"]), _f(r["verdict_s"], 1), _f(r.get("torch_up_s"), 1),
+             _f(r.get("measuring_s"), 1),
+             _f(r.get("all_pairs_s"), 1) if r.get("all_pairs_s") is not None else "(= 3 rounds)",
+             _f(r["by_hand_s"], 0), _f(r.get("vs_all"), 1, "x"), _f(r.get("vs_hand"), 1, "x"),
+             r["verdict"]] for r in doc["rows"]]
+    return _md(header, rows)
+
+
+def validate_table(doc: dict) -> str:
+    limit = doc["conditions"]["old_limit"]
+    header = ["nodes", "input", "CPU s", "wall s", "peak MB", "previous CPU s", "previous / new"]
+    rows = []
+    for r in doc["rows"]:
+        stopped = r.get("prev_stopped")
+        ratio = r.get("prev_over_new")
+        if stopped and ratio is None and r["new_cpu"]:
+            ratio = limit / r["new_cpu"]      # what the script prints: > limit / new CPU s
+        rows.append([f"{r['nodes']:,}", r["input"], _f(r["new_cpu"], 2), _f(r.get("new_wall"), 2),
+                     _f(r.get("new_mb"), 0),
+                     f"> {limit:g} (stopped)" if stopped else _f(r.get("prev_cpu"), 2),
+                     ("> " if stopped else "") + _f(ratio, 1 if not stopped else 0, "x")])
+    return _md(header, rows)
+
+
+def scale_table(doc: dict) -> str:
+    def n(value) -> str:
+        return "-" if value is None else f"{value:,}"
+
+    header = ["run", "wall s", "lines on stdout", "in runs/", "missing", "duplicated",
+              "out of order", "garbled", "peak MB", "growth MB"]
+    rows = [[r["run"], _f(r["wall"], 1), n(r["stdout"]), n(r.get("node_log")), n(r.get("missing")),
+             n(r.get("duplicated")), n(r.get("out_of_order")), n(r.get("garbled")),
+             _f(r["peak_mb"], 1), f"{r['growth_mb']:+.1f}"] for r in doc["rows"]]
+    return _md(header, rows)
+
+
+TABLES = {"push": push_table, "launch": launch_table, "collective": collective_table,
+          "validate": validate_table, "scale": scale_table}
+
+
+def table(doc: dict) -> str:
+    """The Markdown table(s) of a checked document, as the benchmark pages hold them."""
+    return TABLES[doc["benchmark"]](doc)
+
+
+# --------------------------------------------------------------------------- plots
+
+COLORS = {"by-hand": "#7f7f7f", "star": "#1f77b4", "relay": "#2ca02c", "relay+zstd": "#d62728",
+          "direct": "#1f77b4", "tree-key": "#2ca02c", "tree-agent": "#9467bd", "old": "#7f7f7f",
+          "before": "#7f7f7f", "now": "#1f77b4", "new": "#1f77b4", "channel": "#ff7f0e",
+          "hostfile": "#1f77b4", "yaml": "#2ca02c", "slurm": "#9467bd"}
+
+
+def _pyplot():
+    import matplotlib
+    matplotlib.use("Agg")
+    matplotlib.rcParams.update({"svg.hashsalt": "clusterctl", "font.size": 9,
+                                "axes.titlesize": 10, "legend.fontsize": 8})
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def _subtitle(doc: dict) -> str:
+    c = doc["conditions"]
+    load = c.get("load_average")
+    bits = [str(c["date"]).split(" ")[0]]
+    if load:
+        bits.append(f"load {load[0]:g} to {load[-1]:g}")
+    if c.get("cpus"):
+        bits.append(f"{c['cpus']} cores")
+    return ", ".join(bits)
+
+
+def _push_nodes(plt, doc: dict):
+    c, rows = doc["conditions"], doc["rows"]
+    fig, (cold, small) = plt.subplots(1, 2, figsize=SIZE, dpi=DPI)
+    ways = _ordered([r["way"] for r in rows], WAYS)
+    counts = sorted({r["nodes"] for r in rows})
+    for way in ways:
+        pts = sorted((r["nodes"], r["seconds"]) for r in rows if r["way"] == way and r["case"] == "cold")
+        if pts:
+            cold.plot(*zip(*pts, strict=True), marker="o", color=COLORS.get(way), label=way)
+        for case, style in (("layer", "-"), ("warm", ":")):
+            pts = sorted((r["nodes"], r["seconds"]) for r in rows if r["way"] == way and r["case"] == case)
+            if pts:
+                small.plot(*zip(*pts, strict=True), marker="o" if case == "layer" else "s",
+                           linestyle=style, color=COLORS.get(way), label=f"{way}, {case}")
+    ideal = c["ideal_seconds"]
+    cold.axhline(ideal, color="black", linestyle="--", linewidth=1, label=f"S/B = {ideal:g} s (one copy)")
+    cold.plot(counts, [n * ideal for n in counts], color="black", linestyle=":", linewidth=1,
+              label="N x S/B (every copy from here)")
+    cold.set_title(f"cold: S = {c['image_mb']:g} MB, links {c['bandwidth']}")
+    small.set_title(f"one changed {c.get('layer_mb') or '?'} MB layer, and warm")
+    for ax in (cold, small):
+        ax.set_xlabel("nodes")
+        ax.set_ylabel("seconds")
+        ax.set_xticks(counts)
+        ax.grid(alpha=0.3)
+        ax.legend(loc="upper left")
+    fig.suptitle(f"push time vs nodes ({_subtitle(doc)})")
+    return fig
+
+
+def _push_phases(plt, doc: dict):
+    rows = doc["rows"]
+    fig, ax = plt.subplots(figsize=SIZE, dpi=DPI)
+    labels = [f"{r.get('design') or ''} {r.get('run') or ''}, {r['nodes']} node{'s' * (r['nodes'] > 1)}".strip()
+              for r in rows]
+    cmap = plt.get_cmap("tab10")
+    left = [0.0] * len(rows)
+    for i, phase in enumerate(PHASES):
+        widths = [r["where"].get(phase) or 0.0 for r in rows]
+        ax.barh(range(len(rows)), widths, left=left, color=cmap(i),
+                label=phase.replace("_", " ").replace("load results", "load+results"))
+        left = [a + b for a, b in zip(left, widths, strict=True)]
+    ideal = doc["conditions"]["ideal_seconds"]
+    ax.axvline(ideal, color="black", linestyle="--", linewidth=1, label=f"S/B = {ideal:g} s")
+    ax.axvline(1.3 * ideal, color="black", linestyle=":", linewidth=1, label="1.3 x S/B (goal)")
+    ax.set_yticks(range(len(rows)), labels)
+    ax.invert_yaxis()
+    ax.set_xlabel("seconds from the push's start")
+    ax.set_title(f"where a cold relay push's time goes, phase after phase\n"
+                 f"(S = {doc['conditions']['image_mb']:g} MB, links {doc['conditions']['bandwidth']}; "
+                 f"{_subtitle(doc)})")
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=4)
+    ax.grid(axis="x", alpha=0.3)
+    return fig
+
+
+def _lines(ax, rows, key, field, order, style="-", marker="o", suffix=""):
+    for name in _ordered([r[key] for r in rows], order):
+        pts = sorted((r["nodes"], r[field]) for r in rows if r[key] == name and r.get(field) is not None)
+        if pts:
+            ax.plot(*zip(*pts, strict=True), marker=marker, linestyle=style, color=COLORS.get(name),
+                    label=f"{name}{suffix}")
+
+
+def _launch(plt, doc: dict):
+    launch, process, teardown = (doc.get(k) or [] for k in ("launch", "process", "teardown"))
+    panels = [p for p, have in (("host", launch or process),
+                                ("wall", any(r.get("wall") is not None for r in launch)),
+                                ("teardown", teardown)) if have]
+    fig, axes = plt.subplots(1, len(panels), figsize=SIZE, dpi=DPI, squeeze=False)
+    counts = sorted({r["nodes"] for r in launch + process + teardown})
+    for ax, panel in zip(axes[0], panels, strict=True):
+        if panel == "host":
+            _lines(ax, launch, "design", "host_cpu", DESIGNS, suffix=", launch")
+            _lines(ax, process, "design", "cpu", DESIGNS, style="--", marker="s", suffix=", whole process")
+            ax.set_ylabel("CPU seconds on this machine")
+            ax.set_title("host CPU: launch -> all running")
+            ax.legend(loc="best")
+            if process and launch:
+                ax.set_yscale("log")
+        elif panel == "wall":
+            _lines(ax, launch, "design", "wall", DESIGNS)
+            ax.set_ylabel("wall seconds (the nodes share 2 cores)")
+            ax.set_title("wall: launch -> all running")
+        else:
+            for design in _ordered([r["design"] for r in teardown], TEARDOWN_DESIGNS):
+                mine = [r for r in teardown if r["design"] == design]
+                each = [(r["nodes"], x) for r in mine for x in r.get("each_run") or []]
+                if each:
+                    ax.scatter(*zip(*each, strict=True), s=10, color=COLORS.get(design), alpha=0.4)
+                ns = sorted({r["nodes"] for r in mine})
+                med = [sorted(r["stopped"] for r in mine if r["nodes"] == n) for n in ns]
+                ax.plot(ns, [m[len(m) // 2] for m in med], marker="o", color=COLORS.get(design),
+                        label=f"{design} (median over runs)")
+                ax.scatter([r["nodes"] for r in mine], [r["stopped"] for r in mine], marker="x",
+                           color=COLORS.get(design))
+            ax.axhline(1.5, color="black", linestyle=":", linewidth=1, label="goal at 16 nodes: 1.5 s")
+            ax.set_ylabel("seconds, rank failure -> all stopped")
+            ax.set_title("teardown (x: each run's median, dots: single runs)")
+            ax.set_xticks(sorted({r["nodes"] for r in teardown}))
+        ax.set_xlabel("nodes")
+        if panel != "teardown":
+            ax.set_xticks(counts)
+        ax.grid(alpha=0.3)
+        if panel != "host":
+            ax.legend(loc="upper left")
+    what = " and ".join(x for x, have in (("launch", launch or process), ("teardown", teardown)) if have)
+    fig.suptitle(f"{what} vs nodes ({_subtitle(doc)})")
+    return fig
+
+
+def _collective(plt, doc: dict):
+    rows = sorted(doc["rows"], key=lambda r: r["nodes"])
+    fig, ax = plt.subplots(figsize=SIZE, dpi=DPI)
+    ns = [r["nodes"] for r in rows]
+    ax.plot(ns, [r["verdict_s"] for r in rows], marker="o", color="#1f77b4",
+            label="check --collective (3 pair rounds): to its verdict")
+    if all(r.get("torch_up_s") is not None for r in rows):
+        ax.plot(ns, [r["torch_up_s"] for r in rows], marker=".", linestyle=":", color="#1f77b4",
+                label="of which: until torch is up in every container")
+    pts = [(r["nodes"], r["all_pairs_s"] if r.get("all_pairs_s") is not None else r["verdict_s"])
+           for r in rows]
+    ax.plot(*zip(*pts, strict=True), marker="s", linestyle="--", color="#ff7f0e",
+            label="previous design: every pair (= 3 rounds below 5 nodes)")
+    ax.plot(ns, [r["by_hand_s"] for r in rows], marker="^", color="#7f7f7f",
+            label="by hand: one 2-node all_reduce per pair, pair after pair")
+    ax.axhline(60, color="black", linestyle=":", linewidth=1, label="goal at 8 nodes: 60 s")
+    c = doc["conditions"]
+    ax.set_title(f"collective check: seconds to name the slow node\n(links {c['bandwidth']}, "
+                 f"the slow node's {c['slow_bandwidth']}; {_subtitle(doc)})")
+    ax.set_xlabel("nodes")
+    ax.set_ylabel("seconds")
+    ax.set_xticks(ns)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="upper left")
+    return fig
+
+
+def _validate(plt, doc: dict):
+    rows, limit = doc["rows"], doc["conditions"]["old_limit"]
+    fig, ax = plt.subplots(figsize=SIZE, dpi=DPI)
+    floor = 0.005      # a CPU time printed as 0.00 is drawn at the axis' floor
+    for kind in _ordered([r["input"] for r in rows], ("hostfile", "yaml", "slurm")):
+        mine = sorted((r for r in rows if r["input"] == kind), key=lambda r: r["nodes"])
+        ax.plot([r["nodes"] for r in mine], [max(r["new_cpu"], floor) for r in mine], marker="o",
+                color=COLORS.get(kind), label=f"{kind}")
+        done = [(r["nodes"], max(r["prev_cpu"], floor)) for r in mine if r.get("prev_cpu") is not None]
+        if done:
+            ax.plot(*zip(*done, strict=True), marker="s", linestyle="--", color=COLORS.get(kind),
+                    alpha=0.7, label=f"{kind}, previous design")
+        stopped = [r["nodes"] for r in mine if r.get("prev_stopped")]
+        if stopped:
+            ax.scatter(stopped, [limit] * len(stopped), marker="^", s=60, color=COLORS.get(kind),
+                       label=f"{kind}, previous: stopped at {limit:g} s")
+    ax.axhline(5, color="black", linestyle=":", linewidth=1, label="goal at 100,000 nodes: 5 s")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("nodes in the inventory")
+    ax.set_ylabel("CPU seconds to validate (log)")
+    ax.set_title(f"inventory validation vs node count ({_subtitle(doc)})")
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(loc="upper left", ncol=2)
+    return fig
+
+
+def _scale(plt, doc: dict):
+    rows, c = doc["rows"], doc["conditions"]
+    fig, ax = plt.subplots(figsize=SIZE, dpi=DPI)
+    y = range(len(rows))
+    ax.barh([i - 0.2 for i in y], [r["peak_mb"] for r in rows], height=0.4, color="#1f77b4",
+            label="peak resident MB")
+    ax.barh([i + 0.2 for i in y], [r["growth_mb"] for r in rows], height=0.4, color="#ff7f0e",
+            label="growth after the first line, MB")
+    ax.set_yticks(list(y), [r["run"] for r in rows])
+    ax.invert_yaxis()
+    ax.set_xlabel("MB (resident memory of clusterctl launch, or of the ssh clients by hand)")
+    ax.set_title(f"a chatty job, {c['nodes']} nodes x {c['rate']:g} lines/s x {c['seconds']:g} s: "
+                 f"memory\n({_subtitle(doc)})")
+    ax.grid(axis="x", alpha=0.3)
+    ax.legend(loc="lower right")
+    return fig
+
+
+def figure(doc: dict):
+    """The matplotlib figure of a checked document."""
+    plt = _pyplot()
+    kind = doc["benchmark"]
+    if kind == "push":
+        return (_push_phases if _phases_only(doc) else _push_nodes)(plt, doc)
+    return {"launch": _launch, "collective": _collective, "validate": _validate,
+            "scale": _scale}[kind](plt, doc)
+
+
+def draw(doc: dict, out: str | os.PathLike) -> Path:
+    """``doc`` (checked) drawn into the PNG ``out``: 800 x 450, the same bytes for the same
+    document (no date or version in the file)."""
+    validate(doc, str(out))
+    plt = _pyplot()
+    fig = figure(doc)
+    fig.set_size_inches(*SIZE)
+    fig.tight_layout()
+    fig.savefig(out, dpi=DPI, format="png", metadata={"Software": None})
+    plt.close(fig)
+    return Path(out)
+
+
+def draw_all(data: Path = DATA, out: Path = IMG) -> list[Path]:
+    """Every ``data/*.json`` drawn into ``out/<same name>.png``; the PNGs written."""
+    files = sorted(Path(data).glob("*.json"))
+    if not files:
+        raise DataError(f"{data}: no *.json data files")
+    docs = [(f, load(f)) for f in files]       # every file checked before anything is drawn
+    Path(out).mkdir(parents=True, exist_ok=True)
+    return [draw(doc, Path(out) / f"{f.stem}.png") for f, doc in docs]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("files", nargs="*", metavar="FILE.json",
+                    help="data files to draw (default: every file of --data)")
+    ap.add_argument("--data", default=str(DATA), help="directory of data files (default: %(default)s)")
+    ap.add_argument("--out", default=None,
+                    help="directory for the PNGs (default: docs/benchmarks/img), or the PNG "
+                         "for a single FILE.json")
+    ap.add_argument("--tables", action="store_true",
+                    help="print each file's Markdown table (what the pages hold) instead of drawing")
+    args = ap.parse_args(argv)
+    try:
+        if args.tables:
+            files = args.files or sorted(str(p) for p in Path(args.data).glob("*.json"))
+            for f in files:
+                print(f"<!-- bench-table: {Path(f).name} -->\n{table(load(f))}\n")
+            return 0
+        if args.files:
+            single = len(args.files) == 1 and args.out and args.out.endswith(".png")
+            written = []
+            for f in args.files:
+                target = Path(args.out) if single else Path(args.out or IMG) / f"{Path(f).stem}.png"
+                target.parent.mkdir(parents=True, exist_ok=True)
+                written.append(draw(load(f), target))
+        else:
+            written = draw_all(Path(args.data), Path(args.out or IMG))
+    except DataError as e:
+        print(f"plot.py: {e}", file=sys.stderr)
+        return 2
+    for path in written:
+        try:
+            shown = path.resolve().relative_to(Path.cwd())
+        except ValueError:
+            shown = path
+        print(f"wrote {shown}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,301 @@
+"""The benchmarks' JSON documents and plots (benchmarks/plot.py), and the benchmark pages.
+
+Each script's rows -> document step is called with rows shaped like a real run's (the
+scripts' own row functions on their own result objects); the documents must survive
+JSON and the shape check unchanged. plot.py draws every committed data file; the pages'
+tables must be what plot.py makes of the data files, so page and data cannot drift.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from benchmarks import collective, launch, plot, push, scale, validate
+
+REPO = Path(__file__).resolve().parents[2]
+PAGES = REPO / "docs" / "benchmarks"
+DATA = PAGES / "data"
+COND = {"date": "2026-11-25 10:00:00 UTC", "host": "h", "cpus": 2, "load_average": [0.5, 3.25]}
+
+
+def roundtrip(doc: dict) -> dict:
+    back = json.loads(plot.dumps(doc))
+    assert back == doc
+    return plot.validate(back)
+
+
+def png_size(path: Path) -> tuple[int, int]:
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", f"{path} is not a PNG"
+    assert data[12:16] == b"IHDR"
+    return struct.unpack(">II", data[16:24])
+
+
+# --------------------------------------------------------------------------- the scripts' shapes
+
+
+def test_push_rows_round_trip():
+    trace = ("# 8 nodes\n0.50 node1 plan-end\n0.90 node8 plan-end\n0.95 - all-started\n"
+             "2.40 - all-ready\n25.3 - head-send-end\n27.7 node8 last-byte\n28.4 - relay-end rc=0\n")
+    where = push.phases(trace)
+    assert list(where) == list(plot.PHASES)
+    assert where["plan"] == 0.9 and where["hops_up"] == pytest.approx(1.45)
+    rows = [push.row(1, "star", "cold", 24.1, 44_800_000, 44_500_000, 1.0, 22.2, True),
+            push.row(8, "relay", "cold", 28.4, 45_000_000, 44_500_000, 1.15, 22.2, True, where),
+            push.row(8, "by-hand", "cold", 192.0, 358_100_000, 0, 8.04, 22.2, False)]
+
+    class Image:
+        ref = "clusterctl-bench/push:files"
+
+    doc = push.json_document(rows, Image(), 44_500_000, 4, "16mbit", 5.0, "python benchmarks/push.py", COND)
+    back = roundtrip(doc)
+    assert back["conditions"]["bytes_per_second"] == 2e6 and back["conditions"]["ideal_seconds"] == 22.25
+    assert back["rows"][1]["where"]["head_sends"] == pytest.approx(22.9)
+    assert back["rows"][2]["result"] == "FAILED" and back["rows"][0]["mb_out"] == 44.8
+    assert "| 8 | relay | cold | 28.4 | 45.0 | 44.5 | 1.15 | 1.28 | ok |" in plot.table(back)
+
+
+def test_launch_rows_round_trip():
+    runs = [launch.Launch(wall=5.8, wall_pre=4.0, cpu=0.24, cpu_pre=0.2),
+            launch.Launch(wall=6.0, wall_pre=4.2, cpu=0.26, cpu_pre=0.21)]
+    tear = [launch.Teardown(0.6, 0.05, 0.5, 0.25, 0.53, 0.001, 0.004),
+            launch.Teardown(0.7, 0.04, 0.6, 0.27, 0.55, 0.001, 0.003)]
+    results = {"launch": [launch.launch_row(16, "direct", runs), launch.launch_row(1, "direct", runs[:1])],
+               "process": [{"nodes": 16, "design": "direct", "cpu": 0.87, "wall": 6.1}],
+               "teardown": [launch.teardown_row(16, "new", tear, (7.0, 8.5, 9.25))],
+               "ratios": [{"design": "direct", "what": "host_cpu", "nodes": [1, 16], "value": 10.5}]}
+    args = argparse.Namespace(repeat=2, image="clusterctl/base:1")
+    back = roundtrip(launch.json_document(results, args, "python benchmarks/launch.py", COND))
+    row = back["launch"][0]
+    assert row["host_cpu"] == 0.25 and row["cpu_start"] == pytest.approx(0.045) and row["wall"] == 5.9
+    td = back["teardown"][0]
+    assert td["stopped"] == 0.65 and td["each_run"] == [0.6, 0.7] and td["lines_last"] == 0.0035
+    assert back["conditions"]["fail_grace"] == launch.supervise.Settings.fail_grace
+    assert "| 16 | 0.250 (0.205 / 0.045) | 5.90 | 0.87 |" in plot.table(back)
+
+
+def test_collective_rows_round_trip():
+    rows = [collective.row(2, 17.4, 1.5, 12.1, None, 9.0, "slow: node1, node2", 233980.0, 234070.0),
+            collective.row(8, 51.8, 16.4, 41.1, 93.7, 242.0, "slow: node8", 233120.0, 2.34e6)]
+    args = argparse.Namespace(bandwidth="20mbit", image="clusterctl/cpu:2.13.0")
+    doc = collective.json_document({"seconds": 8.7, "verdict": "all 2 nodes healthy"}, rows, args,
+                                   237.2, "python benchmarks/collective.py", COND)
+    back = roundtrip(doc)
+    assert back["conditions"]["slow_bandwidth"] == "2mbit"
+    assert back["rows"][1]["measuring_s"] == pytest.approx(24.7) and back["rows"][1]["vs_all"] == 1.809
+    assert "| 2 | 17.4 | 1.5 | 10.6 | (= 3 rounds) | 9 | - | 0.5x |" in plot.table(back)
+
+
+def test_validate_rows_round_trip():
+    new = {"wall": 0.92, "cpu": 0.86, "rss_mb": 198.2}
+    rows = [validate.row(10_000, "yaml", {"wall": 0.34, "cpu": 0.34, "rss_mb": 60.0},
+                         {"wall": 2.49, "cpu": 2.40, "rss_mb": 70.0}, 60),
+            validate.row(100_000, "hostfile", new, None, 60)]
+    back = roundtrip(validate.json_document(rows, 60, "python benchmarks/validate.py", COND))
+    assert back["rows"][0]["prev_over_new"] == 7.06 and back["rows"][1]["prev_stopped"] is True
+    assert back["rows"][1]["prev_over_new"] == 70    # the bound the script prints: >70x
+    table = plot.table(back)
+    assert "| 100,000 | hostfile | 0.86 | 0.92 | 198 | > 60 (stopped) | > 70x |" in table
+
+
+def test_scale_rows_round_trip():
+    tally = scale.Tally(expected=3, nodes=2)
+    for rank in (0, 1):
+        for seq in range(3):
+            tally.add(f"chatty node={rank} seq={seq} xxxx")
+    tally.add("chatty node=1 seq=2 xxxx")            # a duplicate
+    mem = scale.Memory(rss=[50.0, 60.0, 64.0, 61.0], threads=[5, 9], hwm=65.0, first_line=1)
+    result = scale.Result("keeps up", 49.04, 0, tally, mem, files=tally, merged=6)
+    args = argparse.Namespace(nodes=2, rate=625.0, seconds=30.0, stall=10.0, image="clusterctl/base:1")
+    doc = scale.json_document([scale.row(result)], args, {"sandbox_up_s": 1.512, "push_s": 80.0},
+                              "python benchmarks/scale.py", COND)
+    back = roundtrip(doc)
+    row = back["rows"][0]
+    assert (row["stdout"], row["duplicated"], row["missing"]) == (6, 1, 0)
+    assert (row["peak_mb"], row["growth_mb"], row["steady_mb"], row["threads"]) == (65.0, 4.0, 61.0, 9)
+    assert back["conditions"]["sandbox_up_s"] == 1.51
+    assert "| keeps up | 49.0 | 6 | 6 | 0 | 1 | 0 | 0 | 65.0 | +4.0 |" in plot.table(back)
+
+
+# --------------------------------------------------------------------------- bad data
+
+
+def committed() -> list[Path]:
+    files = sorted(DATA.glob("*.json"))
+    assert files, f"no data files in {DATA}"
+    return files
+
+
+@pytest.mark.parametrize(("benchmark", "key", "field"), [
+    ("push", "rows", "seconds"), ("launch", "launch", "host_cpu"), ("collective", "rows", "verdict_s"),
+    ("validate", "rows", "new_cpu"), ("scale", "rows", "peak_mb"), ("push", "conditions", "ideal_seconds"),
+])
+def test_a_missing_field_is_named_with_its_file(tmp_path, capsys, benchmark, key, field):
+    source = next(f for f in committed() if json.loads(f.read_text())["benchmark"] == benchmark
+                  and json.loads(f.read_text()).get(key))
+    doc = json.loads(source.read_text())
+    target = doc[key] if key == "conditions" else doc[key][-1]
+    del target[field]
+    bad = tmp_path / source.name
+    bad.write_text(json.dumps(doc))
+    with pytest.raises(plot.DataError) as e:
+        plot.load(bad)
+    where = "conditions" if key == "conditions" else f"{key}[{len(doc[key]) - 1}]"
+    assert str(e.value).startswith(f"{bad}: {where}: missing field \"{field}\"")
+    assert plot.main([str(bad), "--out", str(tmp_path / "x.png")]) == 2
+    assert f'{bad}: {where}: missing field "{field}"' in capsys.readouterr().err
+    assert not (tmp_path / "x.png").exists()
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    (lambda d: d["rows"][0].update(seconds="fast"), 'rows[0]: field "seconds" is "fast"; valid: a num'),
+    (lambda d: d.update(benchmark="pushh"), 'field "benchmark" is "pushh"; valid: one of push'),
+    (lambda d: d.update(rows=[]), "no rows: give at least one of the fields rows"),
+    (lambda d: d.pop("source"), 'top level: missing field "source"'),
+])
+def test_wrong_data_is_one_clear_message(tmp_path, change, message):
+    doc = json.loads((DATA / "push.json").read_text())
+    change(doc)
+    bad = tmp_path / "push.json"
+    bad.write_text(json.dumps(doc))
+    with pytest.raises(plot.DataError, match=re.escape(message)) as e:
+        plot.load(bad)
+    assert str(e.value).startswith(str(bad))
+    (tmp_path / "notjson.json").write_text("{\n  nope")
+    with pytest.raises(plot.DataError, match=r"notjson.json: line 2: not JSON"):
+        plot.load(tmp_path / "notjson.json")
+
+
+def test_a_script_refuses_an_output_in_a_missing_directory(tmp_path):
+    out = subprocess.run([sys.executable, str(REPO / "benchmarks" / "validate.py"), "--nodes", "10",
+                          "--json", str(tmp_path / "no" / "v.json")], capture_output=True, text=True)
+    assert out.returncode == 2
+    assert f"--json {tmp_path / 'no' / 'v.json'}: its directory does not exist" in out.stderr
+    with pytest.raises(Exception, match="its directory does not exist"):
+        plot.check_outputs(None, str(tmp_path / "no" / "p.png"))
+
+
+# --------------------------------------------------------------------------- plots
+
+
+def test_every_committed_data_file_draws_an_800x450_png(tmp_path):
+    written = plot.draw_all(DATA, tmp_path)
+    assert sorted(p.name for p in written) == sorted(f"{f.stem}.png" for f in committed())
+    for path in written:
+        assert png_size(path) == (800, 450), path
+    again = plot.draw(plot.load(DATA / "push.json"), tmp_path / "again.png")
+    assert again.read_bytes() == (tmp_path / "push.png").read_bytes(), "same data, same bytes"
+    # the committed images: one per data file, none without one (make bench-plots redraws them)
+    assert sorted(p.name for p in (PAGES / "img").glob("*.png")) == sorted(p.name for p in written)
+    for path in (PAGES / "img").glob("*.png"):
+        assert png_size(path) == (800, 450), path
+
+
+def test_the_command_line_draws_one_file_and_prints_tables(tmp_path):
+    out = subprocess.run([sys.executable, str(REPO / "benchmarks" / "plot.py"), str(DATA / "collective.json"),
+                          "--out", str(tmp_path / "c.png")], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert png_size(tmp_path / "c.png") == (800, 450)
+    tables = subprocess.run([sys.executable, str(REPO / "benchmarks" / "plot.py"), "--tables"],
+                            capture_output=True, text=True)
+    assert tables.returncode == 0, tables.stderr
+    assert tables.stdout.count("<!-- bench-table: ") == len(committed())
+
+
+# --------------------------------------------------------------------------- pages and data
+
+
+def page_tables() -> list[tuple[Path, str, str]]:
+    """(page, data file name, the table(s) under its marker) for every marker on the pages."""
+    found = []
+    for page in sorted(PAGES.glob("*.md")):
+        lines = page.read_text().splitlines()
+        for i, line in enumerate(lines):
+            m = re.fullmatch(r"<!-- bench-table: ([\w.-]+\.json) -->", line.strip())
+            if m:
+                found.append((page, m.group(1), "\n".join(_table_lines(lines[i + 1:]))))
+    return found
+
+
+def _table_lines(lines: list[str]) -> list[str]:
+    """The table(s) right after a marker: lines starting with "|", tables separated by one
+    blank line (plot.launch_table gives launch and teardown tables one after the other)."""
+    out: list[str] = []
+    for j, line in enumerate(lines):
+        if line.startswith("|"):
+            out.append(line)
+        elif line == "" and out and j + 1 < len(lines) and lines[j + 1].startswith("|"):
+            out.append(line)
+        else:
+            break
+    return out
+
+
+def test_every_table_on_the_pages_is_its_data_file():
+    tables = page_tables()
+    assert {name for _, name, _ in tables} == {f.name for f in committed()}, \
+        "every data file has its table on a page, and every marked table has its data file"
+    for page, name, text in tables:
+        expected = plot.table(plot.load(DATA / name))
+        assert text == expected, f"{page.name}: the table of {name} differs from the data file " \
+                                 f"(python benchmarks/plot.py --tables {DATA / name} prints it)"
+
+
+def _values(value, numbers: set[float], strings: set[str]) -> None:
+    if isinstance(value, dict):
+        for v in value.values():
+            _values(v, numbers, strings)
+    elif isinstance(value, list):
+        for v in value:
+            _values(v, numbers, strings)
+    elif isinstance(value, str):
+        strings.add(value)
+    elif isinstance(value, int | float) and not isinstance(value, bool):
+        numbers.add(float(value))
+
+
+def test_every_figure_in_a_page_table_is_a_data_figure():
+    """The other direction, figure by figure: every number in a marked table's rows is one
+    of its data file's figures (to the digits shown; a "> N x" bound: a ratio of two), so a figure
+    typed into a page fails even if the table code changed with it."""
+    for page, name, text in page_tables():
+        doc = plot.load(DATA / name)
+        numbers: set[float] = set()
+        strings: set[str] = set()
+        _values({k: v for k, v in doc.items() if k not in ("source", "command")}, numbers, strings)
+        rows = [line for line in text.splitlines()
+                if line.startswith("|") and not line.startswith("|---")]
+        headers = {line for line in rows if not re.search(r"\d", line.split("|")[1])}
+        for line in rows:
+            if line in headers:
+                continue
+            for cell in line.strip("|").split("|"):
+                for known in sorted(strings, key=len, reverse=True):   # labels: runs, verdicts
+                    if len(known) > 2:
+                        cell = cell.replace(known, " ")
+                for figure in re.findall(r"\d[\d,]*(?:\.\d+)?(?![\d.])", cell):
+                    value = float(figure.replace(",", ""))
+                    half = 0.5 * 10 ** -_decimals(figure) + 1e-9
+                    # "> 70x": a previous design stopped at the limit, the bound limit / new
+                    ratio = cell.strip().startswith(">") and any(
+                        abs(value - a / b) <= half for a in numbers for b in numbers if b)
+                    assert any(abs(value - n) <= half for n in numbers) or ratio, \
+                        f"{page.name}, {name}: {figure} in '{cell.strip()}' is no figure of the data"
+
+
+def _decimals(figure: str) -> int:
+    return len(figure.split(".")[1]) if "." in figure else 0
+
+
+def test_every_image_on_the_pages_exists():
+    for page in PAGES.glob("*.md"):
+        for image in re.findall(r"!\[[^\]]*\]\(([^)]+)\)", page.read_text()):
+            assert (PAGES / image).is_file(), f"{page.name}: {image} is missing"
