@@ -88,10 +88,10 @@ check: venv
 
 # The site: mkdocs.yml; docs/hooks.py generates the reference pages from the code.
 docs: $(CLUSTERCTL)
-	$(VENV)/bin/mkdocs build --strict --clean --site-dir site
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --clean --site-dir site
 
 docs-serve: $(CLUSTERCTL)
-	$(VENV)/bin/mkdocs serve --strict --dev-addr 127.0.0.1:8000
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs serve --strict --dev-addr 127.0.0.1:8000
 
 lint: $(CLUSTERCTL)
 	$(VENV)/bin/ruff check src tests benchmarks

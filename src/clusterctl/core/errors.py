@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import difflib
 
+from clusterctl.core import exitcodes
+
 
 class ClusterctlError(Exception):
     """Base of every error the CLI prints as a message instead of a traceback."""
 
-    exit_code = 1
+    exit_code = exitcodes.FAILURE
 
     def __init__(self, message: str, *, exit_code: int | None = None) -> None:
         super().__init__(message)
@@ -28,7 +30,7 @@ class ClusterctlError(Exception):
 class UserError(ClusterctlError):
     """Bad input: an unknown name, a malformed value, a missing file. Exit 2."""
 
-    exit_code = 2
+    exit_code = exitcodes.BAD_INPUT
 
 
 class EnvironmentProblem(UserError):

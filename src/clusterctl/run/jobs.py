@@ -121,6 +121,20 @@ LAUNCH_VALUES: tuple[str, ...] = (
     "world_size", "node_name", "run_id", "backend", "device",
 )
 
+#: What each launch value holds (the job-file reference lists them as placeholders).
+PLACEHOLDERS: dict[str, str] = {
+    "master_addr": "the master's address as the other nodes reach it (MASTER_ADDR)",
+    "master_port": "the master's port for torch.distributed (MASTER_PORT)",
+    "node_rank": "this node's rank, 0 for the master",
+    "nnodes": "the number of nodes",
+    "nproc_per_node": "this node's number of processes",
+    "world_size": "the processes of all nodes together",
+    "node_name": "this node's inventory name",
+    "run_id": "the run's id",
+    "backend": "the target's torch.distributed backend (gloo, nccl, ccl, ...); empty without a target",
+    "device": "what each local rank computes on, from the target: cpu, cuda, mlu (cpu without a target)",
+}
+
 #: Launch environment every job gets, as templates over LAUNCH_VALUES: what
 #: torchrun, torch.distributed.launch and Kubeflow-style launchers read.
 BASE_ENV: dict[str, str] = {
@@ -272,22 +286,63 @@ def _is_text(path: tuple) -> bool:
 
 
 class _Spec(BaseModel):
-    """The file's schema; pydantic gives the failing key path for messages."""
+    """The file's schema; pydantic gives the failing key path for messages.
+
+    Each field's description is the key's entry in docs/reference/job-file.md (generated
+    from this model): a new key needs one (tests/docs/test_reference.py).
+    """
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    description: str = ""
-    target: str | None = None
-    image: str | None = None
-    contract: str = "torchrun"
-    command: list[str] = Field(min_length=1)
-    nproc_per_node: int | Literal["slots"] = "slots"
-    env: dict[str, str] = {}
-    docker_args: list[str] = []
-    mounts: list[str] = []
-    params: dict[str, str] = {}
-    secrets: list[str] = []
-    hang_timeout: str | int | float | None = None
+    description: str = Field("", description="One line for listings.")
+    target: str | None = Field(None, description=(
+        "A target name (`clusterctl targets`). The target gives the default image tag, the "
+        "`docker run` flags and devices every container of that stack needs, its default "
+        "container environment and the `{backend}` and `{device}` placeholders. At least one "
+        "of `target` and `image` is required."))
+    image: str | None = Field(None, description=(
+        "An image tag; replaces the target's default tag (`launch --image` replaces both)."))
+    contract: str = Field("torchrun", description=(
+        "Which launch variables the program in the image reads: `torchrun` (only the "
+        "torchrun-compatible variables every container gets), `accl-bert` (adds `RANK` = the "
+        "node rank and `WORLD_SIZE` = the number of nodes), `mpi` (the container starts the "
+        "node's processes itself, each with the variables `mpirun` gives) or `deepspeed` (adds "
+        "DeepSpeed's `WORLD_SIZE`, `CROSS_RANK`, `CROSS_SIZE`, `LOCAL_SIZE`). See the "
+        "container environment reference."),
+        json_schema_extra={"doc_type": "one of " + ", ".join(f"`{c}`" for c in CONTRACTS)})
+    command: list[str] = Field(min_length=1, description=(
+        "The container command as a list of strings (argv, no shell); items are text as "
+        "written (`[sleep, 30]` is fine). May hold placeholders."))
+    nproc_per_node: int | Literal["slots"] = Field("slots", description=(
+        "Processes per node: a positive integer, or `slots` for the node's `slots` in the "
+        "inventory. `NPROC_PER_NODE` from the inventory env or `--set` wins over it."))
+    env: dict[str, str] = Field({}, description=(
+        "Container environment, `NAME: value`. Values are text taken exactly as written "
+        "(`PHASE: 1` is `\"1\"`, `FLAG: yes` is `\"yes\"`) and may hold placeholders. Wins over "
+        "the target's env; the inventory's env and `--set` win over it."))
+    docker_args: list[str] = Field([], description=(
+        "Extra `docker run` arguments (e.g. `[--cap-add=IPC_LOCK]`); may hold placeholders. "
+        "Flags clusterctl sets itself are refused: " + ", ".join(
+            f"`{f}`" for f in RESERVED_DOCKER_FLAGS) + "."))
+    mounts: list[str] = Field([], description=(
+        "Bind mounts, each `HOST:CONTAINER` or `HOST:CONTAINER:ro` (or `:rw`), each becoming "
+        "`-v HOST:CONTAINER[:MODE]`. CONTAINER must be absolute, and HOST too once "
+        "placeholders are filled."))
+    params: dict[str, str] = Field({}, description=(
+        "Named job parameters with defaults, `NAME: default`, usable as `{NAME}` placeholders "
+        "in `mounts`, `command`, `docker_args` and `env`. `--set NAME=VALUE` sets one. A "
+        "parameter is not itself exported to the container: write `env: {NAME: \"{NAME}\"}`."))
+    secrets: list[str] = Field([], description=(
+        "Names of environment variables whose values are never shown: masked (`****`) in "
+        "dry runs, logs and run records, passed through an env file on `docker run`'s stdin, "
+        "never its argv. Names containing " + ", ".join(SECRET_MARKERS) + " are secret "
+        "without being listed. A listed secret no layer sets is taken from clusterctl's own "
+        "environment."))
+    hang_timeout: str | int | float | None = Field(None, description=(
+        "The hang watchdog, as `launch --hang-timeout` (which wins over it): when no rank "
+        "has written output for this long, clusterctl dumps every rank's Python stacks into "
+        "`runs/<run-id>/stacks/`, stops the run and exits 124. Not set: no watchdog."),
+        json_schema_extra={"doc_type": "a duration: `90s`, `10m`, `1h30m`; a number alone is seconds"})
 
 
 class JobFileError(FileProblems):

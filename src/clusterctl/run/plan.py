@@ -97,6 +97,42 @@ from clusterctl.run.jobs import (
 MASK = "****"
 #: The env file on ``docker run``'s stdin that carries secret values.
 ENV_FILE_STDIN = "/dev/stdin"
+
+#: The variables naming the network interface gloo and NCCL use (layer 1, when known).
+INTERFACE_ENV: tuple[str, ...] = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")
+
+#: The variables EVERY container gets, whatever its job and target, with what each holds
+#: (the job's contract adds its own: :data:`clusterctl.run.jobs.CONTRACTS`).  Layer 1 of
+#: the precedence above: a target, job, inventory or ``--set`` value for the same name
+#: wins.  docs/reference/environment.md is generated from this table; a test compares it
+#: with the keys of a real plan.
+CONTAINER_ENV: dict[str, str] = {
+    "MASTER_ADDR": "The master's (rank 0's) address as the other nodes reach it: its "
+                   "inventory host, an ~/.ssh/config alias resolved to its HostName.",
+    "MASTER_PORT": "The port the master listens on for torch.distributed: the inventory's "
+                   "master_port (default 29500).",
+    "NODE_RANK": "This node's rank: 0 for the master, then the inventory's file order.",
+    "NNODES": "The number of nodes of the run.",
+    "NPROC_PER_NODE": "The processes this node starts: the job's nproc_per_node, or the "
+                      "node's slots when it says slots.",
+    "PET_NNODES": "NNODES, under the name torchrun reads as the default of --nnodes.",
+    "PET_NODE_RANK": "NODE_RANK, as torchrun's default for --node-rank.",
+    "PET_NPROC_PER_NODE": "NPROC_PER_NODE, as torchrun's default for --nproc-per-node.",
+    "PET_MASTER_ADDR": "MASTER_ADDR, as torchrun's default for --master-addr.",
+    "PET_MASTER_PORT": "MASTER_PORT, as torchrun's default for --master-port.",
+    "GLOO_SOCKET_IFNAME": "The network interface gloo uses: the inventory's interface, else "
+                          "the one preflight found holding the node's address.",
+    "NCCL_SOCKET_IFNAME": "The network interface NCCL uses, the same as GLOO_SOCKET_IFNAME.",
+}
+
+#: The layers of a container's environment, lowest first (a later layer wins), above
+#: the launch values of :data:`CONTAINER_ENV` and the contract: (layer, what sets it).
+ENV_LAYERS: tuple[tuple[str, str], ...] = (
+    ("target", "the target's default env (src/clusterctl/image/data/targets.yaml)"),
+    ("job", "the job's env, placeholders filled"),
+    ("inventory", "the inventory's env: defaults.env merged with the node's own env"),
+    ("--set", "--set NAME=VALUE on the command line, exactly as typed"),
+)
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")  # \Z: "$" would let "NAME\n" through
 _CONTAINER_UNSAFE = re.compile(r"[^a-zA-Z0-9_.-]")
 
@@ -428,7 +464,7 @@ def _node_plan(launch: _Launch, n: _Node, iface: str | None, hosts: list[str],
     cluster's ``--add-host`` options and the flight recorder (target layer, before the
     job's env, so a job, node or ``--set`` may change or turn it off)."""
     job, node = launch.job, n.node
-    nic = {"GLOO_SOCKET_IFNAME": iface, "NCCL_SOCKET_IFNAME": iface} if iface else {}
+    nic = {name: iface for name in INTERFACE_ENV} if iface else {}
     recorder = launch.target.flight_recorder if launch.target is not None and flight_recorder else None
     flight, options, fr_env = None, [*(["--init"] if init else []), *n.options], {}
     if recorder is not None:

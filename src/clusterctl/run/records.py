@@ -34,6 +34,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field, ValidationError
 
 from clusterctl.cluster.containers import ContainerState, find_containers
+from clusterctl.core import exitcodes
 from clusterctl.core.deadline import bounded
 from clusterctl.core.errors import UserError, did_you_mean
 from clusterctl.core.paths import runs_dir
@@ -365,7 +366,7 @@ def record_stop(record: RunRecord, final: dict[str, list[ContainerState]], was_r
 
 #: The exit status recorded for a run stopped on request (128 + SIGTERM, as `launch` exits
 #: after SIGTERM): each container's own code stays in its node's record.
-STOPPED_EXIT = 143
+STOPPED_EXIT = exitcodes.TERMINATED  # 143
 
 
 def settle_ended(record: RunRecord) -> None:

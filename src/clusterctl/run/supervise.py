@@ -64,6 +64,7 @@ from clusterctl.cluster.containers import (
     wait_container,
 )
 from clusterctl.cluster.transport import sshd_answers
+from clusterctl.core import exitcodes
 from clusterctl.core.deadline import bounded
 from clusterctl.run import flight, records, suspicious
 from clusterctl.run.logs import (
@@ -76,9 +77,9 @@ from clusterctl.run.logs import (
 from clusterctl.run.spool import Spool
 from clusterctl.run.watchdog import HANG_EXIT, HangReport
 
-NODE_LOST_EXIT = 255
-INTERRUPTED_EXIT = 130
-TERMINATED_EXIT = 143
+NODE_LOST_EXIT = exitcodes.NODE_LOST  # 255
+INTERRUPTED_EXIT = exitcodes.INTERRUPTED  # 130
+TERMINATED_EXIT = exitcodes.TERMINATED  # 143
 
 
 def ping(conn) -> None:

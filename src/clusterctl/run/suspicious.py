@@ -20,9 +20,11 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from clusterctl.core import exitcodes
+
 #: Exit status of a run whose containers all exited 0 while its output shows a
 #: collective-library error (next to 124, the hang watchdog's: as with GNU timeout).
-SUSPICIOUS_EXIT = 125
+SUSPICIOUS_EXIT = exitcodes.SUSPICIOUS  # 125
 
 #: How many matching lines a run keeps (the first ones: what came later is mostly fallout).
 KEEP = 20

@@ -25,6 +25,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from clusterctl.cluster.containers import exec_in_container
+from clusterctl.core import exitcodes
 from clusterctl.core.deadline import bounded
 from clusterctl.core.durations import show_duration
 from clusterctl.run.logs import Source
@@ -42,7 +43,7 @@ from clusterctl.run.stacks import (
 )
 
 #: Exit status of a run the watchdog found hung (as GNU timeout's).
-HANG_EXIT = 124
+HANG_EXIT = exitcodes.HUNG  # 124
 
 #: ``docker run`` options a run with a hang timeout adds: py-spy reads another process's
 #: memory (process_vm_readv / ptrace), which needs CAP_SYS_PTRACE in the container.

@@ -125,18 +125,44 @@ FreeText = Annotated[str, AfterValidator(_free_text)]
 
 
 class _NodeSettings(BaseModel):
-    """What a node and the ``defaults:`` section both may set (same types, same checks)."""
+    """What a node and the ``defaults:`` section both may set (same types, same checks).
+
+    Each field's description is its entry in docs/reference/inventory.md (generated from
+    these models): a new key needs one (tests/docs/test_reference.py).
+    """
 
     model_config = ConfigDict(extra="forbid")
 
-    port: Port = 22  # "port" in model_fields_set tells whether it was written (else ssh config may apply)
-    user: User | None = None  # None: ssh config / current user
-    identity_file: UserPath | None = None  # expanded (~); the loader checks it is readable
-    slots: Slots = 1  # processes (accelerators) on this node
-    devices: list[Device] = Field(default_factory=list)  # e.g. /dev/infiniband (factories: no deepcopy per node)
-    interface: Interface | None = None  # NIC for GLOO/NCCL_SOCKET_IFNAME; None: preflight finds it
-    labels: dict[OneLine, OneLine] = Field(default_factory=dict)
-    env: dict[EnvName, FreeText] = Field(default_factory=dict)  # extra container env for this node
+    # "port" in model_fields_set tells whether it was written (else ssh config may apply)
+    port: Port = Field(22, description=(
+        "The node's SSH port, 1 to 65535. Left out, `~/.ssh/config`'s `Port` for the host "
+        "applies, else 22."))
+    user: User | None = Field(None, description=(
+        "The login name (no spaces, not starting with `-`). Left out: `~/.ssh/config`'s "
+        "`User` for the host, else the current user."))
+    identity_file: UserPath | None = Field(None, description=(
+        "The private key to log in with; it must exist and be readable when the inventory is "
+        "loaded. A relative path is taken from the inventory's directory; `~` expands. Left "
+        "out: ssh-agent, `~/.ssh/config` and the usual `~/.ssh/id_*` keys."))
+    slots: Slots = Field(1, description=(
+        "Processes (accelerators) on this node, a whole number of at least 1: what a job's "
+        "`nproc_per_node: slots` starts here, and what a target's per-slot devices count."))
+    # factories: no deepcopy per node
+    devices: list[Device] = Field(default_factory=list, description=(
+        "Host devices passed to the node's container as `--device=` (absolute paths, e.g. "
+        "`/dev/infiniband`), after the target's; preflight checks they exist on the node."))
+    interface: Interface | None = Field(None, description=(
+        "The network interface (at most 15 characters, e.g. `eth0`) set as "
+        "`GLOO_SOCKET_IFNAME` and `NCCL_SOCKET_IFNAME` in the container. Left out: the "
+        "interface preflight finds holding the node's address."))
+    labels: dict[OneLine, OneLine] = Field(default_factory=dict, description=(
+        "Free-form text tags, `name: value`, shown by `clusterctl nodes`. A node's own labels "
+        "are added to those of `defaults` (a node's value wins on the same name)."))
+    env: dict[EnvName, FreeText] = Field(default_factory=dict, description=(
+        "Extra container environment for this node, `NAME: value`. Values are text taken "
+        "exactly as written (`OMP_NUM_THREADS: 4` gives `\"4\"`); write `\"\"` for an empty "
+        "value. A node's own env is added to that of `defaults` (a node's value wins); it "
+        "wins over the target's and the job's env, `--set` wins over it."))
 
 
 class Node(_NodeSettings):
@@ -144,9 +170,16 @@ class Node(_NodeSettings):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    name: NodeName  # defaults to host when omitted
-    host: Host  # address or ~/.ssh/config alias
-    master: StrictBool = False
+    name: NodeName = Field(description=(
+        "The node's name, unique in the inventory: a letter or digit, then letters, digits, "
+        "`.`, `_`, `:` or `-`. Commands and messages name the node by it."),
+        json_schema_extra={"doc_default": "the host"})  # defaults to host when omitted
+    host: Host = Field(description=(
+        "The address or `~/.ssh/config` alias SSH connects to (no `user@`: write the user as "
+        "`user`). A node may also be written as its host alone: `- 10.0.0.11`."))
+    master: StrictBool = Field(False, description=(
+        "`true`: this node is the master, rank 0 (at most one node). Without one, the first "
+        "node is the master; the others follow in file order."))
 
     def __hash__(self) -> int:  # lists/dicts inside: hash by the identifying fields
         return hash((self.name, self.host, self.port))
@@ -173,15 +206,54 @@ class SSHSettings(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    known_hosts: UserPath | None = None  # None: ~/.ssh/known_hosts
-    accept_new_host_keys: StrictBool = False  # explicit opt-in; a CHANGED key is always an error
-    connect_timeout: Annotated[float, Field(strict=True, gt=0)] = 10.0
-    fanout: Annotated[int, Field(strict=True, ge=1)] = 32
+    known_hosts: UserPath | None = Field(None, description=(
+        "The known_hosts file host keys are checked strictly against. A relative path is "
+        "taken from the inventory's directory; `~` expands."),
+        json_schema_extra={"doc_default": "`~/.ssh/known_hosts`"})
+    # explicit opt-in; a CHANGED key is always an error
+    accept_new_host_keys: StrictBool = Field(False, description=(
+        "`true`: trust and record the key of a host not yet in `known_hosts` (first contact), "
+        "as `--accept-new-host-keys` does. A key that changed is always an error naming the "
+        "node."))
+    connect_timeout: Annotated[float, Field(strict=True, gt=0)] = Field(10.0, description=(
+        "Seconds to wait for a node's SSH to answer."))
+    fanout: Annotated[int, Field(strict=True, ge=1)] = Field(32, description=(
+        "At most this many nodes are contacted at once."))
     # launch's preflight and start reach the nodes through each other, over ONE connection
     # from here (clusterctl.cluster.transport.tree); tree_width children per node
-    tree: StrictBool = False
-    tree_width: Annotated[int, Field(strict=True, ge=1)] = 32
-    node_identity_file: NodePath | None = None  # on the NODES: their own key for node-to-node logins
+    tree: StrictBool = Field(False, description=(
+        "`true`: `launch` and `check` send every node's preflight and start through one "
+        "connection, to the first node, each node logging in to up to `tree_width` others. "
+        "Following logs, `stop`, `status` and `push` still use a connection per node."))
+    tree_width: Annotated[int, Field(strict=True, ge=1)] = Field(32, description=(
+        "With `tree`: how many other nodes each node logs in to."))
+    node_identity_file: NodePath | None = Field(None, description=(
+        "With `tree`: a path ON THE NODES (absolute or `~/...`, never read "
+        "here) of the key they log in to each other with. Left out: this machine signs each "
+        "node-to-node login through agent forwarding; no key is put on a node."))
+
+
+class InventoryFile(BaseModel):
+    """The keys of a YAML inventory, for its reference page (docs/reference/inventory.md).
+
+    The YAML reader checks the top level itself (``yaml._YamlReader``) and each section
+    with the models above; this model only names and describes the keys
+    (``TOP_FIELDS`` equals its fields: tests/docs/test_reference.py).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    master_port: Port = Field(DEFAULT_MASTER_PORT, description=(
+        "The TCP port the master (rank 0) listens on for torch.distributed: `MASTER_PORT` in "
+        "every container."))
+    ssh: SSHSettings = Field(default_factory=SSHSettings, description=(
+        "How clusterctl reaches the nodes over SSH."))
+    defaults: Defaults = Field(default_factory=Defaults, description=(
+        "Settings every node takes unless it sets its own; a node's `labels` and `env` are "
+        "added to these key by key. `name`, `host` and `master` belong to each node."))
+    nodes: list[Node] = Field(min_length=1, description=(
+        "The nodes, at least one, in rank order: the master (`master: true`, else the first "
+        "node) is rank 0, then file order. Names and addresses must be unique."))
 
 
 DEFAULT_FIELDS = tuple(_NodeSettings.model_fields)

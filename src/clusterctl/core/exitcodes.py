@@ -1,0 +1,92 @@
+"""The exit statuses of the ``clusterctl`` command: one table, its numbers named.
+
+Every number a command ends with is one of these constants (or, for ``launch``, the
+exit code of a container of the run: :data:`CONTAINER`).  The reference page
+``docs/reference/exit-status.md`` and each command's section of
+``docs/reference/cli.md`` are generated from :data:`EXIT_STATUSES`, so a status
+added here is documented there; tests/docs/test_reference.py checks that every
+number the source raises is in the table.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+OK = 0
+#: Something failed that is no input mistake: a node not ready, a push or a start that
+#: failed, a node ``stop`` could not reach, a ClusterctlError that is not a UserError.
+FAILURE = 1
+#: Bad input (a file, a flag, a value; ``UserError``) or a failed preflight: nothing was
+#: started.  Also click's own usage errors (an unknown option, a missing argument).
+BAD_INPUT = 2
+#: The hang watchdog found the run hung (as GNU timeout exits).
+HUNG = 124
+#: Every container exited 0 but the output shows a collective-library error.
+SUSPICIOUS = 125
+#: Ctrl-C (128 + SIGINT), after every container of the run was stopped.
+INTERRUPTED = 130
+#: SIGTERM (128 + SIGTERM), after every container was stopped; also the status recorded
+#: for a run ``clusterctl stop`` stopped.
+TERMINATED = 143
+#: The first failure was a node that stopped answering (as ssh reports a lost connection).
+NODE_LOST = 255
+
+#: ``commands`` value of a status every command may end with.
+ALL = "*"
+
+
+@dataclass(frozen=True)
+class ExitStatus:
+    """One row of the table: the number (None: a container's own exit code), a short
+    name, what it means, and the commands (space-separated paths such as ``launch`` or
+    ``sandbox status``; :data:`ALL` for every command) that may end with it."""
+
+    code: int | None
+    name: str
+    meaning: str
+    commands: tuple[str, ...] = (ALL,)
+
+    def applies_to(self, command: str) -> bool:
+        """True when the command ``command`` (``"launch"``, ``"sandbox up"``) may end with it."""
+        return ALL in self.commands or command in self.commands
+
+
+#: Every exit status, in numeric order (the container's own code last).
+EXIT_STATUSES: tuple[ExitStatus, ...] = (
+    ExitStatus(OK, "ok", "Success: the command did what it was asked; for `launch`, every "
+               "container exited 0 and the output showed no collective-library error."),
+    ExitStatus(FAILURE, "failed", "A failure that is not an input mistake: `check` found a node "
+               "not ready, `push` failed on a node, `launch` could not push the image or start a "
+               "container (nothing left running), `stop` could not reach a node, `engine status` "
+               "found no engine, `sandbox status --name` found no such sandbox."),
+    ExitStatus(BAD_INPUT, "bad input", "Bad input: an unknown option or command, a malformed "
+               "value, an invalid inventory or job file (every problem as `FILE:LINE: field: "
+               "problem; valid: ...`), a missing tool, or a failed preflight of `launch`. Nothing "
+               "was started or changed."),
+    ExitStatus(HUNG, "hung", "The hang watchdog (`--hang-timeout`, the job's `hang_timeout`) "
+               "saw no output from any rank for that long: the stacks were dumped to "
+               "`runs/<run-id>/stacks/` and the run was stopped.", ("launch",)),
+    ExitStatus(SUSPICIOUS, "suspicious", "Every container exited 0, but the output shows a "
+               "collective-library error (NCCL, gloo, oneCCL, ...): not a clean success.",
+               ("launch",)),
+    ExitStatus(INTERRUPTED, "interrupted", "Ctrl-C (SIGINT): `launch` stopped every container "
+               "of the run first; `logs --follow` just stops following.", ("launch", "logs")),
+    ExitStatus(TERMINATED, "terminated", "SIGTERM: `launch` stopped every container of the run "
+               "first. Also the exit status recorded for a run `clusterctl stop` stopped.",
+               ("launch",)),
+    ExitStatus(NODE_LOST, "node lost", "The first failure of the run was a node that stopped "
+               "answering (15 s without an answer from its sshd).", ("launch",)),
+    ExitStatus(None, "the container's exit code", "Any other status: the exit code of the run's first "
+               "failed container, by finish time on its node (`logs --follow` of a Slurm run "
+               "ends with the run's exit status).", ("launch", "logs")),
+)
+
+
+def statuses_for(command: str) -> list[ExitStatus]:
+    """The rows that apply to ``command`` (a space-separated path: ``"sandbox up"``)."""
+    return [s for s in EXIT_STATUSES if s.applies_to(command)]
+
+
+def codes() -> frozenset[int]:
+    """Every numbered exit status of the table."""
+    return frozenset(s.code for s in EXIT_STATUSES if s.code is not None)
