@@ -12,7 +12,9 @@ group = typer.Typer(
     no_args_is_help=True,
 )
 
-_NAME = typer.Option(sandbox.DEFAULT_NAME, "--name", metavar="NAME",
+# CLUSTERCTL_SANDBOX_NAME / _SUBNET: a second sandbox beside the default one (a test
+# running the docs' commands as written, a second user) without changing the commands.
+_NAME = typer.Option(sandbox.DEFAULT_NAME, "--name", metavar="NAME", envvar="CLUSTERCTL_SANDBOX_NAME",
                      help="Sandbox name: 1-8 of a-z0-9, a letter first.")
 
 
@@ -22,6 +24,7 @@ def up(
     nodes: int = typer.Option(..., "--nodes", metavar="N", help="Number of emulated nodes."),
     name: str = _NAME,
     subnet: str = typer.Option(sandbox.DEFAULT_SUBNET, "--subnet", metavar="CIDR",
+                               envvar="CLUSTERCTL_SANDBOX_SUBNET",
                                help="Private IPv4 network; this machine is .1, nodes .11, .12, ..."),
     bandwidth: str = typer.Option(None, "--bandwidth", metavar="RATE",
                                   help="Shape each node's link and this machine's uplink with tc tbf, "
