@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner, Result
 
+from clusterctl.cli import app
+from clusterctl.core.paths import examples_dir
 from clusterctl.image import targets, wheelhouse
 from clusterctl.image.imagebuild import run_smoke
 from clusterctl.image.render import dockerfile_text
-from clusterctl.cli import app
-from clusterctl.core.paths import examples_dir
 from tests.fixtures.images import CPU_TEST_TAG
 
 runner = CliRunner()

@@ -18,11 +18,11 @@ import sys
 import pytest
 from typer.testing import CliRunner
 
-from clusterctl.image import targets
 from clusterctl.cli import app
 from clusterctl.cluster import inventory
 from clusterctl.core import yamlfile
 from clusterctl.core.errors import UserError
+from clusterctl.image import targets
 from tests.fixtures import INVENTORIES
 
 

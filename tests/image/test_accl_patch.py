@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from clusterctl.image.render import dockerfile_text
 from clusterctl.core.paths import cache_dir, templates_dir
+from clusterctl.image.render import dockerfile_text
 
 SCRIPT = templates_dir() / "accl" / "patch_c10d.py"
 C10D = "torch/distributed/distributed_c10d.py"

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from docker.errors import ImageNotFound
 
-from clusterctl.image import baseimage, imagebuild
 from clusterctl.core.errors import ClusterctlError, EnvironmentProblem, UserError
+from clusterctl.image import baseimage, imagebuild
 
 ONE_LINE = """\
 # a comment line

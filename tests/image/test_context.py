@@ -9,11 +9,11 @@ from pathlib import Path
 import pip
 import pytest
 
+from clusterctl.core import paths
+from clusterctl.core.errors import UserError
 from clusterctl.image import context, render
 from clusterctl.image import wheelhouse as wh
 from clusterctl.image.targets import image_tools
-from clusterctl.core import paths
-from clusterctl.core.errors import UserError
 
 
 @pytest.fixture

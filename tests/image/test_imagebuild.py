@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from clusterctl.core.errors import ClusterctlError, UserError
 from clusterctl.image import imagebuild, wheelhouse
 from clusterctl.image.labels import file_sha256, image_labels
-from clusterctl.core.errors import ClusterctlError, UserError
 
 
 def _context(tmp_path: Path, dockerfile: str) -> Path:

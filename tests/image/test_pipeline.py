@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from docker.errors import ImageNotFound
 
-from clusterctl.image import pipeline, render
 from clusterctl.core.errors import ClusterctlError, UserError
+from clusterctl.image import pipeline, render
 
 
 def test_plan_renders_in_memory_and_writes_nothing(in_tmp):

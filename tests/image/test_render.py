@@ -11,10 +11,10 @@ import subprocess
 import jinja2
 import pytest
 
-from clusterctl.image import render
-from clusterctl.image.targets import resolve
 from clusterctl.core import paths
 from clusterctl.core.errors import ClusterctlError, UserError
+from clusterctl.image import render
+from clusterctl.image.targets import resolve
 
 
 def _templates(tmp_path, monkeypatch, files: dict[str, str]) -> None:

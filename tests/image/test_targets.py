@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from clusterctl.image import targets
 from clusterctl.core.errors import UserError
+from clusterctl.image import targets
 
 
 def test_all_stacks_are_targets():

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from clusterctl.image import wheelhouse
 from clusterctl.core.errors import UserError
+from clusterctl.image import wheelhouse
 
 TORCH = "torch==2.13.0"
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from clusterctl.image import targets
 from clusterctl.core import paths
 from clusterctl.core.errors import UserError
+from clusterctl.image import targets
 from clusterctl.run import jobs
 from clusterctl.run.jobs import load_job
 from tests.fixtures import JOBS

@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from clusterctl.image import targets
 from clusterctl.cli import app
 from clusterctl.cluster.inventory import load_inventory
 from clusterctl.cluster.sshconfig import resolve_host
 from clusterctl.cluster.transport import Cluster, command_line
 from clusterctl.core.errors import UserError
+from clusterctl.image import targets
 from clusterctl.run.jobs import load_job
 from clusterctl.run.launch import local_facts, new_record
 from clusterctl.run.plan import (

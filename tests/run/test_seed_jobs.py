@@ -26,9 +26,9 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from clusterctl.image import targets
 from clusterctl.cli import app
 from clusterctl.cluster.inventory import load_inventory
+from clusterctl.image import targets
 from clusterctl.run import mpi, records
 from clusterctl.run.jobs import BASE_ENV, CONTRACTS, load_job
 from clusterctl.run.plan import make_plan

@@ -13,13 +13,13 @@ from typing import Annotated
 
 import typer
 
-from clusterctl.image import context, pipeline
-from clusterctl.image.render import parse_build_args
-from clusterctl.image.targets import load_targets, resolve
 from clusterctl.cli.display import BuildDisplay
 from clusterctl.cluster import engine
 from clusterctl.core import console
 from clusterctl.core.console import err, out, print_table
+from clusterctl.image import context, pipeline
+from clusterctl.image.render import parse_build_args
+from clusterctl.image.targets import load_targets, resolve
 
 TARGET_HELP = "Target to use (see `clusterctl targets`)."
 TORCH_HELP = "torch version (targets with a version table; default: the table's default)."

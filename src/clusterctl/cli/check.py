@@ -18,7 +18,6 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from clusterctl.image.targets import get_target
 from clusterctl.cli import collective as collective_view
 from clusterctl.cli.nodes import NodesOption
 from clusterctl.cluster import preflight
@@ -26,6 +25,7 @@ from clusterctl.cluster.inventory import load_inventory
 from clusterctl.cluster.transport import Cluster
 from clusterctl.core.console import interactive, out, table
 from clusterctl.core.errors import UserError
+from clusterctl.image.targets import get_target
 from clusterctl.run.collective import check as collective_check
 from clusterctl.run.collective import model as collective_model
 from clusterctl.run.jobs import load_job

@@ -30,10 +30,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
-from clusterctl.image.labels import image_labels
 from clusterctl.core.errors import ClusterctlError, EnvironmentProblem, UserError
 from clusterctl.core.paths import cache_dir
 from clusterctl.core.tools import require_binaries
+from clusterctl.image.labels import image_labels
 
 DEFAULT_TAG = "clusterctl/base:bookworm"
 MIRROR_ENV = "CLUSTERCTL_DEBIAN_MIRROR"

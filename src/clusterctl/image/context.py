@@ -24,12 +24,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from clusterctl.core import paths
+from clusterctl.core.errors import UserError
 from clusterctl.image import render
 from clusterctl.image import wheelhouse as wh
 from clusterctl.image.labels import sha256_text
 from clusterctl.image.targets import Resolved
-from clusterctl.core import paths
-from clusterctl.core.errors import UserError
 
 DOCKERFILES_DIR = Path("dockerfiles")
 RENDER_MARKER = ".clusterctl-render"   # marks a directory write_context may replace

@@ -21,8 +21,8 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
-from clusterctl.image.labels import LABEL_PREFIX
 from clusterctl.core.errors import ClusterctlError, UserError
+from clusterctl.image.labels import LABEL_PREFIX
 
 TAIL_LINES = 20
 _logger = logging.getLogger(__name__)

@@ -27,12 +27,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from clusterctl.core.errors import ClusterctlError, EnvironmentProblem
 from clusterctl.image import baseimage, context, imagebuild, render
 from clusterctl.image import wheelhouse as wh
 from clusterctl.image.context import Rendered
 from clusterctl.image.labels import sha256_text, target_labels
 from clusterctl.image.targets import Resolved, get_target
-from clusterctl.core.errors import ClusterctlError, EnvironmentProblem
 
 _logger = logging.getLogger(__name__)
 

@@ -30,9 +30,9 @@ from collections.abc import Mapping, Sequence
 import jinja2
 from jinja2.sandbox import SandboxedEnvironment
 
-from clusterctl.image.targets import Resolved, resolve
 from clusterctl.core import paths
 from clusterctl.core.errors import ClusterctlError, UserError, one_of
+from clusterctl.image.targets import Resolved, resolve
 
 ENTRYPOINT_TEMPLATE = "blocks/entrypoint.sh.j2"
 # Build args the engine accepts without an ARG in the Dockerfile.

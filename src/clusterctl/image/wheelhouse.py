@@ -33,9 +33,9 @@ import tempfile
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
-from clusterctl.image.baseimage import run_logged
 from clusterctl.core.errors import ClusterctlError, UserError
 from clusterctl.core.paths import cache_dir
+from clusterctl.image.baseimage import run_logged
 
 _logger = logging.getLogger(__name__)
 

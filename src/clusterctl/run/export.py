@@ -46,9 +46,9 @@ from dataclasses import dataclass, field
 
 import yaml
 
-from clusterctl.image import targets
 from clusterctl.cluster.containers import JOB_LABEL
 from clusterctl.core.errors import UserError, did_you_mean, one_of
+from clusterctl.image import targets
 from clusterctl.run.jobs import (
     BASE_ENV,
     CONTRACTS,

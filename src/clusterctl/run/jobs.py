@@ -108,12 +108,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from clusterctl.image import targets
 from clusterctl.core import paths
 from clusterctl.core.durations import DURATION_HELP, parse_duration
 from clusterctl.core.errors import UserError, did_you_mean, one_of
 from clusterctl.core.text import control_problem, escaped
 from clusterctl.core.yamlfile import FileProblems, Problems, dotted, parse, read_text, show
+from clusterctl.image import targets
 
 #: The launch values every placeholder may name (see the module docstring).
 LAUNCH_VALUES: tuple[str, ...] = (

@@ -78,10 +78,10 @@ import shlex
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from clusterctl.image import targets
 from clusterctl.cluster.containers import JOB_LABEL, NODE_LABEL, RANK_LABEL, RUN_LABEL
 from clusterctl.core.errors import UserError
 from clusterctl.core.text import control_problem, escaped
+from clusterctl.image import targets
 from clusterctl.run import mpi
 from clusterctl.run.jobs import (
     BASE_ENV,

@@ -29,11 +29,11 @@ from dataclasses import dataclass, replace
 from importlib import resources
 from pathlib import Path
 
-from clusterctl.image import targets
 from clusterctl.cluster import containers
 from clusterctl.cluster import preflight as pf
 from clusterctl.cluster.transport import Cluster
 from clusterctl.core.errors import NodeError, UserError
+from clusterctl.image import targets
 from clusterctl.run import launch as launching
 from clusterctl.run import plan, records
 from clusterctl.run.collective import model
