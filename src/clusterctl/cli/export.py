@@ -22,7 +22,7 @@ from clusterctl.run.plan import parse_sets
 
 
 def export(
-    job: Annotated[str, typer.Argument(help="A shipped job (ddp-smoke, bert) or a job YAML file.",
+    job: Annotated[str, typer.Argument(help="A shipped job (a file of jobs/ by its name: ddp-smoke, bert, ...) or the path of a job YAML file.",
                                        show_default=False)],
     to: Annotated[str, typer.Option("--to", help="pytorchjob (Kubeflow training operator, kubeflow.org/v1) "
                                                  "or trainjob (Kubeflow Trainer v2, trainer.kubeflow.org/v1alpha1).",

@@ -64,7 +64,7 @@ def _cluster(nodes: Path | None, record: records.RunRecord) -> Cluster:
 # --------------------------------------------------------------------------- launch
 
 def launch(
-    job: Annotated[str, typer.Argument(help="A shipped job (ddp-smoke, ddp-smoke-nccl, bert) or a job YAML file.",
+    job: Annotated[str, typer.Argument(help="A shipped job (a file of jobs/ by its name: ddp-smoke, bert, ...) or the path of a job YAML file.",
                                        show_default=False)],
     nodes: Annotated[Path | None, nodes_option(
         NODES_HELP + " With --scheduler slurm: the nodes to run on, by their Slurm names.")] = None,
