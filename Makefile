@@ -28,7 +28,7 @@ help:
 	@echo "make image TARGET=cpu|ipex|accl|nccl|cambricon|base   build one target's image"
 	@echo "make test        run the test suite with $(VENV) (machine already set up)"
 	@echo "make docs        build the documentation site into site/ (strict: a broken link or a missing page fails)"
-	@echo "make bench-plots   redraw docs/benchmarks/img/ from docs/benchmarks/data/ (no root)"
+	@echo "make bench-plots redraw docs/benchmarks/img/ from docs/benchmarks/data/ (no root)"
 	@echo "make docs-serve  serve the documentation site on http://127.0.0.1:8000 while you edit docs/"
 	@echo "make lint        ruff + hadolint on every rendered Dockerfile"
 	@echo "make golden      rewrite the golden Dockerfiles, sbatch scripts and the nccl smoke dry-run after a reviewed change"
