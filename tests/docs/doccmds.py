@@ -47,7 +47,12 @@ _FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})(?P<info>.*)$")
 _MARKER = re.compile(r"^\s*<!--\s*doc-test:(?P<body>.*?)-->\s*$")
 _ANY_MARKER = re.compile(r"<!--\s*doc-test", re.IGNORECASE)
 _MARKER_BODY = re.compile(r"^(?P<kind>run|sandbox)(?:\s+exit=(?P<exit>\d{1,3}))?$"
-                          r"|^(?P<parse>parse)\s*(?:\((?P<reason>.*)\))?$|^(?P<plain>output|message)$")
+                          r"|^(?P<parse>parse)\s*(?:\((?P<reason>.*)\))?$|^(?P<plain>output|message)$"
+                          r"|^file\s+(?P<path>\S+)$")
+# a `file PATH` block: its text is written to PATH (relative, inside the repository copy)
+# before the page's run and sandbox blocks run, so a job or inventory a page shows is used
+# as written by the commands after it
+_FILE_PATH = re.compile(r"^(?!/)(?!.*(?:^|/)\.\.(?:/|$))[A-Za-z0-9_./-]+$")
 _ASSIGN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 _HEREDOC = re.compile(r"<<-?\s*(['\"]?)(?P<word>[A-Za-z_][A-Za-z0-9_]*)\1")
 _SUBST = re.compile(r"\$\(([^()]*)\)|`([^`]*)`")
@@ -64,6 +69,7 @@ class Marker:
     line: int
     exit: int = 0
     reason: str = ""
+    path: str = ""               # a `file PATH` marker's path
 
 
 @dataclass(frozen=True)
@@ -151,11 +157,16 @@ def parse_marker(body: str, line: int) -> Marker | str:
     m = _MARKER_BODY.match(body)
     if not m:
         return (f'unknown doc-test marker "{body}" (known: run, run exit=N, sandbox, '
-                "sandbox exit=N, parse (REASON), output, message)")
+                "sandbox exit=N, parse (REASON), output, message, file PATH)")
     if m["kind"]:
         return Marker(m["kind"], line, exit=int(m["exit"] or 0))
     if m["plain"]:
         return Marker(m["plain"], line)
+    if m["path"]:
+        if not _FILE_PATH.match(m["path"]):
+            return (f'a "file" marker names a relative path inside the repository copy '
+                    f'(letters, digits, _ . / -; no "..", not absolute), not "{m["path"]}"')
+        return Marker("file", line, path=m["path"])
     reason = (m["reason"] or "").strip()
     if not reason:
         return 'a "parse" marker needs its reason in words: <!-- doc-test: parse (WHY) -->'
@@ -240,8 +251,9 @@ def _block_problems(block: Block, prev: Block | None, prev_end: int, lines: list
             problem(f"this {block.lang} block has {' and '.join(sorted(progs))} command lines and no "
                     "<!-- doc-test: ... --> marker on the line before its fence (run, run exit=N, sandbox, "
                     "parse (REASON))")
-        if m and m.kind in ("output", "message"):
-            problem(f'a "{m.kind}" marker belongs on a text block, not a {block.lang} block', m.line)
+        if m and m.kind in ("output", "message", "file"):
+            problem(f'a "{m.kind}" marker belongs on a text (or, for file, a yaml) block, '
+                    f'not a {block.lang} block', m.line)
         if m and m.kind in RUNNABLE:
             for c in block.commands:
                 words = c.text.split()
@@ -250,7 +262,7 @@ def _block_problems(block: Block, prev: Block | None, prev_end: int, lines: list
                     problem(f'"{c.text}": each command line of a {m.kind} block runs in a shell of its '
                             "own, so what it sets does not reach the next line; put it on the line "
                             "that needs it (X=1 clusterctl ...)", c.line)
-        if m and not block.commands:
+        if m and m.kind in RUNNABLE | {"parse"} and not block.commands:
             problem(f'a "{m.kind}" marker on a block without command lines', m.line)
     else:
         if m and m.kind in ("run", "sandbox", "parse"):
@@ -759,3 +771,18 @@ def message_mismatches(text: str, patterns: list[SourceString]) -> list[str]:
         if matcher.literal_cover(line) is None:
             bad.append(line)
     return bad
+
+
+# --------------------------------------------------------------------------- file blocks
+
+def file_blocks(blocks: list[Block]) -> list[Block]:
+    """The `file PATH` blocks among ``blocks``, in page order."""
+    return [b for b in blocks if b.marker and b.marker.kind == "file"]
+
+
+def write_files(blocks: list[Block], root: Path) -> None:
+    """Write every `file PATH` block's text to root/PATH (a later block of the same path wins)."""
+    for b in file_blocks(blocks):
+        target = root / b.marker.path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(b.text + "\n")

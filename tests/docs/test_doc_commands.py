@@ -104,8 +104,14 @@ def source_patterns() -> list[doccmds.SourceString]:
 _timings: list[tuple[str, float]] = []
 
 
+PAGE_OF = {page.file: page for page in PAGES}
+
+
 def run_failure(block: doccmds.Block, tmp_path: Path) -> str | None:
     cwd = scratch_copy(tmp_path / "repo")
+    page = PAGE_OF.get(block.file)
+    # the `file PATH` blocks above it on its page, as the reader has written them by now
+    doccmds.write_files([b for b in (page.blocks if page else []) if b.line < block.line], cwd)
     ran, why = doccmds.run_block(block, cwd, doc_env(), timeout=RUN_TIMEOUT)
     _timings.append((block.id, sum(r.seconds for r in ran)))
     return why
@@ -260,3 +266,22 @@ def test_a_command_that_outlives_its_timeout_fails_and_its_processes_go(tmp_path
     assert time.monotonic() - t0 < 10
     assert why.startswith("t.md:3: `sleep 30 & sleep 30; clusterctl targets` ran past its 1 s")
     assert ran[0].status is None
+
+
+def test_a_file_block_is_written_before_the_run_blocks_after_it(tmp_path):
+    page = fixture_page("file_block.md")
+    # a path leaving the repository copy is refused, naming the line
+    assert [str(p) for p in page.problems] == [
+        'tests/docs/fixtures/file_block.md:22: a "file" marker names a relative path inside the '
+        'repository copy (letters, digits, _ . / -; no "..", not absolute), not "../outside.yaml"']
+    written, run = page.blocks[0], page.blocks[1]
+    assert written.marker.path == "conf/my-inventory.yaml" and run.marker.kind == "run"
+    cwd = scratch_copy(tmp_path / "repo")
+    doccmds.write_files([b for b in page.blocks if b.line < run.line], cwd)
+    assert (cwd / "conf/my-inventory.yaml").read_text() == written.text + "\n"
+    _, why = doccmds.run_block(run, cwd, doc_env(), timeout=RUN_TIMEOUT)
+    assert why is None, why
+    # the command uses the file as the page shows it: a mistake in the file fails the block
+    (cwd / "conf/my-inventory.yaml").write_text(written.text.replace("2222", "70000") + "\n")
+    _, why = doccmds.run_block(run, cwd, doc_env(), timeout=RUN_TIMEOUT)
+    assert why is not None and "exited 2, expected exit 0" in why

@@ -73,6 +73,8 @@ class DocsSandbox:
         """Run the blocks in order (each after making sure the sandbox is up); every failure."""
         failures = []
         for block in blocks:
+            # the `file PATH` blocks of the block's page, as the reader has written them by now
+            doccmds.write_files([b for b in BLOCKS if b.file == block.file and b.line < block.line], self.cwd)
             why = self.ensure_up()
             if why is None:
                 _, why = doccmds.run_block(block, self.cwd, self.env, timeout=SANDBOX_TIMEOUT)
