@@ -204,19 +204,52 @@ def test_secrets_are_references_never_values(tmp_path):
     m = build_manifest(job, kind="pytorchjob", nnodes=2)
     env = _container(m.body)["env"]
     assert {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "job-secrets", "key": "HF_TOKEN"}}} in env
-    assert m.secret_name == "job-secrets"
-    assert "kubectl create secret generic job-secrets" in m.text()
+    assert m.secret_name == "job-secrets" and m.secret_keys == ("HF_TOKEN",) and m.secret_given == {}
+    assert m.secret_command() == "kubectl create secret generic job-secrets --from-literal=HF_TOKEN=..."
+    assert m.secret_command() in " ".join(m.text().replace("# ", "").split())
 
 
 @pytest.mark.parametrize("where", ["job", "set"])
-def test_a_secret_value_is_refused_and_not_shown(tmp_path, where):
-    env = "env: {API_KEY: s3cr3t-value}\n" if where == "job" else ""
+@pytest.mark.parametrize("kind", ["pytorchjob", "trainjob"])
+def test_a_secret_value_becomes_a_reference_and_is_written_nowhere(tmp_path, where, kind):
+    env = "env: {API_KEY: s3cr3t-value, PLAIN: x}\n" if where == "job" else ""
     job = load_job(_job(tmp_path, f"image: reg/app:1\n{env}command: [run]\n"))
     overrides = {"API_KEY": "s3cr3t-value"} if where == "set" else {}
-    with pytest.raises(UserError) as e:
-        build_manifest(job, kind="trainjob", nnodes=2, overrides=overrides)
-    assert "API_KEY is a secret" in e.value.message and "s3cr3t" not in e.value.message
-    assert e.value.exit_code == 2
+    m = build_manifest(job, kind=kind, nnodes=2, overrides=overrides, namespace="ml")
+    env = _container(m.body)["env"]
+    assert {"name": "API_KEY", "valueFrom": {"secretKeyRef": {"name": "job-secrets", "key": "API_KEY"}}} in env
+    assert "s3cr3t" not in m.text() and "s3cr3t" not in repr(m)
+    assert m.secret_command() == "kubectl create secret generic job-secrets -n ml --from-literal=API_KEY=..."
+    assert m.secret_given == {"API_KEY": "--set API_KEY=..." if where == "set" else job.where("env.API_KEY")}
+
+
+def test_a_secret_parameter_copied_into_another_variable_makes_it_a_reference(tmp_path):
+    job = load_job(_job(tmp_path, "image: reg/app:1\nparams: {HF_TOKEN: ''}\n"
+                                  "env: {AUTH: 'Bearer {HF_TOKEN}', OTHER: plain}\ncommand: [run]\n"))
+    m = build_manifest(job, kind="trainjob", nnodes=1, overrides={"HF_TOKEN": "hf_tainted"})
+    assert "hf_tainted" not in m.text()
+    assert m.secret_keys == ("AUTH",)
+    assert {"name": "OTHER", "value": "plain"} in _container(m.body)["env"]
+
+
+def test_a_secret_parameter_in_the_command_is_refused_unshown(tmp_path):
+    job = load_job(_job(tmp_path, "image: reg/app:1\nparams: {HF_TOKEN: ''}\ncommand: [run, '{HF_TOKEN}']\n"))
+    with pytest.raises(UserError, match="command.1: {HF_TOKEN} is a secret parameter") as e:
+        build_manifest(job, kind="pytorchjob", nnodes=1, overrides={"HF_TOKEN": "hf_in_argv"})
+    assert "hf_in_argv" not in e.value.message and e.value.exit_code == 2
+
+
+def test_the_secret_name_is_overridable_and_checked(tmp_path):
+    job = load_job(_job(tmp_path, "image: reg/app:1\nsecrets: [HF_TOKEN]\ncommand: [run]\n"))
+    m = build_manifest(job, kind="trainjob", nnodes=1, secret_name="team.hf-1")
+    assert _container(m.body)["env"][-1]["valueFrom"]["secretKeyRef"]["name"] == "team.hf-1"
+    assert m.secret_command().startswith("kubectl create secret generic team.hf-1 ")
+    for bad in ("Team", "-x", "x-", "a_b", "x" * 254, ""):
+        with pytest.raises(UserError, match="--secret-name .*: not a Kubernetes Secret name; valid: lower-case") as e:
+            build_manifest(job, kind="trainjob", nnodes=1, secret_name=bad)
+        assert e.value.exit_code == 2
+    no_secrets = build_manifest(load_job("ddp-smoke"), kind="pytorchjob", nnodes=1, secret_name="unused")
+    assert no_secrets.secret_name is None and no_secrets.secret_command() is None
 
 
 def test_a_device_kubernetes_cannot_express_is_refused(tmp_path):
@@ -240,10 +273,16 @@ def test_bad_kind_or_node_count(kind, nnodes, message):
         build_manifest(load_job("ddp-smoke"), kind=kind, nnodes=nnodes)
 
 
-def test_a_per_pod_placeholder_in_env_is_refused(tmp_path):
-    job = load_job(_job(tmp_path, "image: reg/app:1\nenv: {ME: '{node_rank}'}\ncommand: [run]\n"))
-    with pytest.raises(UserError, match="env.ME: {node_rank} differs per pod"):
-        build_manifest(job, kind="pytorchjob", nnodes=2)
+def test_a_per_pod_placeholder_in_env_is_exported_by_the_wrapper(tmp_path):
+    job = load_job(_job(tmp_path, "image: reg/app:1\nenv: {ME: 'n{node_rank}'}\ncommand: [run]\n"))
+    m = build_manifest(job, kind="pytorchjob", nnodes=2)
+    c = _container(m.body)
+    assert "ME" not in {e["name"] for e in c["env"]}
+    assert c["args"][:3] == ["/bin/sh", "-c", "export ME='n'\"$PET_NODE_RANK\"; exec \"$@\""]
+    assert c["args"][-1] == "run" and any("ME differs per pod" in n for n in m.notes)
+    mounts = load_job(_job(tmp_path, "image: reg/app:1\nmounts: ['/d{node_rank}:/d']\ncommand: [run]\n"))
+    with pytest.raises(UserError, match="mounts.0: {node_rank} differs per pod"):
+        build_manifest(mounts, kind="pytorchjob", nnodes=2)
 
 
 def test_an_operator_variable_from_set_is_refused():
@@ -268,8 +307,9 @@ def test_set_nproc_per_node_and_slots():
 
 
 @pytest.mark.parametrize("job", ["torchrun-nccl", "deepspeed", "yolov5-mlu"])
-def test_seed_jobs_keep_their_working_directory_in_a_pytorchjob(job):
-    """The seed jobs run in their mounted code (-w), where the pages' relative paths work."""
+def test_seed_jobs_keep_their_working_directory_in_both_kinds(job):
+    """The seed jobs run in their mounted code (-w), where the pages' relative paths work: a
+    PyTorchJob's workingDir; a TrainJob (no field for it) cds there in its wrapper."""
     from kubernetes.client import ApiClient
 
     body = yaml.safe_load(_manifest(job, "pytorchjob", {"nnodes": 2, "slots": 2}).text())
@@ -277,9 +317,9 @@ def test_seed_jobs_keep_their_working_directory_in_a_pytorchjob(job):
     assert _round_trip_kubernetes(ApiClient(), template, "V1PodTemplateSpec") == template
     workdir = load_job(job).docker_args[load_job(job).docker_args.index("-w") + 1]
     assert template["spec"]["containers"][0]["workingDir"] == workdir
-    with pytest.raises(UserError, match="cannot be set in a TrainJob") as info:
-        _manifest(job, "trainjob", {"nnodes": 2, "slots": 2})
-    assert info.value.exit_code == 2
+    trainer = _manifest(job, "trainjob", {"nnodes": 2, "slots": 2}).body["spec"]["trainer"]
+    assert trainer["args"][2].startswith('cd "$1" || exit; shift; ')
+    assert trainer["args"][3:5] == ["clusterctl-contract", workdir]
 
 
 @pytest.mark.parametrize(("docker", "quantity"), [("8g", "8Gi"), ("512m", "512Mi"), ("1.5G", "1.5Gi"), ("1024", "1024")])

@@ -40,23 +40,35 @@ def export(
     runtime: Annotated[str, typer.Option("--runtime", help="trainjob: the ClusterTrainingRuntime to use.")] = exporting.DEFAULT_RUNTIME,
     rdma_resource: Annotated[str, typer.Option(
         "--rdma-resource", help="Resource name of the site's RDMA device plugin, for /dev/infiniband.")] = exporting.DEFAULT_RDMA_RESOURCE,
+    secret_name: Annotated[str | None, typer.Option(
+        "--secret-name", metavar="NAME",
+        help="The Secret the job's secrets are read from (secretKeyRef; default: <job>-secrets). "
+             "A secret given a value (job, --set) is read from it too: the value is never written.")] = None,
     output: Annotated[Path | None, typer.Option("--output", "-o", help="Write the manifest to FILE (default: stdout).")] = None,
 ) -> None:
     """Write JOB as a Kubeflow PyTorchJob or TrainJob manifest (YAML): the same image, command,
     env (rank variables left to the operator), devices, /dev/shm, host network, mounts and
-    secrets (as references to the Secret <job>-secrets) as an SSH launch.  No cluster is contacted."""
+    secrets (as references to the Secret <job>-secrets, or --secret-name; stderr says how to
+    create it, values elided) as an SSH launch.  No cluster is contacted."""
     spec = load_job(job)
     manifest = exporting.build_manifest(
         spec, kind=to, nnodes=nnodes, slots=slots, image=image, overrides=parse_sets(set_ or []),
-        namespace=namespace, runtime=runtime, rdma_resource=rdma_resource)
+        namespace=namespace, runtime=runtime, rdma_resource=rdma_resource, secret_name=secret_name)
     text = manifest.text()
     if output is None:
         typer.echo(text, nl=False)
-        return
-    _write(output, text)
-    err.print(f"wrote {manifest.body['kind']} {manifest.body['metadata']['name']} to {output}"
-              + (f"; create the Secret {manifest.secret_name} before applying it" if manifest.secret_name else ""),
-              markup=False, highlight=False)
+    else:
+        _write(output, text)
+        err.print(f"wrote {manifest.body['kind']} {manifest.body['metadata']['name']} to {output}",
+                  markup=False, highlight=False)
+    if manifest.secret_name:
+        given = manifest.secret_given
+        err.print(f"the manifest reads {', '.join(manifest.secret_keys)} from the Secret "
+                  f"{manifest.secret_name}; create it before applying (each ... is the value):\n"
+                  f"  {manifest.secret_command()}"
+                  + (f"\n(the value{'s' if len(given) > 1 else ''} given by {', '.join(given.values())} "
+                     f"{'are' if len(given) > 1 else 'is'} written nowhere)" if given else ""),
+                  markup=False, highlight=False, soft_wrap=True)
 
 
 def _write(path: Path, text: str) -> None:

@@ -9,22 +9,36 @@ needed.
 What an SSH launch gives a container, and where it goes here
 ------------------------------------------------------------
 * image, command: ``args`` of the container, so the image's ENTRYPOINT (clusterctl's
-  entrypoint.sh) still runs first, as with ``docker run IMAGE COMMAND``;
+  entrypoint.sh) still runs first, as with ``docker run IMAGE COMMAND``.  A TrainJob also
+  sets ``command``, because its runtime's container has one of its own (Trainer's
+  ``torch-distributed`` runs a ``/bin/bash -c`` script that would ignore the args): the
+  image's entrypoint (:data:`IMAGE_ENTRYPOINT`) for a job with a clusterctl target, else
+  the command itself;
 * the environment: the same layers as :mod:`clusterctl.run.plan` (target env, job env,
   ``--set``; :func:`clusterctl.run.plan.job_environment`).  The rank variables
   (``MASTER_ADDR MASTER_PORT RANK WORLD_SIZE NODE_RANK PET_*``) are left to the operator
   (:data:`OPERATOR_ENV` says which it sets); a TrainJob's command is wrapped in
-  ``/bin/sh -c 'export RANK="$PET_NODE_RANK" ...; exec "$@"'`` (:func:`contract_args`),
+  ``/bin/sh -c 'export RANK="$PET_NODE_RANK" ...; exec "$@"'`` (:func:`wrap_args`),
   because Trainer's torch runtime sets ``PET_*`` only and the job's contract may read
   ``MASTER_ADDR``, ``NODE_RANK``, ``RANK``, ``WORLD_SIZE``; ``NNODES`` and ``NPROC_PER_NODE``, the same
   on every node, are written.  ``{master_addr}``, ``{master_port}``, ``{node_rank}``,
   ``{node_name}`` in the command become Kubernetes ``$(VAR)`` references to the
-  operator's variables; in env values they are refused (Kubernetes expands ``$(VAR)`` in
-  env only from variables listed BEFORE it, and the operators add theirs after).
-  Literal ``$`` is escaped (``$$``) so text reaches the container exactly as written;
-* secrets (the job's ``secrets`` and names with TOKEN, SECRET, PASSWORD, KEY):
-  ``secretKeyRef`` to the Secret ``<job>-secrets``, key = the variable name, never a
-  value; a secret given a value in the job, the target or ``--set`` is refused;
+  operator's variables.  An env value holding one (``CROSS_RANK`` of the deepspeed
+  contract, accelerate's config) cannot be an env entry (Kubernetes expands ``$(VAR)`` in
+  env only from variables listed BEFORE it, and the operators add theirs after): the
+  command runs through the ``/bin/sh`` wrapper (:func:`wrap_args`), which exports it with
+  the operator's variable in place (``CROSS_RANK="$PET_NODE_RANK"``; the rest of the
+  value single-quoted, so nothing else is expanded).  Literal ``$`` is escaped (``$$``)
+  so text reaches the container exactly as written;
+* secrets (the job's ``secrets``, names with TOKEN, SECRET, PASSWORD, KEY, and variables
+  holding a secret parameter's value): ``secretKeyRef`` to the Secret ``<job>-secrets``
+  (``secret_name`` / ``--secret-name``), key = the variable name, never a value; a value
+  given in the job, the target or ``--set`` is left out (:attr:`Manifest.secret_keys`,
+  :meth:`Manifest.secret_command` say which Secret to create, the value elided);
+* contract mpi (hydra's variables, :mod:`clusterctl.run.mpi`): the wrapper starts the
+  node's processes through the same spawner as an SSH launch, first rank
+  ``PET_NODE_RANK x nproc``; a PyTorchJob's ``RANK``/``WORLD_SIZE`` (the operator's,
+  node-level) are unset first, as an SSH launch does not set them;
 * ``docker run`` flags of the target and the job (:func:`pod_settings`): ``--net=host``
   -> ``hostNetwork`` + ``dnsPolicy: ClusterFirstWithHostNet``; ``--shm-size`` and
   ``--ipc=host`` -> a memory-backed emptyDir at /dev/shm (with that ``sizeLimit``);
@@ -32,7 +46,9 @@ What an SSH launch gives a container, and where it goes here
   IPC_LOCK (Kubernetes sets no ulimits; with IPC_LOCK the memlock limit does not bind);
   ``--cap-add`` -> capabilities; ``--device`` -> a device plugin's resource
   (:data:`DEVICE_RESOURCES`) or a refusal; ``-w``/``--workdir`` -> the container's
-  ``workingDir`` (PyTorchJob; a TrainJob's runtime owns its container: refused);
+  ``workingDir`` (PyTorchJob); a TrainJob has no field for it (Trainer 2.3's container
+  patch takes env, securityContext, volumeMounts only): the wrapper ``cd``s there first
+  and fails if it cannot;
 * mounts -> ``hostPath`` volumes.
 """
 
@@ -49,6 +65,7 @@ import yaml
 from clusterctl.cluster.containers import JOB_LABEL
 from clusterctl.core.errors import UserError, did_you_mean, one_of
 from clusterctl.image import targets
+from clusterctl.run import mpi
 from clusterctl.run.jobs import (
     BASE_ENV,
     CONTRACTS,
@@ -108,15 +125,63 @@ def derived_variables(contract: str, kind: str) -> dict[str, str]:
             if k in RANK_VARIABLES and k not in OPERATOR_ENV[kind] and v in PET_SOURCES}
 
 
-def contract_args(args: Sequence[str], derived: Mapping[str, str]) -> list[str]:
-    """``args`` run through ``/bin/sh -c`` that first exports each derived variable from its
-    PET_* source (``RANK="$PET_NODE_RANK"``), then ``exec``s the command unchanged (argv,
-    no second shell parse).  ``$NAME`` is not Kubernetes' ``$(NAME)``: it reaches the
-    shell as written.  Pure."""
-    if not derived:
+def wrap_args(args: Sequence[str], *, exports: Sequence[tuple[str, str]] = (),
+              workdir: str | None = None, unset: Sequence[str] = (),
+              spawn: int | None = None) -> list[str]:
+    """``args`` run through ``/bin/sh -c``, which first ``cd``s to ``workdir`` (exit if it
+    cannot), unsets ``unset``, exports each ``(NAME, WORD)`` of ``exports`` (WORD is shell
+    text: ``"$PET_NODE_RANK"``, ``'literal'"$VAR"``), then ``exec``s the command unchanged
+    (argv, no second shell parse) or, with ``spawn`` = processes per node, the mpi spawner
+    (:func:`clusterctl.run.mpi.spawn_command`) with first rank ``PET_NODE_RANK x spawn``.
+    ``args`` are as Kubernetes takes them (``$(VAR)`` expanded, ``$$`` a ``$``); what this
+    adds is escaped for it.  No wrapper is needed: ``args`` unchanged.  Pure."""
+    if not (exports or workdir is not None or unset or spawn):
         return list(args)
-    exports = " ".join(f'{k}="${v}"' for k, v in derived.items())
-    return ["/bin/sh", "-c", f'export {exports}; exec "$@"', CONTRACT_WRAPPER, *args]
+    steps, extra = [], []
+    if workdir is not None:
+        steps += ['cd "$1" || exit', "shift"]
+        extra.append(_escape(workdir))
+    if spawn:
+        steps += ["s=$1", "shift"]
+        extra.append(_escape(mpi.SPAWNER))
+    if unset:
+        steps.append("unset " + " ".join(unset))
+    if exports:
+        steps.append("export " + " ".join(f"{k}={w}" for k, w in exports))
+    steps.append(f'exec {mpi.PYTHON} -c "$s" "$((PET_NODE_RANK * {spawn}))" {spawn} '
+                 f'{mpi.SEPARATOR} "$@"' if spawn else 'exec "$@"')
+    return ["/bin/sh", "-c", _escape("; ".join(steps)), CONTRACT_WRAPPER, *extra, *args]
+
+
+def shell_word(template: str, values: Mapping[str, str], shell_refs: Mapping[str, str]) -> str:
+    """``template`` as one ``sh`` word: placeholders in ``shell_refs`` as ``"$VAR"``, all
+    else (literal text, other placeholders filled from ``values``) single-quoted, so the
+    shell expands nothing of it.  Pure."""
+    out, text = [], ""
+    for literal, name, _spec, _conv in string.Formatter().parse(template):
+        text += literal
+        if name is None:
+            continue
+        if name in shell_refs:
+            out += [_quote(text)] if text else []
+            out.append(f'"${shell_refs[name]}"')
+            text = ""
+        else:
+            text += values[name]
+    if text or not out:
+        out.append(_quote(text))
+    return "".join(out)
+
+
+def _quote(text: str) -> str:
+    return "'" + text.replace("'", "'\\''") + "'"
+
+
+#: The ENTRYPOINT of every image clusterctl builds (templates/blocks/entrypoint.j2): it
+#: sets the target's environment up, then ``exec "$@"``.
+IMAGE_ENTRYPOINT = "/opt/clusterctl/entrypoint.sh"
+#: A Secret's name: a DNS-1123 subdomain (lower-case alphanumerics, '-', '.'), at most 253.
+_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*\Z")
 
 GPU_RESOURCE = "nvidia.com/gpu"
 DEFAULT_RDMA_RESOURCE = "rdma/hca"
@@ -146,6 +211,19 @@ class Manifest:
     body: dict
     notes: list[str] = field(default_factory=list)
     secret_name: str | None = None
+    #: The Secret's keys the manifest refers to (variable names), in order.
+    secret_keys: tuple[str, ...] = ()
+    #: Those of them given a value (job, target or ``--set``: where), left out of the manifest.
+    secret_given: dict[str, str] = field(default_factory=dict)
+
+    def secret_command(self) -> str | None:
+        """The ``kubectl create secret`` line that makes the Secret, each value elided
+        (``...``: a placeholder for the user's value, never the value)."""
+        if not self.secret_name:
+            return None
+        ns = self.body["metadata"].get("namespace")
+        return (f"kubectl create secret generic {self.secret_name}" + (f" -n {ns}" if ns else "")
+                + "".join(f" --from-literal={k}=..." for k in self.secret_keys))
 
     def text(self) -> str:
         """The YAML file: a comment header with the notes, then the object."""
@@ -172,18 +250,16 @@ class PodSettings:
 def build_manifest(job: Job, *, kind: str, nnodes: int, slots: int = 1, image: str | None = None,
                    overrides: Mapping[str, str] | None = None, namespace: str | None = None,
                    runtime: str = DEFAULT_RUNTIME,
-                   rdma_resource: str = DEFAULT_RDMA_RESOURCE) -> Manifest:
+                   rdma_resource: str = DEFAULT_RDMA_RESOURCE,
+                   secret_name: str | None = None) -> Manifest:
     """The manifest of ``job`` on ``nnodes`` pods of ``slots`` accelerators each.  Pure.
 
     ``kind``: ``pytorchjob`` or ``trainjob``; ``overrides``: the ``--set`` values
     (:func:`clusterctl.run.plan.parse_sets`); ``runtime``: the ClusterTrainingRuntime a
     TrainJob refers to; ``rdma_resource``: the resource name of the site's RDMA device
-    plugin.  UserError (exit 2) for anything a manifest cannot carry.
+    plugin; ``secret_name``: the Secret the secrets are read from (default ``<job>-secrets``).
+    UserError (exit 2) for anything a manifest cannot carry.
     """
-    if job.contract == "mpi":
-        raise UserError(f"{job.where('contract')}: contract mpi (each container starts its node's "
-                        "processes, clusterctl.run.mpi) is not exported yet; valid: launch it over "
-                        "SSH (clusterctl launch JOB --nodes FILE), or export a torchrun job.")
     if kind not in KINDS:
         raise UserError(f'--to {kind!r}: unknown kind{did_you_mean(kind, KINDS)}; valid: {one_of(KINDS)}.')
     if nnodes < 1:
@@ -196,6 +272,11 @@ def build_manifest(job: Job, *, kind: str, nnodes: int, slots: int = 1, image: s
         raise UserError(f"job {job.name}: image {image!r} is not an image reference; valid: --image "
                         "REGISTRY/REPO:TAG (the cluster's nodes pull it).")
     name = _dns_name(job.name)
+    if secret_name is not None and not (len(secret_name) <= 253 and _SUBDOMAIN.match(secret_name)):
+        raise UserError(f"--secret-name {secret_name!r}: not a Kubernetes Secret name; valid: lower-case "
+                        "letters, digits, '-' and '.', starting and ending with a letter or digit, "
+                        "at most 253 characters (e.g. bert-secrets).")
+    secret_name = secret_name or f"{name}-secrets"
     params, env_sets = split_sets(job, overrides or {})
     nproc = nproc_for(job, slots, env_sets, "--set")
     values = {"nnodes": str(nnodes), "nproc_per_node": str(nproc), "world_size": str(nnodes * nproc),
@@ -208,36 +289,51 @@ def build_manifest(job: Job, *, kind: str, nnodes: int, slots: int = 1, image: s
         if key in RANK_VARIABLES:
             raise UserError(f"{_origin(job, target, env_sets, key)}: {key} is set by the {kind} operator "
                             f"in each pod; valid: leave it out (the operator sets {', '.join(OPERATOR_ENV[kind])}).")
-    secret_name = f"{name}-secrets"
-    _refuse_secret_copies(job, params, upper, env_sets, target, secret_name)
-    env = _env_list(job, target, kind, launch, upper, env_sets, secret_name)
+    secret = _secret_variables(job, params, upper)
+    per_pod = _per_pod_env(job, values, upper, env_sets, refs)
+    for key in per_pod:
+        if key in secret:
+            raise UserError(f"{_origin(job, target, env_sets, key)}: {key} is a secret and differs per pod "
+                            "(a placeholder such as {node_rank}); its value would be written into the "
+                            "pod's command; valid: keep per-pod values and secrets in separate variables.")
+    env = _env_list(job, launch, upper, secret, set(per_pod), secret_name)
+    secret_keys = tuple(e["name"] for e in env if "secretKeyRef" in e.get("valueFrom", {}))
+    given = {k: _origin(job, target, env_sets, k) for k in secret_keys if upper.get(k)}
     args = [_fill(a, values, refs) for a in job.command]
-    if kind == "trainjob":   # Trainer sets PET_* only: the rest of the contract comes from them
-        args = contract_args(args, derived_variables(job.contract, kind))
-    if any("$(" + POD_NAME_VAR + ")" in a for a in args):
-        env.insert(0, {"name": POD_NAME_VAR, "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}})
-    flags = [_fill(a, values, {}) for a in (target.run.flags if target else [])]
-    flags += [_fill(a, values, {}) for a in job.docker_args]
+    flags = [expand(a, values) for a in (target.run.flags if target else [])]
+    flags += [expand(a, values) for a in job.docker_args]
     devices = _target_devices(target, slots)
     pod = pod_settings(flags, devices, slots=slots, rdma_resource=rdma_resource, where=job.name)
+    exports = list(per_pod.items())
+    if kind == "trainjob":   # Trainer sets PET_* only: the rest of the contract comes from them
+        exports = [(k, f'"${v}"') for k, v in derived_variables(job.contract, kind).items()] + exports
+    args = wrap_args(args, exports=exports,
+                     workdir=pod.workdir if kind == "trainjob" else None,
+                     unset=("RANK", "WORLD_SIZE") if job.contract == "mpi" and kind == "pytorchjob" else (),
+                     spawn=nproc if job.contract == "mpi" else None)
+    if any(POD_NAME_VAR in a for a in args):
+        env.insert(0, {"name": POD_NAME_VAR, "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}})
     volumes, mounts = _volumes(job, values, pod)
-    used_secret = any("secretKeyRef" in e.get("valueFrom", {}) for e in env)
-    notes = _notes(job, kind, nnodes, nproc, pod, secret_name if used_secret else None, runtime)
+    notes = _notes(job, kind, nnodes, nproc, pod, runtime, per_pod)
     container = {"name": CONTAINER[kind], "image": image, "args": args, "env": env}
-    if pod.workdir and kind == "trainjob":
-        raise UserError(f"{job.name}: -w {pod.workdir} (the working directory) cannot be set in a "
-                        "TrainJob: its runtime owns the container; valid: --to pytorchjob, or "
-                        "launch over SSH.")
-    if pod.workdir:
+    if pod.workdir and kind == "pytorchjob":
         container["workingDir"] = pod.workdir
     metadata = {"name": name, **({"namespace": namespace} if namespace else {}),
                 "labels": {"app.kubernetes.io/managed-by": "clusterctl", JOB_LABEL: name}}
     if kind == "pytorchjob":
         body = _pytorchjob(job, metadata, container, pod, volumes, mounts, nnodes, nproc, notes)
     else:
-        body = _trainjob(metadata, container, pod, volumes, mounts, nnodes, nproc, runtime)
-    return Manifest(kind=kind, name=job.name, body=body, notes=notes,
-                    secret_name=secret_name if used_secret else None)
+        body = _trainjob(job, metadata, container, pod, volumes, mounts, nnodes, nproc, runtime)
+    manifest = Manifest(kind=kind, name=job.name, body=body, notes=notes,
+                        secret_name=secret_name if secret_keys else None, secret_keys=secret_keys,
+                        secret_given=given)
+    if secret_keys:
+        manifest.notes.append(
+            f"Secrets ({', '.join(secret_keys)}) come from the Secret {secret_name}, never from this "
+            f"file; create it first: {manifest.secret_command()}"
+            + (f" (the value{'s' if len(given) > 1 else ''} given by {', '.join(given.values())} "
+               f"{'are' if len(given) > 1 else 'is'} not written)" if given else ""))
+    return manifest
 
 
 def _pytorchjob(job, metadata, container, pod, volumes, mounts, nnodes, nproc, notes) -> dict:
@@ -272,9 +368,13 @@ def _pytorchjob(job, metadata, container, pod, volumes, mounts, nnodes, nproc, n
                      "pytorchReplicaSpecs": replicas}}
 
 
-def _trainjob(metadata, container, pod, volumes, mounts, nnodes, nproc, runtime) -> dict:
-    trainer = {"image": container["image"], "args": container["args"], "env": container["env"],
-               "numNodes": nnodes, "numProcPerNode": nproc}
+def _trainjob(job, metadata, container, pod, volumes, mounts, nnodes, nproc, runtime) -> dict:
+    # The runtime's container has a command of its own (torch-distributed: a /bin/bash -c
+    # script), which args alone would only be appended to: the TrainJob sets its command.
+    argv = container["args"]
+    command, args = ([IMAGE_ENTRYPOINT], argv) if job.target else (argv[:1], argv[1:])
+    trainer = {"image": container["image"], "command": command, **({"args": args} if args else {}),
+               "env": container["env"], "numNodes": nnodes, "numProcPerNode": nproc}
     if pod.resources:
         trainer["resourcesPerNode"] = {"limits": dict(pod.resources)}
     spec: dict = {"runtimeRef": {"name": runtime, "apiGroup": "trainer.kubeflow.org",
@@ -302,8 +402,9 @@ def _trainjob(metadata, container, pod, volumes, mounts, nnodes, nproc, runtime)
 # --------------------------------------------------------------------------- environment
 
 def _check_templates(job: Job, refs: Mapping[str, str]) -> None:
-    """Per-pod placeholders only in ``command``: Kubernetes expands nothing in a host path or
-    a pod setting, and ``$(VAR)`` in env only from variables listed before it."""
+    """Per-pod placeholders not in mounts or docker_args (Kubernetes expands nothing in a
+    host path or a pod setting); secret parameters not in command, docker_args or mounts
+    (they would be written into the manifest)."""
     for section in ("mounts", "docker_args"):
         for i, template in enumerate(getattr(job, section)):
             for name in placeholders(template):
@@ -312,14 +413,15 @@ def _check_templates(job: Job, refs: Mapping[str, str]) -> None:
                         f"{job.where(f'{section}.{i}')}: {{{name}}} differs per pod and Kubernetes "
                         f"cannot fill it in {section}; valid: a value the same on every node "
                         f"({{nnodes}}, {{nproc_per_node}}, params), or launch over SSH.")
-    for key, template in job.env.items():
-        for name in placeholders(template):
-            if name in refs:
-                raise UserError(
-                    f"{job.where(f'env.{key}')}: {{{name}}} differs per pod and cannot be exported in an "
-                    "env value: Kubernetes expands $(VAR) in env only from variables listed before it, "
-                    "and the operator adds its variables after the job's; valid: read MASTER_ADDR / "
-                    "PET_NODE_RANK etc. in the program, or use the placeholder in `command`.")
+    hidden = set(secret_params(job))
+    for section in ("command", "docker_args", "mounts"):
+        for i, template in enumerate(getattr(job, section)):
+            used = sorted(hidden & set(placeholders(template)))
+            if used:
+                raise UserError(f"{job.where(f'{section}.{i}')}: {{{used[0]}}} is a secret parameter and "
+                                "would be written into the manifest; valid: pass it through env "
+                                f"(env: {{{used[0]}: \"{{{used[0]}}}\"}}), which becomes a reference "
+                                "to the Secret, and read it from the environment.")
 
 
 def _origin(job: Job, target, env_sets: Mapping[str, str], key: str) -> str:
@@ -331,34 +433,37 @@ def _origin(job: Job, target, env_sets: Mapping[str, str], key: str) -> str:
     return f"target {target.name if target else '?'} env {key}"
 
 
-def _refuse_secret_copies(job: Job, params: Mapping[str, str], upper: Mapping[str, str],
-                          env_sets: Mapping[str, str], target, secret_name: str) -> None:
-    """A secret parameter's value copied into a variable of another name (``COPY:
-    "{HF_TOKEN}"``) would be written into the manifest as that variable's value: refused,
-    naming the variable and the parameter, never the value."""
-    hidden = {p: params[p] for p in secret_params(job) if params.get(p)}
-    for key, value in upper.items():
-        source = next((p for p, v in hidden.items() if v in value), None)
-        if source and not is_secret_name(key, job.secrets):
-            raise UserError(
-                f"{_origin(job, target, env_sets, key)}: {key} holds the value of the secret parameter "
-                f"{source}, and a manifest never carries secret values; valid: list {key} under "
-                f"`secrets` and create the Secret: kubectl create secret generic {secret_name} "
-                f"--from-literal={key}=...")
+def _secret_variables(job: Job, params: Mapping[str, str], upper: Mapping[str, str]) -> set[str]:
+    """The variables whose value is secret: by name (``secrets``, *TOKEN* ...) or because
+    they hold a secret parameter's value (``AUTH: "Bearer {HF_TOKEN}"``), as in a launch."""
+    hidden = [params[p] for p in secret_params(job) if params.get(p)]
+    return {k for k, v in upper.items()
+            if is_secret_name(k, job.secrets) or (v and any(h in v for h in hidden))}
 
 
-def _env_list(job: Job, target, kind: str, launch: dict[str, str], upper: dict[str, str],
-              env_sets: Mapping[str, str], secret_name: str) -> list[dict]:
-    out = [{"name": k, "value": _escape(v)} for k, v in launch.items() if k not in RANK_VARIABLES]
-    for key, value in upper.items():
-        if is_secret_name(key, job.secrets):
-            raise UserError(
-                f"{_origin(job, target, env_sets, key)}: {key} is a secret (listed under `secrets` or "
-                "named *TOKEN*, *SECRET*, *PASSWORD*, *KEY*) and a manifest never carries secret "
-                f"values; valid: drop the value, list {key} under `secrets`, and create the Secret: "
-                f"kubectl create secret generic {secret_name} --from-literal={key}=...")
-        out.append({"name": key, "value": _escape(value)})
-    for key in job.secrets:
+def _per_pod_env(job: Job, values: Mapping[str, str], upper: Mapping[str, str],
+                 env_sets: Mapping[str, str], refs: Mapping[str, str]) -> dict[str, str]:
+    """The variables whose value differs per pod (a launch or job env template holding
+    ``{node_rank}`` etc.), each as the ``sh`` word that gives it in the pod."""
+    shell = {k: v[2:-1] for k, v in refs.items()}      # "$(PET_NODE_RANK)" -> PET_NODE_RANK
+    out = {}
+    for key, template in {**BASE_ENV, **CONTRACTS[job.contract]}.items():
+        if key not in RANK_VARIABLES and key not in upper and set(placeholders(template)) & set(refs):
+            out[key] = shell_word(template, values, shell)
+    for key, template in job.env.items():
+        if key not in env_sets and set(placeholders(template)) & set(refs):
+            out[key] = shell_word(template, values, shell)
+    return out
+
+
+def _env_list(job: Job, launch: Mapping[str, str], upper: Mapping[str, str], secret: set[str],
+              per_pod: set[str], secret_name: str) -> list[dict]:
+    """Values, then the secrets as references (never a value); without the per-pod
+    variables (the wrapper exports those)."""
+    out = [{"name": k, "value": _escape(v)} for k, v in launch.items()
+           if k not in RANK_VARIABLES and k not in per_pod]
+    out += [{"name": k, "value": _escape(v)} for k, v in upper.items() if k not in secret | per_pod]
+    for key in [*(k for k in upper if k in secret), *(k for k in job.secrets if k not in upper)]:
         out.append({"name": key, "valueFrom": {"secretKeyRef": {"name": secret_name, "key": key}}})
     return out
 
@@ -497,16 +602,20 @@ def _volumes(job: Job, values: Mapping[str, str], pod: PodSettings) -> tuple[lis
 
 
 def _dns_name(name: str) -> str:
-    """A job name as a Kubernetes object name (RFC 1123 label: a-z, 0-9, '-', at most 63)."""
-    out = _DNS.sub("-", name.lower()).strip("-")[:63].rstrip("-")
+    """A job name as a Kubernetes object name (RFC 1035 label: a-z, 0-9, '-', a letter
+    first, at most 63)."""
+    out = _DNS.sub("-", name.lower()).strip("-")
+    if out[:1].isdigit():      # RFC 1035 (both operators check it): a letter first
+        out = "job-" + out
+    out = out[:63].rstrip("-")
     if not out:
         raise UserError(f"job name {name!r} gives no Kubernetes name; valid: a job file named with "
                         "letters, digits and '-'.")
     return out
 
 
-def _notes(job: Job, kind: str, nnodes: int, nproc: int, pod: PodSettings, secret: str | None,
-           runtime: str) -> list[str]:
+def _notes(job: Job, kind: str, nnodes: int, nproc: int, pod: PodSettings, runtime: str,
+           per_pod: Mapping[str, str]) -> list[str]:
     notes = [f"{nnodes} node(s), {nproc} process(es) per node; the image must be pullable by the "
              "cluster's nodes (push it to a registry and pass --image).",
              f"The operator sets {', '.join(OPERATOR_ENV[kind])} in each pod; clusterctl writes no rank "
@@ -525,11 +634,25 @@ def _notes(job: Job, kind: str, nnodes: int, nproc: int, pod: PodSettings, secre
             notes.append("Host networking (docker --net=host): a TrainJob cannot set hostNetwork; "
                          f"the runtime {runtime} must (hostNetwork: true, dnsPolicy: "
                          "ClusterFirstWithHostNet in its node pod template; name it with --runtime).")
+        if pod.workdir:
+            notes.append(f"Working directory {pod.workdir} (docker -w): a TrainJob has no field for "
+                         "it; the command runs through /bin/sh, which cds there first (and fails if "
+                         "it cannot).")
+        if job.target:
+            notes.append(f"The TrainJob sets command {IMAGE_ENTRYPOINT} (the image's entrypoint) "
+                         "because its runtime's container has a command of its own.")
     else:
         notes.append("Needs the Kubeflow training operator (kubeflow.org/v1 PyTorchJob).")
-    if secret:
-        notes.append(f"Secrets come from the Secret {secret} (kubectl create secret generic {secret} "
-                     f"--from-literal={job.secrets[0]}=...), never from this file.")
+    if per_pod:
+        notes.append(f"{', '.join(per_pod)} differ{'s' if len(per_pod) == 1 else ''} per pod: the "
+                     "command runs through /bin/sh, which exports "
+                     f"{'it' if len(per_pod) == 1 else 'them'} from the operator's variables "
+                     "(an env entry cannot refer to variables the operator adds after it).")
+    if job.contract == "mpi":
+        notes.append(f"contract mpi: /bin/sh starts the node's {nproc} processes through clusterctl's "
+                     "spawner (python3 in the image), PMI_RANK from PET_NODE_RANK x "
+                     f"{nproc}" + (", after unsetting the operator's RANK and WORLD_SIZE (node-level)"
+                                   if kind == "pytorchjob" else "") + ".")
     return notes + pod.notes
 
 
@@ -544,4 +667,5 @@ def _wrap(text: str, width: int = 96) -> list[str]:
     return [*lines, line] if line else lines
 
 
-__all__ = ["KINDS", "Manifest", "OPERATOR_ENV", "build_manifest", "docker_size", "pod_settings"]
+__all__ = ["IMAGE_ENTRYPOINT", "KINDS", "Manifest", "OPERATOR_ENV", "build_manifest", "docker_size",
+           "pod_settings", "shell_word", "wrap_args"]
