@@ -208,3 +208,23 @@ def test_stop_a_detached_slurm_run_records_who_stopped_it(slurm3, cpu_image, slu
     assert rec["stopped_by"].startswith("clusterctl stop (")
     assert "sl-dstop: stopped by clusterctl stop (" in stop.stdout
     _nothing_left(slurm3, "sl-dstop")
+
+
+def test_launch_finds_the_sandboxs_own_slurm_without_slurm_conf(slurm3, cpu_image, slurm_env):
+    env = {k: v for k, v in slurm_env.items() if k != "SLURM_CONF"}     # a newcomer exports nothing
+    res = _launch(slurm3, env, "ddp-smoke", "--image", cpu_image, "--run-id", "sl-noconf")
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    said = " ".join(res.stderr.split())
+    assert f'using the Slurm of sandbox "{slurm3.name}": SLURM_CONF={slurm3.slurm_conf}' in said, said
+    weights = set(re.findall(r"weights-sha256=([0-9a-f]{64})", res.stdout))
+    assert len(weights) == 1, weights
+    assert re.search(r"ddp-smoke OK: \d+ ranks on 3 nodes", res.stdout), res.stdout[-3000:]
+    rec = _record(env, "sl-noconf")
+    assert (rec["scheduler"], rec["state"], rec["exit_code"]) == ("slurm", "succeeded", 0)
+    # the job ran through that sandbox's Slurm: its slurmctld knows the job id
+    assert rec["slurm_job"] in slurm3.slurm("scontrol", "-o", "show", "job", rec["slurm_job"]).stdout
+    # a later command of the run (its recorded inventory) finds the same Slurm
+    st = _cli(env, "status", "sl-noconf", "--json")
+    assert st.returncode == 0 and json.loads(st.stdout)["state"] == "succeeded", st.stdout + st.stderr
+    assert f'using the Slurm of sandbox "{slurm3.name}"' in st.stderr
+    _nothing_left(slurm3, "sl-noconf")

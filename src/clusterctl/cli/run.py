@@ -41,6 +41,7 @@ from clusterctl.run import launch as launching
 from clusterctl.run import logs as logs_mod
 from clusterctl.run import plan, records, supervise
 from clusterctl.run.jobs import load_job
+from clusterctl.run.slurm import conf as slurm_conf
 from clusterctl.run.slurm import options as slurm_options
 from clusterctl.run.slurm import script as slurm_script
 from clusterctl.run.slurm import submit as slurm_submit
@@ -165,6 +166,7 @@ def _slurm_launch(job, nodes, sets, *, image, dry_run, run_id, partition, nnodes
                                      image=image, overrides=overrides)
         typer.echo(script.text, nl=False)
         return
+    env = slurm_conf.slurm_env(inventory.path if inventory else None, note=_note)
     require_binaries("sbatch", "squeue", "scontrol", "scancel", packages="slurm-client")
 
     def submitted(record: records.RunRecord) -> None:
@@ -176,7 +178,7 @@ def _slurm_launch(job, nodes, sets, *, image, dry_run, run_id, partition, nnodes
             spec, options, inventory=inventory, image=image, overrides=overrides, run_id=run_id,
             detach=detach, handle_signals=True, stream=sys.stderr if json_ else sys.stdout,
             progress=PlainProgress(err if json_ else None),
-            argv=["clusterctl", *sys.argv[1:]], on_submitted=submitted,
+            argv=["clusterctl", *sys.argv[1:]], on_submitted=submitted, env=env,
             on_note=lambda msg: err.print(f"note: {msg}", markup=False))
     except KeyboardInterrupt:  # before the job was submitted (the push)
         err.print("interrupted before anything was submitted", markup=False)
@@ -189,6 +191,16 @@ def _slurm_launch(job, nodes, sets, *, image, dry_run, run_id, partition, nnodes
         return
     _report(result, detach=False, json_=json_)
     raise typer.Exit(result.exit_code)
+
+
+def _note(line: str) -> None:
+    err.print(line, markup=False, highlight=False)
+
+
+def _slurm_env(record: records.RunRecord, *, note: bool = True) -> dict[str, str]:
+    """The Slurm clients' environment for a recorded Slurm run: SLURM_CONF, else the Slurm
+    of the sandbox whose inventory the run used (exit 2 for a SLURM_CONF naming no file)."""
+    return slurm_conf.slurm_env(record.inventory or None, note=_note if note else None)
 
 
 def _duration(option: str, text: str | None) -> float | None:
@@ -289,15 +301,17 @@ def _slurm_logs(record: records.RunRecord, *, node: str | None, follow: bool, ta
     output file; ``--follow`` streams it while the job runs, then prints the run's outcome
     and exits with the run's exit status."""
     going = record.state in ("starting", "running", "unknown")
+    env: dict[str, str] = dict(os.environ)
     if going:
+        env = _slurm_env(record)
         require_binaries("squeue", "scontrol", packages="slurm-client")
-        slurm_track.settle(record, os.environ, grace=0)   # fits task order, or it ended
+        slurm_track.settle(record, env, grace=0)   # fits task order, or it ended
         going = record.state in ("starting", "running", "unknown")
     sink = logs_mod.LogSink({n.node: n.rank for n in record.nodes}, stream=sys.stdout)
     if follow and going:
         stop = threading.Event()
         try:
-            outcome, _info = slurm_track.follow(record, os.environ, sink, stop_event=stop, node=node)
+            outcome, _info = slurm_track.follow(record, env, sink, stop_event=stop, node=node)
         except KeyboardInterrupt:     # leave the job running: this only followed it
             raise typer.Exit(supervise.INTERRUPTED_EXIT) from None
         finally:
@@ -373,10 +387,11 @@ def run_outcome(record: records.RunRecord) -> str:
 def _slurm_status_rows(record: records.RunRecord) -> tuple[list[records.NodeStatus], str]:
     """A Slurm run's nodes: the job as sacct (accounting) or scontrol tells it, each node's
     own exit code from its task's record; settled into the record once the job has ended."""
+    env = _slurm_env(record)
     require_binaries("squeue", "scontrol", packages="slurm-client")
-    info = slurm_track.job_info(record.slurm_job, os.environ) if record.slurm_job else None
+    info = slurm_track.job_info(record.slurm_job, env) if record.slurm_job else None
     if info is not None:
-        slurm_track.settle(record, os.environ, info=info)
+        slurm_track.settle(record, env, info=info)
     note = f"Slurm job {record.slurm_job}: {info.words() if info else 'never submitted'}"
     tasks = slurm_tasks.read_task_records(record.dir / slurm_script.RECORDS_DIR)
     rows = []
@@ -401,8 +416,9 @@ def stop(run: RunArg = None, nodes: RunNodesOption = None,
     in runs/<run-id>/. Exit 1 when a node could not be reached."""
     record = records.resolve(run)
     if record.scheduler == "slurm":
+        env = _slurm_env(record)
         require_binaries("squeue", "scancel", "scontrol", packages="slurm-client")
-        what = slurm_submit.cancel(record, by=f"clusterctl stop ({records.who()})")
+        what = slurm_submit.cancel(record, env=env, by=f"clusterctl stop ({records.who()})")
         out.print(f"stop {record.run_id}: {what}", markup=False)
         out.print(f"run {record.run_id}: {run_outcome(records.load(record.run_id))}", markup=False)
         return
@@ -447,7 +463,8 @@ def runs(json_: Annotated[bool, typer.Option("--json", help="The run records as 
     slurm_ok = shutil.which("squeue") is not None and shutil.which("scontrol") is not None
     for rec in found:        # what is true now, not what was last written
         if rec.scheduler == "slurm" and slurm_ok:
-            slurm_track.settle(rec, os.environ, grace=0)   # ended jobs get their outcome
+            if rec.state in ("starting", "running", "unknown"):   # ended jobs get their outcome
+                slurm_track.settle(rec, _slurm_env(rec, note=False), grace=0)
         elif rec.scheduler != "slurm":
             records.mark_unknown_if_orphaned(rec)            # a followed run whose launch died
     if json_:

@@ -22,7 +22,8 @@ The package, lowest layer first (each module imports only those above it):
 - ``lifecycle``: validation, locking, ``up``, ``down``, ``status``.
 
 Contract (what the CLI, benchmarks and tests use): ``up``, ``down``, ``status``,
-``load``, ``names``; failure-test helpers ``stop_sshd``, ``start_sshd``,
+``load``, ``names``, ``recorded`` (the state files only); failure-test helpers
+``stop_sshd``, ``start_sshd``,
 ``set_link``, ``shape_link``, ``node_docker``, ``port_open``, ``kill_dockerd``,
 ``restart_dockerd``, ``limit_data_root``; the model ``Sandbox``/``SandboxNode``
 and the defaults ``DEFAULT_NAME``, ``DEFAULT_SUBNET``, ``DEFAULT_INVENTORY``; for Slurm
@@ -62,6 +63,7 @@ from clusterctl.cluster.sandbox.model import (
     data_base,
     load,
     node_for,
+    recorded,
     state_base,
 )
 from clusterctl.cluster.sandbox.network import free_subnet, set_link, shape_link
@@ -86,7 +88,7 @@ __all__ = [
     "NodeStatus", "SLURM_PARTITION", "Sandbox", "SandboxNode", "SandboxStatus",
     "check_bandwidth", "check_name", "check_nodes", "check_slots", "data_base", "down",
     "free_subnet", "in_netns", "inventory_text", "kill_dockerd", "limit_data_root", "load", "names",
-    "node_docker", "node_for",
+    "node_docker", "node_for", "recorded",
     "parse_subnet", "port_open", "processes_using", "render_slurm_conf", "require_environment",
     "restart_dockerd",
     "set_link", "shape_link", "slurm_node_states",

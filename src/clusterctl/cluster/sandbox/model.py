@@ -10,7 +10,8 @@ the state file is stored:
 - the containers of node i in cgroup ``/clusterctl/<name>/node<i>``.
 
 Contract: :class:`Sandbox`, :class:`SandboxNode`, :func:`node_for`, :func:`check_name`,
-:func:`state_base`, :func:`data_base`, :func:`state_file`, :func:`load`, :func:`save`.
+:func:`state_base`, :func:`data_base`, :func:`state_file`, :func:`load`, :func:`save`,
+:func:`recorded`.
 No other module of the sandbox package is imported here.
 """
 
@@ -207,3 +208,19 @@ def save(sb: Sandbox) -> None:
     tmp = state_file(sb.name).with_suffix(".tmp")
     tmp.write_text(json.dumps(dataclasses.asdict(sb), indent=2) + "\n")
     tmp.replace(state_file(sb.name))
+
+
+def recorded() -> list[Sandbox]:
+    """Every sandbox with a readable state file, by name: files only, nothing is asked of
+    the machine (what ``launch --scheduler slurm`` reads to find a sandbox's Slurm)."""
+    found = []
+    try:
+        files = sorted(state_base().glob("*/sandbox.json"))
+    except OSError:
+        return []
+    for path in files:
+        try:
+            found.append(Sandbox(**json.loads(path.read_text())))
+        except (OSError, ValueError, TypeError):
+            continue     # unreadable, or being written: not a sandbox to use
+    return found

@@ -7,23 +7,73 @@ parsing their output and srun's labels.
 
 from __future__ import annotations
 
+import os
+import re
+import selectors
 import subprocess
+import time
 from collections.abc import Mapping, Sequence
 
 import hostlist
 
 CLIENT_TIMEOUT = 30.0     # seconds one sbatch / squeue / scontrol / sacct / scancel call may take
 
+#: What every Slurm client prints, then retries for 60 s, when its slurm.conf is not there
+#: (``s_p_parse_file: cannot stat file /x/slurm.conf: No such file or directory, retrying
+#: in 1sec up to 60sec``): the call is ended at that line, not waited out.
+_NO_CONF = re.compile(r"cannot stat file (\S+?):? .*retrying")
+
+
+def missing_conf(text: str) -> str | None:
+    """The slurm.conf path a Slurm client said it cannot find, from its stderr; else None."""
+    m = _NO_CONF.search(text)
+    return m.group(1) if m else None
+
 
 def slurm_client(argv: Sequence[str], *, env: Mapping[str, str] | None = None,
                  timeout: float = CLIENT_TIMEOUT) -> subprocess.CompletedProcess:
-    """One Slurm client call (argv list), bounded; never raises for a non-zero status."""
+    """One Slurm client call (argv list), bounded; never raises for a non-zero status.
+
+    A client that says it cannot find its slurm.conf is stopped at once (exit 1, its
+    words in stderr: :func:`missing_conf` reads them) instead of retrying for a minute."""
+    argv = list(argv)
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            stdin=subprocess.DEVNULL, env=dict(env) if env is not None else None)
+    got = {proc.stdout: bytearray(), proc.stderr: bytearray()}
+    deadline = time.monotonic() + timeout
+    with selectors.DefaultSelector() as sel:
+        for f in got:
+            sel.register(f, selectors.EVENT_READ)
+        while sel.get_map():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return _ended(proc, argv, 124, got, f"{argv[0]} timed out after {timeout:.0f}s")
+            for key, _ in sel.select(left):
+                data = os.read(key.fd, 65536)
+                if not data:
+                    sel.unregister(key.fileobj)
+                    continue
+                got[key.fileobj] += data
+                if key.fileobj is proc.stderr and missing_conf(got[proc.stderr].decode(errors="replace")):
+                    return _ended(proc, argv, 1, got, "")
     try:
-        return subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout,
-                              env=dict(env) if env is not None else None, stdin=subprocess.DEVNULL,
-                              check=False)
+        code = proc.wait(max(deadline - time.monotonic(), 0.1))
     except subprocess.TimeoutExpired:
-        return subprocess.CompletedProcess(list(argv), 124, "", f"{argv[0]} timed out after {timeout:.0f}s")
+        return _ended(proc, argv, 124, got, f"{argv[0]} timed out after {timeout:.0f}s")
+    return _ended(proc, argv, code, got, "")
+
+
+def _ended(proc: subprocess.Popen, argv: list[str], code: int, got: dict, why: str) -> subprocess.CompletedProcess:
+    """Kill ``proc`` if it still runs, close its pipes; the call's result as subprocess.run gives it."""
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+    out, err = (bytes(got[f]).decode(errors="replace") for f in (proc.stdout, proc.stderr))
+    for f in (proc.stdout, proc.stderr):
+        f.close()
+    if code == 124:
+        return subprocess.CompletedProcess(argv, 124, "", why)
+    return subprocess.CompletedProcess(argv, code, out, err)
 
 
 def parse_label(line: str) -> tuple[int, str] | None:

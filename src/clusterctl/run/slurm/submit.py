@@ -52,6 +52,7 @@ from clusterctl.run.slurm.client import (  # noqa: F401 - the readers are part o
     CLIENT_TIMEOUT,
     in_queue,
     job_nodes,
+    missing_conf,
     parse_label,
     scontrol_fields,
     slurm_client,
@@ -106,6 +107,17 @@ def check_cluster(options: SlurmOptions, env: Mapping[str, str]) -> None:
     ``--partition``. UserError (exit 2) naming what is wrong and what would work."""
     res = slurm_client(["sbatch", "--version"], env=env)
     version = parse_slurm_version(res.stdout) if res.returncode == 0 else None
+    conf = missing_conf(res.stderr) if version is None else None
+    if conf is not None or version is None and "failed to fetch config" in res.stderr:
+        # no conf file and no configless slurmctld (a SLURM_CONF naming no file never gets
+        # here: slurm_env refuses it before any client runs)
+        raise UserError("the Slurm clients find no slurm.conf ("
+                        + (f"{conf} does not exist" if conf else "none at their default path, and no "
+                           "configless slurmctld in DNS")
+                        + "); valid: SLURM_CONF=<the path of the cluster's slurm.conf>, or "
+                        "--nodes with the inventory of a sandbox with Slurm (`clusterctl sandbox "
+                        "up --nodes 2 --slurm` writes inventories/sandbox.yaml). "
+                        "Nothing was submitted.")
     if version is None:
         raise UserError(f"cannot tell the Slurm version: `sbatch --version` gave "
                         f"{(res.stdout + res.stderr).strip()[:200]!r}; valid: a Slurm client "
