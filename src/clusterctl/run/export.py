@@ -75,7 +75,13 @@ from clusterctl.run.jobs import (
     mount_problem,
     placeholders,
 )
-from clusterctl.run.plan import job_environment, nproc_for, secret_params, split_sets
+from clusterctl.run.plan import (
+    job_environment,
+    nproc_for,
+    secret_params,
+    secret_placeholder_use,
+    split_sets,
+)
 
 KINDS: tuple[str, ...] = ("pytorchjob", "trainjob")
 
@@ -413,15 +419,12 @@ def _check_templates(job: Job, refs: Mapping[str, str]) -> None:
                         f"{job.where(f'{section}.{i}')}: {{{name}}} differs per pod and Kubernetes "
                         f"cannot fill it in {section}; valid: a value the same on every node "
                         f"({{nnodes}}, {{nproc_per_node}}, params), or launch over SSH.")
-    hidden = set(secret_params(job))
-    for section in ("command", "docker_args", "mounts"):
-        for i, template in enumerate(getattr(job, section)):
-            used = sorted(hidden & set(placeholders(template)))
-            if used:
-                raise UserError(f"{job.where(f'{section}.{i}')}: {{{used[0]}}} is a secret parameter and "
-                                "would be written into the manifest; valid: pass it through env "
-                                f"(env: {{{used[0]}: \"{{{used[0]}}}\"}}), which becomes a reference "
-                                "to the Secret, and read it from the environment.")
+    if found := secret_placeholder_use(job):
+        where, name = found
+        raise UserError(f"{where}: {{{name}}} is a secret parameter and "
+                        "would be written into the manifest; valid: pass it through env "
+                        f"(env: {{{name}: \"{{{name}}}\"}}), which becomes a reference "
+                        "to the Secret, and read it from the environment.")
 
 
 def _origin(job: Job, target, env_sets: Mapping[str, str], key: str) -> str:

@@ -413,18 +413,27 @@ def _tainted(env: Mapping[str, str], hidden: set[str]) -> set[str]:
     return {k for k, v in env.items() if v and any(h in v for h in hidden)}
 
 
-def _check_secret_placeholders(job: Job) -> None:
-    """A secret parameter may fill env values (they go through the env file) but not the
-    command, docker_args or mounts: those are docker run's argv, visible in process listings
-    and ``docker inspect`` on the node.  The message names the place, never the value."""
+def secret_placeholder_use(job: Job) -> tuple[str, str] | None:
+    """The first place (``job.where`` text, parameter) where a secret parameter fills the
+    command, docker_args or mounts, else None.  Pure."""
     hidden = set(secret_params(job))
     for section in ("command", "docker_args", "mounts"):
         for i, template in enumerate(getattr(job, section)):
             used = sorted(hidden & set(placeholders(template)))
             if used:
-                raise UserError(f"{job.where(f'{section}.{i}')}: {{{used[0]}}} is a secret parameter and "
-                                f"would be on docker run's command line; valid: pass it through env "
-                                f"(env: {{{used[0]}: \"{{{used[0]}}}\"}}) and read it from the environment.")
+                return job.where(f"{section}.{i}"), used[0]
+    return None
+
+
+def _check_secret_placeholders(job: Job) -> None:
+    """A secret parameter may fill env values (they go through the env file) but not the
+    command, docker_args or mounts: those are docker run's argv, visible in process listings
+    and ``docker inspect`` on the node.  The message names the place, never the value."""
+    if found := secret_placeholder_use(job):
+        where, name = found
+        raise UserError(f"{where}: {{{name}}} is a secret parameter and "
+                        f"would be on docker run's command line; valid: pass it through env "
+                        f"(env: {{{name}: \"{{{name}}}\"}}) and read it from the environment.")
 
 
 def split_sets(job: Job, overrides: Mapping[str, str]) -> tuple[dict[str, str], dict[str, str]]:
