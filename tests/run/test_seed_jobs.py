@@ -432,11 +432,23 @@ def test_mpi_spawner_ends_with_the_first_failure_and_stops_the_rest(tmp_path):
     assert out.returncode == 127 and "cannot start" in out.stderr
 
 
-def test_mpi_contract_is_refused_by_export():
-    result = cli("export", "optimum-qa-ccl", "--to", "pytorchjob", "--nnodes", "2", "--image", "r/ipex:1")
-    assert result.exit_code == 2, result.output
-    assert "optimum-qa-ccl.yaml:" in result.output and "contract mpi" in result.output
-    assert "Traceback" not in result.output
+@pytest.mark.parametrize("kind", ["pytorchjob", "trainjob"])
+def test_mpi_contract_exports_with_the_same_spawner(kind):
+    """A pod starts its node's processes as an SSH launch does: clusterctl's spawner, first
+    rank PET_NODE_RANK x processes per node (Kubernetes turns $$ into $); a PyTorchJob's
+    node-level RANK / WORLD_SIZE are unset first. tests/run/test_export_schemas.py runs the
+    wrapper in a real shell."""
+    result = cli("export", "optimum-qa-ccl", "--to", kind, "--nnodes", "2", "--image", "r/ipex:1")
+    assert result.exit_code == 0, result.output
+    body = yaml.safe_load(result.stdout)
+    if kind == "pytorchjob":
+        container = body["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]
+    else:
+        container = body["spec"]["trainer"]
+    args = container["args"]
+    assert args[:2] == ["/bin/sh", "-c"] and mpi.SPAWNER in args
+    assert '"$$((PET_NODE_RANK * 2))" 2 ' in args[2]
+    assert ("unset RANK WORLD_SIZE" in args[2]) == (kind == "pytorchjob")
 
 
 @pytest.mark.parametrize("container", ["docker", "pyxis"])
