@@ -1,7 +1,7 @@
 """Every shipped job exports to both kinds, and every exported object is what the official
 CRDs accept: their openAPIV3Schema (jsonschema, unknown fields are errors: a server would
 prune them silently), their CEL rules (cel-python) and the server's metadata checks
-(tests/fixtures/k8s_schema.py).  The CRDs are ../shared/k8s-crds/ (kubeflow/trainer v1.9.4
+(tests/fixtures/k8s_schema.py).  The CRDs are tests/fixtures/k8s-crds/ (kubeflow/trainer v1.9.4
 PyTorchJob, v2.3.0 TrainJob).  No API server runs here; with KUBECONFIG set,
 test_every_shipped_job_applies_with_kubectl_server_dry_run asks a real one (a site's own check).
 
@@ -24,12 +24,11 @@ import yaml
 from clusterctl.core.errors import UserError
 from clusterctl.run.export import IMAGE_ENTRYPOINT, KINDS, build_manifest
 from clusterctl.run.jobs import load_job
-from tests.fixtures.k8s_schema import CRD_DIR, kube_expand, schema_errors
+from tests.fixtures.k8s_schema import kube_expand, schema_errors
 
 REPO = Path(__file__).resolve().parents[2]
 SHIPPED = sorted(p.stem for p in (REPO / "jobs").glob("*.yaml"))
 
-needs_crds = pytest.mark.skipif(not CRD_DIR.is_dir(), reason=f"the official CRDs are not in {CRD_DIR}")
 
 # options each job is exported with: defaults, one node, a namespace + a secret given a value
 VARIANTS = {
@@ -51,7 +50,6 @@ def test_every_shipped_job_is_covered():
     assert len(SHIPPED) >= 9 and {"bert", "deepspeed", "accelerate-ipex", "optimum-qa-ccl"} <= set(SHIPPED)
 
 
-@needs_crds
 @pytest.mark.parametrize("variant", list(VARIANTS))
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("job", SHIPPED)
@@ -60,7 +58,6 @@ def test_every_shipped_job_exports_and_validates_against_the_crd(job, kind, vari
     assert schema_errors(body) == []
 
 
-@needs_crds
 @pytest.mark.parametrize(("kind", "breakage", "expected"), [
     ("trainjob", lambda b: b["spec"]["trainer"].__setitem__("numNode", 2), "'numNode' was unexpected"),
     ("trainjob", lambda b: b["metadata"].__setitem__("name", "2-bert"), "RFC 1035"),
@@ -81,7 +78,6 @@ def test_the_validation_catches_what_a_server_refuses_or_prunes(kind, breakage, 
     assert any(expected in e for e in errors), errors
 
 
-@needs_crds
 def test_the_default_runtime_shape_the_trainjob_relies_on_is_a_valid_runtime():
     """A site's torch runtime with host networking (what the notes ask for) is a valid
     ClusterTrainingRuntime; it has a command of its own, as Trainer's torch-distributed does,
@@ -154,7 +150,7 @@ def test_trainjob_workdir_and_per_pod_variables_reach_the_program(tmp_path):
                          "command: [sh, -c, 'pwd; env']\n")
     body = build_manifest(load_job(job), kind="trainjob", nnodes=4).body
     trainer = body["spec"]["trainer"]
-    assert schema_errors(body) == [] if CRD_DIR.is_dir() else True
+    assert schema_errors(body) == []
     assert not {"CROSS_RANK", "MIX"} & {e["name"] for e in trainer["env"]}
     pod = {"PET_NNODES": "4", "PET_NPROC_PER_NODE": "2", "PET_NODE_RANK": "3",
            "PET_MASTER_ADDR": "wjob-node-0-0.wjob", "PET_MASTER_PORT": "29400"}
@@ -182,8 +178,7 @@ def test_mpi_contract_starts_the_node_processes_with_hydra_ranks(tmp_path, kind)
                          "command: [sh, -c, 'echo $PMI_RANK $MPI_LOCALRANKID $PMI_SIZE $MPI_LOCALNRANKS "
                          "$PMI_HOSTNAME ${{RANK-none}} ${{WORLD_SIZE-none}}']\n")
     body = build_manifest(load_job(job), kind=kind, nnodes=2).body
-    if CRD_DIR.is_dir():
-        assert schema_errors(body) == []
+    assert schema_errors(body) == []
     c = body["spec"]["trainer"] if kind == "trainjob" else \
         body["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]
     operator = {"PET_NODE_RANK": "1", "PET_NNODES": "2", "PET_NPROC_PER_NODE": "3"}
