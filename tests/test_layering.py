@@ -1,11 +1,14 @@
 """The package's layers, checked from its source: no import cycles, and each layer imports
 only the layers below it.
 
-    core  <-  image, cluster  <-  run  <-  cli
+    core  <-  image, cluster  <-  code  <-  run  <-  cli
 
 image (the image side) and cluster (the nodes side) are independent of each other:
 an image is built without knowing the nodes, and nodes are reached without knowing
-how their images were made; run/ is where the two meet.
+how their images were made; run/ is where the two meet.  code (what of a user's
+workdir ships, as a content-addressed snapshot) sits between cluster and run: it may
+use core and cluster, never image (a workdir is shipped whatever image runs it), and
+only run and cli use it.
 
 Every ``import`` counts, also one inside a function (a cycle hidden in a function
 is still a cycle: it only fails later) - except under ``if TYPE_CHECKING:``.
@@ -25,9 +28,10 @@ ROOT = Path(clusterctl.__file__).parent
 
 # layer -> the layers it may not import
 FORBIDDEN = {
-    "core": {"image", "cluster", "run", "cli"},
-    "image": {"cluster", "run", "cli"},
-    "cluster": {"image", "run", "cli"},
+    "core": {"image", "cluster", "code", "run", "cli"},
+    "image": {"cluster", "code", "run", "cli"},
+    "cluster": {"image", "code", "run", "cli"},
+    "code": {"image", "run", "cli"},
     "run": {"cli"},
 }
 
@@ -123,7 +127,7 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 
 
 def test_the_package_has_modules_in_every_layer():
-    assert {layer(m) for m in MODULES} >= {"core", "image", "cluster", "run", "cli"}
+    assert {layer(m) for m in MODULES} >= {"core", "image", "cluster", "code", "run", "cli"}
 
 
 def test_no_import_cycles():
@@ -143,3 +147,4 @@ def test_the_checker_sees_cycles_and_relative_imports():
     assert find_cycle({"a": {"b"}, "b": set()}) is None
     assert "clusterctl.core.errors" in GRAPH["clusterctl.run.records"]
     assert "clusterctl.cluster.containers" in GRAPH["clusterctl.run.supervise"]
+    assert "clusterctl.code.ignore" in GRAPH["clusterctl.code.snapshot"]
