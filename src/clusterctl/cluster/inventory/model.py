@@ -124,6 +124,10 @@ OneLine = Annotated[str, AfterValidator(_one_line)]
 FreeText = Annotated[str, AfterValidator(_free_text)]
 
 
+#: Where a node keeps the shipped copies of a project (``launch --workdir``), per login user.
+DEFAULT_CODE_DIR = "~/.cache/clusterctl/code"
+
+
 class _NodeSettings(BaseModel):
     """What a node and the ``defaults:`` section both may set (same types, same checks).
 
@@ -163,6 +167,11 @@ class _NodeSettings(BaseModel):
         "exactly as written (`OMP_NUM_THREADS: 4` gives `\"4\"`); write `\"\"` for an empty "
         "value. A node's own env is added to that of `defaults` (a node's value wins); it "
         "wins over the target's and the job's env, `--set` wins over it."))
+    code_dir: NodePath = Field(DEFAULT_CODE_DIR, description=(
+        "Where the node keeps the copies of your project that `launch --workdir` ships (one "
+        "read-only tree per content digest, mounted into the containers): an absolute path or "
+        "`~/...` on the node, on its local disk. Unchanged files are shared between the "
+        "copies by hard links."))
 
 
 class Node(_NodeSettings):

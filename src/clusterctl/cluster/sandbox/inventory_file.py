@@ -23,6 +23,7 @@ from clusterctl.cluster.sandbox.model import (
     NAME_RE,
     SSH_USER,
     Sandbox,
+    data_base,
     state_file,
 )
 from clusterctl.core.errors import UserError
@@ -77,7 +78,8 @@ def inventory_text(sb: Sandbox) -> str:
 
     node_entries = [
         {"name": n.name, "host": n.ip, "port": 22, "user": SSH_USER,
-         "identity_file": str(sb.key_path), "slots": sb.slots, "interface": INTERFACE}
+         "identity_file": str(sb.key_path), "slots": sb.slots, "interface": INTERFACE,
+         "code_dir": str(data_base() / sb.name / n.name / "code")}
         for n in sb.nodes
     ]
     return "".join([
@@ -100,7 +102,8 @@ def inventory_text(sb: Sandbox) -> str:
         dump({"defaults": {"user": SSH_USER, "identity_file": str(sb.key_path),
                            "slots": sb.slots, "interface": INTERFACE}}),
         "\n",
-        "# Rank order: node1 is the master.\n",
+        "# Rank order: node1 is the master. The nodes share this machine's files, so each\n",
+        "# keeps the project copies of `launch --workdir` in a code_dir of its own.\n",
         dump({"nodes": node_entries}),
     ])
 
