@@ -235,4 +235,4 @@ def test_a_stopped_run_has_an_exit_code_and_says_who_stopped_it(runs_dir):
     assert (saved.nodes[0].state, saved.nodes[0].exit_code, saved.nodes[0].stopped_by) == (
         "stopped", 1, "clusterctl stop (me@here)")
     row = records.summary_rows([saved])[0]
-    assert row[3:5] == ["stopped", "143"] and row[-1] == "stopped by clusterctl stop (me@here)"
+    assert row[4:6] == ["stopped", "143"] and row[-1] == "stopped by clusterctl stop (me@here)"

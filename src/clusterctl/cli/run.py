@@ -22,6 +22,7 @@ import os
 import shutil
 import sys
 import threading
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated
 
@@ -40,7 +41,8 @@ from clusterctl.core.tools import require_binaries
 from clusterctl.run import launch as launching
 from clusterctl.run import logs as logs_mod
 from clusterctl.run import plan, records, supervise
-from clusterctl.run.jobs import load_job
+from clusterctl.run import workspace as workspaces
+from clusterctl.run.jobs import escape_braces, inline_job, job_path, load_job
 from clusterctl.run.slurm import conf as slurm_conf
 from clusterctl.run.slurm import options as slurm_options
 from clusterctl.run.slurm import script as slurm_script
@@ -64,9 +66,27 @@ def _cluster(nodes: Path | None, record: records.RunRecord) -> Cluster:
 
 # --------------------------------------------------------------------------- launch
 
+class CommandAfterDashes(typer.core.TyperCommand):
+    """A command whose words after ``--`` are the program to run, kept exactly as typed
+    (``launch --workdir . -- python train.py --lr 3e-4``): they never fill an argument."""
+
+    def parse_args(self, ctx, args):
+        if "--" in args:
+            cut = args.index("--")
+            ctx.meta[COMMAND_META] = args[cut + 1:]
+            args = args[:cut]
+        return super().parse_args(ctx, args)
+
+
+COMMAND_META = "clusterctl.command"
+
+
 def launch(
-    job: Annotated[str, typer.Argument(help="A shipped job (a file of jobs/ by its name: ddp-smoke, bert, ...) or the path of a job YAML file.",
-                                       show_default=False)],
+    ctx: typer.Context,
+    job: Annotated[str | None, typer.Argument(
+        help="A shipped job (a file of jobs/ by its name: ddp-smoke, bert, ...) or the path of a "
+             "job YAML file. Leave it out to run your own project: --workdir DIR and the "
+             "command after --.", show_default=False)] = None,
     nodes: Annotated[Path | None, nodes_option(
         NODES_HELP + " With --scheduler slurm: the nodes to run on, by their Slurm names.")] = None,
     set_: Annotated[list[str] | None, typer.Option(
@@ -101,9 +121,43 @@ def launch(
         "--fail-grace", min=0, metavar="SECONDS",
         help="After a rank fails, the other containers get SIGTERM and this many seconds "
              "before SIGKILL (the run is doomed already; Ctrl-C gives 3).")] = supervise.Settings.fail_grace,
+    workdir: Annotated[Path | None, typer.Option(
+        "--workdir", metavar="DIR",
+        help="Ship this project directory to every node (only what changed travels; "
+             ".gitignore and .clusterctlignore honoured) and run the command in it, at "
+             "/workspace, read-only. Job key: workdir.")] = None,
+    target: Annotated[str | None, typer.Option(
+        "--target", help="The stack whose image runs the command (clusterctl targets), e.g. cpu. "
+                         "Job key: target.")] = None,
+    contract: Annotated[str | None, typer.Option(
+        "--contract", help="The launch variables the command reads: torchrun (default), "
+                           "accl-bert, mpi, deepspeed. Job key: contract.")] = None,
+    env: Annotated[list[str] | None, typer.Option(
+        "--env", metavar="NAME=VALUE",
+        help="A container environment variable, as the job's env (repeatable; may use "
+             "{placeholders}). Job key: env.")] = None,
+    nproc_per_node: Annotated[int | None, typer.Option(
+        "--nproc-per-node", min=1,
+        help="Processes per node (default: the node's slots, else 1). Job key: nproc_per_node.")] = None,
+    requirements: Annotated[Path | None, typer.Option(
+        "--requirements", metavar="FILE",
+        help="A pip requirements file: its packages become a cached image layer (default: "
+             "requirements.txt in the workdir). Job key: requirements.")] = None,
+    max_workdir_size: Annotated[str | None, typer.Option(
+        "--max-workdir-size", metavar="SIZE",
+        help="The most the shipped workdir may hold (default 100MiB), e.g. 500MiB. "
+             "Job key: max_workdir_size.")] = None,
+    rerun: Annotated[str | None, typer.Option(
+        "--rerun", metavar="RUN_ID",
+        help="Run a recorded run again: the same job and exactly the code it ran (from this "
+             "machine's code store), on the same nodes (or --nodes).")] = None,
 ) -> None:
     """Run JOB on every node: one `docker run --net=host` container per node with its rank
     environment, all output merged and prefixed, fail-fast; exits with the job's outcome.
+
+    Your own project, no job file: `clusterctl launch --target cpu --workdir . --nodes
+    inv.yaml -- python train.py --lr 3e-4` (a command starting with python runs under
+    torchrun on every node). With a job file, these flags win over its keys.
 
     Exit status: 0 all containers exited 0; else the exit code of the first failure (by
     time); 255 the first failure was a node that stopped answering; 130 Ctrl-C (143
@@ -111,6 +165,22 @@ def launch(
     started); 1 push or start failed (nothing left running); 124 hung (--hang-timeout);
     125 every container exited 0 but the output shows a collective-library error."""
     hang = _duration("--hang-timeout", hang_timeout)
+    command = ctx.meta.get(COMMAND_META)
+    if job is None and image is not None and command is not None:
+        command_image = {"image": image}     # the job made of flags runs this image
+    else:
+        command_image = {}
+    given = command_image | _job_flags(workdir=workdir, target=target, contract=contract, env=env or [],
+                       nproc_per_node=nproc_per_node, requirements=requirements,
+                       max_workdir_size=max_workdir_size, command=command)
+    if rerun is not None:
+        if job is not None or given:
+            raise UserError(f"--rerun {rerun}: runs the recorded job as it ran; give no JOB, job "
+                            "flags or command with it (--nodes, --set and --detach are fine).")
+        _rerun(rerun, nodes, set_ or [], image=image, dry_run=dry_run, json_=json_, detach=detach,
+               run_id=run_id, accept_new_host_keys=accept_new_host_keys, hang=hang,
+               fail_grace=fail_grace)
+        return
     if scheduler not in SCHEDULERS:
         raise UserError(f"--scheduler {scheduler!r} is not a scheduler; valid: {one_of(SCHEDULERS)}.")
     if scheduler == "slurm":
@@ -120,41 +190,140 @@ def launch(
         if hang is not None:
             raise UserError("--hang-timeout: not available with --scheduler slurm yet; launch "
                             "follows the Slurm job to its end (Ctrl-C cancels it). Nothing was submitted.")
-        _slurm_launch(job, nodes, set_ or [], image=image, dry_run=dry_run, run_id=run_id,
+        _slurm_launch(_job(job, given), nodes, set_ or [], image=image, dry_run=dry_run, run_id=run_id,
                       partition=partition, nnodes=nnodes, time_=time_, container=container,
                       detach=detach, json_=json_)
         return
-    given = [f for f, v in (("--partition", partition), ("--nnodes", nnodes), ("--time", time_),
-                            ("--container", None if container == "docker" else container)) if v is not None]
-    if given:
-        raise UserError(f"{', '.join(given)}: only with --scheduler slurm; an SSH launch runs on "
+    slurm_only = [f for f, v in (("--partition", partition), ("--nnodes", nnodes), ("--time", time_),
+                                 ("--container", None if container == "docker" else container)) if v is not None]
+    if slurm_only:
+        raise UserError(f"{', '.join(slurm_only)}: only with --scheduler slurm; an SSH launch runs on "
                         "every node of --nodes FILE.")
     if nodes is None and os.environ.get("SLURM_JOB_NODELIST"):
         nodes = Path(SLURM_WORD)   # inside a Slurm allocation: its nodes
     if nodes is None:
         raise UserError("--nodes FILE is required (or $CLUSTERCTL_NODES): the inventory to run on; "
                         "see inventories/example.yaml.")
-    spec = load_job(job)
+    spec = _job(job, given)
     inventory = load_inventory(nodes)
-    overrides = plan.parse_sets(set_ or [])
+    _run(spec, inventory, set_ or [], image=image, dry_run=dry_run, json_=json_, detach=detach,
+         run_id=run_id, accept_new_host_keys=accept_new_host_keys, hang=hang, fail_grace=fail_grace,
+         record_spec=_spec_of(job, given))
+
+
+def _run(spec, inventory, sets, *, image, dry_run, json_, detach, run_id, accept_new_host_keys,
+         hang, fail_grace, record_spec, workspace=None) -> None:
+    """An SSH launch of a loaded job: the dry run's plan, or the run and its outcome."""
+    overrides = plan.parse_sets(sets)
     if run_id:
         records.check_run_id(run_id)
     if dry_run:
         plans = launching.dry_run(spec, inventory, run_id=run_id, image=image, overrides=overrides,
-                                  hang_timeout=hang)
+                                  hang_timeout=hang, on_code=None if json_ else _show_code)
         typer.echo(plan.render_dry_run(plans, json=json_), nl=False)
         return
     result = _launch(spec, inventory, overrides, image=image, detach=detach, run_id=run_id,
                      accept_new_host_keys=accept_new_host_keys, json_=json_, hang_timeout=hang,
-                     settings=supervise.Settings(fail_grace=fail_grace))
+                     settings=supervise.Settings(fail_grace=fail_grace), workspace=workspace,
+                     spec=record_spec)
     _report(result, detach=detach, json_=json_)
     raise typer.Exit(result.exit_code)
 
 
-def _slurm_launch(job, nodes, sets, *, image, dry_run, run_id, partition, nnodes, time_,
+def _show_code(snap) -> None:
+    """What a dry run would ship, before the plan (a comment line, as the plan's own)."""
+    typer.echo(f"# code: {snap.root} -> /workspace: {snap.file_count} files, {snap.total_bytes} "
+               f"bytes, {snap.digest}")
+
+
+def _job_flags(*, workdir, target, contract, env, nproc_per_node, requirements, max_workdir_size,
+               command) -> dict:
+    """The job keys given as flags (and the command after ``--``), as a job file would hold them."""
+    given: dict = {}
+    if workdir is not None:
+        given["workdir"] = str(workdir)
+    if target is not None:
+        given["target"] = target
+    if contract is not None:
+        given["contract"] = contract
+    if env:
+        given["env"] = _env_flags(env)
+    if nproc_per_node is not None:
+        given["nproc_per_node"] = nproc_per_node
+    if requirements is not None:
+        given["requirements"] = str(requirements)
+    if max_workdir_size is not None:
+        given["max_workdir_size"] = max_workdir_size
+    if command is not None:
+        if not command:
+            raise UserError("nothing after --: give the command to run, e.g. -- python train.py.")
+        given["command"] = [escape_braces(word) for word in command]
+    return given
+
+
+def _env_flags(items: list[str]) -> dict[str, str]:
+    """``--env NAME=VALUE`` items; a malformed one names itself (its value is never shown)."""
+    found = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise UserError(f"--env: expected NAME=VALUE (e.g. --env OMP_NUM_THREADS=4), got an item "
+                            f"of {len(item)} characters (not shown: it may be a secret).")
+        found[name] = value
+    return found
+
+
+def _job(job: str | None, given: dict):
+    """The job to run: a job file with the flags over it, or the flags alone."""
+    if job is not None:
+        return load_job(job, given)
+    if "command" not in given:
+        raise UserError("give a JOB (a shipped job or a job YAML file), or your own command after "
+                        "--, e.g. clusterctl launch --target cpu --workdir . --nodes inv.yaml -- "
+                        "python train.py")
+    return inline_job(given)
+
+
+def _spec_of(job: str | None, given: dict) -> dict:
+    """What run.json keeps to run the job again (``launch --rerun``): the job file and the flags."""
+    return {"job": str(job_path(job).absolute()) if job is not None else None, "flags": given,
+            "cwd": str(Path.cwd())}
+
+
+def _rerun(run_id_of: str, nodes, sets, *, image, dry_run, json_, detach, run_id,
+           accept_new_host_keys, hang, fail_grace) -> None:
+    """``launch --rerun RUN_ID``: the recorded job and exactly its code, on its nodes."""
+    record = records.load(run_id_of)
+    if record.spec is None or record.scheduler != "ssh":
+        raise UserError(f"run {run_id_of} cannot be run again: it was made by an older clusterctl or "
+                        "through Slurm (its record keeps no job spec); launch the job again instead.")
+    flags = dict(record.spec.get("flags") or {})
+    old_cwd = Path(record.spec.get("cwd") or ".")
+    for key in ("workdir", "requirements"):      # relative to where the run was launched
+        if key in flags:
+            flags[key] = str(old_cwd / flags[key])
+    if record.code is not None:
+        flags.pop("requirements", None)          # the recorded image has them
+        flags["workdir"] = record.code.workdir or str(old_cwd)
+    spec = (load_job(record.spec["job"], flags) if record.spec.get("job")
+            else inline_job(flags, name=record.job))
+    if record.code is not None:
+        spec = replace(spec, requirements=None)
+    inventory = load_inventory(nodes or record.inventory)
+    ws = workspaces.rerun(record.code) if record.code is not None else None
+    if ws is not None:
+        _note(f"rerun of {run_id_of}: code {record.code.digest} from this machine's store"
+              + (f" (git {ws.git.commit[:7]})" if ws.git.commit else ""))
+    if ws is not None and not dry_run and ws.image and image is None:
+        image = ws.image
+    _run(spec, inventory, sets, image=image, dry_run=dry_run, json_=json_, detach=detach,
+         run_id=run_id, accept_new_host_keys=accept_new_host_keys, hang=hang, fail_grace=fail_grace,
+         record_spec=record.spec, workspace=ws)
+
+
+def _slurm_launch(spec, nodes, sets, *, image, dry_run, run_id, partition, nnodes, time_,
                   container, detach=False, json_=False) -> None:
     """``launch --scheduler slurm``: check everything, then print (``--dry-run``) or submit."""
-    spec = load_job(job)
     inventory = load_inventory(nodes) if nodes is not None else None
     options = slurm_options.check_options(nnodes=nnodes, partition=partition, time=time_,
                                           container=container,
@@ -213,19 +382,20 @@ def _duration(option: str, text: str | None) -> float | None:
         raise UserError(f"{option} {e}; valid: {DURATION_HELP}.") from None
 
 
-def _launch(spec, inventory, overrides, *, image, detach, run_id, accept_new_host_keys, json_,
-            hang_timeout=None, settings=None):
+def _launch(job, inventory, overrides, *, image, detach, run_id, accept_new_host_keys, json_,
+            hang_timeout=None, settings=None, workspace=None, spec=None):
     def started(record: records.RunRecord) -> None:
         err.print(f"run {record.run_id}: {len(record.nodes)} containers running "
                   f"(logs in {record.dir})", markup=False)
 
     try:
         return launching.launch(
-            spec, inventory, image=image, overrides=overrides, run_id=run_id, detach=detach,
+            job, inventory, image=image, overrides=overrides, run_id=run_id, detach=detach,
             accept_new_host_keys=accept_new_host_keys or None, handle_signals=True,
             stream=sys.stderr if json_ else sys.stdout, progress=PlainProgress(err if json_ else None),
             argv=["clusterctl", *sys.argv[1:]], on_started=started, hang_timeout=hang_timeout,
-            settings=settings,
+            settings=settings, workspace=workspace, spec=spec,
+            on_note=_note,
             on_warning=lambda node, text: err.print(f"{node}: warning: {text}", markup=False))
     except launching.PreflightFailed as e:
         print_table("preflight", preflight.COLUMNS,
@@ -473,13 +643,14 @@ def runs(json_: Annotated[bool, typer.Option("--json", help="The run records as 
     if not found:
         out.print(f"no runs recorded in {records.runs_dir().resolve()}", markup=False)
         return
-    print_table("runs (newest first)", ["run", "job", "nodes", "state", "exit", "started (UTC)",
+    print_table("runs (newest first)", ["run", "job", "code", "nodes", "state", "exit", "started (UTC)",
                                         "finished (UTC)", "first failure / stopped by"],
                 [[escape(c) for c in row] for row in records.summary_rows(found)])
 
 
 def register(app: typer.Typer) -> None:
-    app.command("launch")(launch)
+    app.command("launch", cls=CommandAfterDashes,
+                options_metavar="[OPTIONS] [-- COMMAND...]")(launch)
     app.command("logs")(logs)
     app.command("status")(status)
     app.command("stop")(stop)

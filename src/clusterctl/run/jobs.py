@@ -81,6 +81,25 @@ Keys of a job file (unknown keys are an error)
     the run and exits 124.  A duration: ``90s``, ``10m``, ``1h30m``, a number alone is
     seconds.  Optional (default: no watchdog).
 
+``workdir``
+    Your project directory, relative to the job file (``.``: the job file's directory):
+    every node gets a copy of it (only what changed travels; ``.gitignore`` and
+    ``.clusterctlignore`` are honoured, see :mod:`clusterctl.code`), mounted read-only at
+    :data:`CODE_MOUNT` in every container, which is also the command's working directory.
+    With a workdir, a command that starts with ``python`` (``contract: torchrun``) runs under
+    ``torchrun`` on each node (:func:`under_torchrun`).
+``requirements``
+    A pip requirements file, relative to the job file; its packages become an image layer of
+    their own on top of the job's image, built on this machine from wheels fetched here and
+    rebuilt only when the file changes.  Default: ``requirements.txt`` in the workdir, when
+    there is one.
+``master_port``
+    The port rank 0 listens on for this job, when its workload fixes one (the YOLOv5 seed
+    uses 2289): wins over the inventory's ``master_port``; ``MASTER_PORT`` in the
+    inventory's env or ``--set MASTER_PORT=...`` still win over it.
+``max_workdir_size``
+    The most the shipped workdir may hold (default 100MiB): a size such as ``500MiB``.
+
 Placeholders
 ------------
 Values in ``env``, ``command``, ``docker_args`` and ``mounts`` may contain
@@ -165,6 +184,12 @@ CONTRACTS: dict[str, dict[str, str]] = {
                   "CROSS_SIZE": "{nnodes}", "LOCAL_SIZE": "{nproc_per_node}"},
 }
 
+#: Where a job's workdir is mounted (read-only) in every container, and its working directory.
+CODE_MOUNT = "/workspace"
+
+#: The file name a job's path has when the job comes from command-line flags alone.
+COMMAND_LINE = "(command line)"
+
 #: Substrings that make an environment variable secret without being listed.
 SECRET_MARKERS: tuple[str, ...] = ("TOKEN", "SECRET", "PASSWORD", "KEY")
 
@@ -191,6 +216,10 @@ KEY_HELP: dict[str, str] = {
     "params": "a mapping NAME: default value (text)",
     "secrets": "a list of environment variable names",
     "hang_timeout": DURATION_HELP,
+    "workdir": "a directory, relative to the job file (e.g. `.`)",
+    "requirements": "a pip requirements file, relative to the job file (e.g. requirements.txt)",
+    "max_workdir_size": "a size such as 100MiB, 2GiB or 500M",
+    "master_port": "a whole number from 1 to 65535",
 }
 
 
@@ -216,6 +245,10 @@ class Job:
     params: dict[str, str] = field(default_factory=dict)
     secrets: list[str] = field(default_factory=list)
     hang_timeout: float | None = None   # seconds; None: no hang watchdog
+    workdir: Path | None = None          # absolute: the project directory shipped to the nodes
+    requirements: Path | None = None     # absolute: its pip requirements file, when there is one
+    max_workdir_size: int | None = None  # bytes; None: the default limit
+    master_port: int | None = None       # None: the inventory's
     lines: dict[str, int] = field(default_factory=dict, compare=False, repr=False)
 
     def where(self, key: str) -> str:
@@ -260,12 +293,76 @@ def job_path(name_or_path: str | Path) -> Path:
         f"({one_of(shipped) or 'none found in ' + str(paths.jobs_dir())}) or the path of a job YAML file.")
 
 
-def load_job(name_or_path: str | Path) -> Job:
-    """Load and validate a job (shipped name or file path); UserError with file:line: key."""
+def load_job(name_or_path: str | Path, overrides: dict[str, Any] | None = None) -> Job:
+    """Load and validate a job (shipped name or file path); UserError with file:line: key.
+
+    ``overrides``: job keys given on the command line (``launch --target/--workdir/--env ...
+    -- COMMAND``), which win over the file's (``env`` is merged, the flag's value winning);
+    they are checked like the file's own keys.  A ``workdir``/``requirements`` given here is
+    relative to the current directory, the file's to the file's directory."""
     path = job_path(name_or_path)
     problems = Problems(path, spell=dotted, error=JobFileError)
     data = parse(read_text(path, "job file"), problems, verbatim=_is_text, like="the shipped jobs/ddp-smoke.yaml")
-    return _validate(path, data, problems)
+    if overrides and isinstance(data, dict):
+        data = _with_overrides(data, overrides, problems)
+    return _validate(path, data, problems, given=overrides or {})
+
+
+def inline_job(overrides: dict[str, Any], name: str | None = None) -> Job:
+    """A job made of command-line keys alone (``launch --target cpu --workdir . -- python
+    train.py``): checked like a file's, its messages name the key as ``(command line)``.
+    ``name``: the job's name (default: the workdir's directory name, else ``run``)."""
+    problems = Problems(COMMAND_LINE, spell=dotted, error=JobFileError)
+    if name is None:
+        wd = overrides.get("workdir")
+        name = re.sub(r"[^A-Za-z0-9_.-]+", "-", Path(wd).absolute().name).strip("-.") if wd else ""
+    return _validate(Path(COMMAND_LINE), dict(overrides), problems, given=overrides, name=name or "run")
+
+
+def _with_overrides(data: dict, overrides: dict[str, Any], problems: Problems) -> dict:
+    """The file's keys with the command line's over them; a key from the command line has no
+    line in the file (its messages point at the file's first line)."""
+    merged = dict(data)
+    for key, value in overrides.items():
+        if key == "env" and isinstance(data.get("env"), dict):
+            merged["env"] = {**data["env"], **value}
+        else:
+            merged[key] = value
+            problems.lines = {k: v for k, v in problems.lines.items() if not k or k[0] != key}
+    return merged
+
+
+def escape_braces(text: str) -> str:
+    """``text`` as a job value that means exactly ``text`` (placeholders are not filled in a
+    command typed after ``--``)."""
+    return text.replace("{", "{{").replace("}", "}}")
+
+
+#: The launcher put in front of a plain ``python ...`` command of a workdir job (contract
+#: torchrun): one torchrun per node starting the node's processes, each with RANK,
+#: LOCAL_RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT as torchrun gives them.
+TORCHRUN_PREFIX: tuple[str, ...] = (
+    "torchrun", "--nnodes={nnodes}", "--node-rank={node_rank}",
+    "--nproc-per-node={nproc_per_node}", "--master-addr={master_addr}",
+    "--master-port={master_port}", "--max-restarts=0",
+)
+
+_PYTHON = re.compile(r"^(?:.*/)?python(?:3(?:\.\d+)?)?\Z")
+
+
+def under_torchrun(command: list[str]) -> list[str]:
+    """``command`` as it runs on every node: ``python [-u] SCRIPT ARGS`` and ``python [-u] -m
+    MODULE ARGS`` (any python, python3, python3.X) become ``torchrun ... SCRIPT ARGS`` /
+    ``torchrun ... -m MODULE ARGS`` (:data:`TORCHRUN_PREFIX`): torchrun starts them with its
+    own interpreter, the one torch is installed in, unbuffered.  A python with other options
+    runs exactly as written in each process (``torchrun --no-python``).  Any other command
+    (``torchrun ...``, ``bash run.sh``) is left as written."""
+    if not command or not _PYTHON.match(command[0]):
+        return list(command)
+    rest = command[2:] if command[1:2] == ["-u"] else command[1:]
+    if rest and (not rest[0].startswith("-") or (rest[0] == "-m" and len(rest) > 1)):
+        return [*TORCHRUN_PREFIX, *rest]
+    return [*TORCHRUN_PREFIX, "--no-python", *command]
 
 
 def list_jobs() -> list[Job]:
@@ -343,6 +440,25 @@ class _Spec(BaseModel):
         "has written output for this long, clusterctl dumps every rank's Python stacks into "
         "`runs/<run-id>/stacks/`, stops the run and exits 124. Not set: no watchdog."),
         json_schema_extra={"doc_type": "a duration: `90s`, `10m`, `1h30m`; a number alone is seconds"})
+    workdir: str | None = Field(None, description=(
+        "Your project directory, relative to the job file (`.`: the job file's directory). "
+        "Every node gets a copy (only changed files travel; `.gitignore` and "
+        "`.clusterctlignore` are honoured), mounted read-only at `/workspace`, the command's "
+        "working directory; `CLUSTERCTL_CODE_DIGEST` names the copy. With a workdir, a "
+        "command starting with `python` runs under `torchrun` on each node."))
+    requirements: str | None = Field(None, description=(
+        "A pip requirements file, relative to the job file. Its packages become an image layer "
+        "of their own over the job's image, built here from wheels fetched here (the nodes "
+        "need no internet) and rebuilt only when the file changes. Default: "
+        "`requirements.txt` in the workdir, when there is one."))
+    master_port: int | None = Field(None, ge=1, le=65535, description=(
+        "The port rank 0 listens on for this job, when its workload fixes one: wins over the "
+        "inventory's `master_port`; `MASTER_PORT` in the inventory's env or `--set "
+        "MASTER_PORT=...` win over it. Not set: the inventory's."))
+    max_workdir_size: str | int | None = Field(None, description=(
+        "The most the shipped workdir may hold; a bigger one is refused naming its largest "
+        "files. Default 100MiB."),
+        json_schema_extra={"doc_type": "a size: `100MiB`, `2GiB`, `500M`; a number alone is bytes"})
 
 
 class JobFileError(FileProblems):
@@ -360,7 +476,8 @@ def _add(problems: Problems, path: tuple, problem: str, valid: str | None = None
     problems.add(path, problem, KEY_HELP.get(str(path[0]), "") if valid is None else valid)
 
 
-def _validate(path: Path, data: Any, problems: Problems) -> Job:
+def _validate(path: Path, data: Any, problems: Problems, *, given: dict[str, Any] | None = None,
+              name: str | None = None) -> Job:
     if not isinstance(data, dict):
         got = "is empty" if data is None else f"is {show(data)}, not a YAML mapping"
         problems.add((), f"the file {got}", "a YAML mapping with at least `command` and `target` or `image` "
@@ -374,11 +491,46 @@ def _validate(path: Path, data: Any, problems: Problems) -> Job:
     _check_semantics(spec, problems)
     fields = spec.model_dump()
     fields["hang_timeout"] = _hang_timeout(spec.hang_timeout, problems)
-    job = Job(name=path.stem, path=path, lines={dotted(k): v for k, v in problems.lines.items() if k},
-              **fields)
+    fields.update(_workdir_fields(path, spec, given or {}, problems))
+    if fields["workdir"] is not None and spec.contract == "torchrun":
+        fields["command"] = under_torchrun(spec.command)
+    job = Job(name=name or path.stem, path=path,
+              lines={dotted(k): v for k, v in problems.lines.items() if k}, **fields)
     _check_placeholders(job, problems)
     problems.raise_if_any()
     return job
+
+
+def _workdir_fields(path: Path, spec: _Spec, given: dict[str, Any], problems: Problems) -> dict:
+    """``workdir``, ``requirements`` (absolute) and ``max_workdir_size`` (bytes): a path from
+    the file is relative to the file's directory, one from the command line to the current
+    directory.  The workdir must be a directory; the requirements file must exist."""
+    from clusterctl.code.snapshot import parse_size  # the code layer: only jobs with a workdir
+
+    def where_from(key: str) -> Path:
+        return Path.cwd() if key in given or path.name == COMMAND_LINE else path.parent
+
+    out: dict[str, Any] = {"workdir": None, "requirements": None, "max_workdir_size": None}
+    if spec.workdir is not None:
+        wd = (where_from("workdir") / Path(spec.workdir).expanduser()).absolute()
+        if not wd.is_dir():
+            _add(problems, ("workdir",), f"{wd} is {'not a directory' if wd.exists() else 'not there'}")
+        out["workdir"] = wd
+    if spec.requirements is not None:
+        req = (where_from("requirements") / Path(spec.requirements).expanduser()).absolute()
+        if not req.is_file():
+            _add(problems, ("requirements",), f"{req} is {'not a file' if req.exists() else 'not there'}")
+        out["requirements"] = req
+    elif out["workdir"] is not None and (out["workdir"] / "requirements.txt").is_file():
+        out["requirements"] = out["workdir"] / "requirements.txt"
+    if spec.requirements is not None and spec.workdir is None:
+        _add(problems, ("requirements",), "needs a `workdir` (the requirements of your project)")
+    if spec.max_workdir_size is not None:
+        try:
+            out["max_workdir_size"] = parse_size(str(spec.max_workdir_size))
+        except ValueError as e:
+            _add(problems, ("max_workdir_size",), str(e))
+    return out
 
 
 def _hang_timeout(value: str | int | float | None, problems: Problems) -> float | None:

@@ -9,7 +9,11 @@
    Any problem -> :class:`PreflightFailed` (exit 2), a table of what is wrong
    where, nothing started.  Then the plan is made, once, with the interfaces
    preflight found and the local facts (:func:`local_facts`);
-2. push the image to the nodes that lack it (:func:`clusterctl.cluster.distribute.push_image`);
+2. with a ``workdir`` (the user's project): its snapshot and requirements layer were made on
+   this machine before any node was contacted (:mod:`clusterctl.run.workspace`); now every
+   node gets the tree (:func:`clusterctl.code.sync.sync`, only what it lacks), mounted
+   read-only at ``/workspace``; then the image goes to the nodes that lack it
+   (:func:`clusterctl.cluster.distribute.push_image`);
 3. start every node's container in parallel (the plan's argv over the node's
    SSH connection, secrets on stdin as an env file, never in argv).  If any
    node fails to start, the containers already started are removed again and
@@ -38,9 +42,12 @@ from typing import TextIO
 from clusterctl.cluster import containers, distribute, engine, sshconfig
 from clusterctl.cluster import preflight as pf
 from clusterctl.cluster.transport import Cluster, CommandResult, tree
+from clusterctl.code import snapshot as code_snapshot
+from clusterctl.code import sync as code_sync
 from clusterctl.core.deadline import bounded
 from clusterctl.core.errors import ClusterctlError, NodeError, UserError
 from clusterctl.run import flight, logs, plan, records, supervise, watchdog
+from clusterctl.run import workspace as workspaces
 
 START_TIMEOUT = 120.0  # seconds one node's `docker run -d` may take (it may create volumes, devices)
 
@@ -106,6 +113,14 @@ def _ipv4(text: str) -> bool:
         return False
 
 
+def with_job_port(job, inventory):
+    """The inventory with the job's ``master_port`` when it sets one (the port preflight checks
+    free on the master and the plan gives rank 0), else the inventory as it is."""
+    if job.master_port is None or job.master_port == inventory.master_port:
+        return inventory
+    return replace(inventory, master_port=job.master_port)
+
+
 def hang_timeout_of(job, given: float | None) -> float | None:
     """The run's hang timeout: ``--hang-timeout`` when given, else the job's ``hang_timeout``."""
     return given if given is not None else job.hang_timeout
@@ -118,13 +133,25 @@ def watchdog_options(hang_timeout: float | None) -> tuple[str, ...]:
 
 def dry_run(job, inventory, *, run_id: str | None = None, image: str | None = None,
             overrides: Mapping[str, str] | None = None,
-            hang_timeout: float | None = None) -> list[plan.NodePlan]:
-    """The plan ``launch`` would run, touching no node (interfaces: the inventory's only)."""
+            hang_timeout: float | None = None,
+            on_code: Callable[[code_snapshot.Snapshot], None] | None = None) -> list[plan.NodePlan]:
+    """The plan ``launch`` would run, touching no node (interfaces: the inventory's only).
+    With a workdir, the snapshot is taken (the same refusals as launch's) and handed to
+    ``on_code``; each node's copy is shown at its ``code_dir`` (unexpanded)."""
     run_id = records.check_run_id(run_id) if run_id else records.new_run_id(job.name)
+    inventory = with_job_port(job, inventory)
+    code = None
+    if job.workdir is not None:
+        snap = code_snapshot.take(job.workdir, limit_bytes=job.max_workdir_size
+                                  or code_snapshot.DEFAULT_LIMIT_BYTES)
+        if on_code is not None:
+            on_code(snap)
+        code = plan.CodeMount(snap.digest, {n.name: f"{n.code_dir}/trees/{snap.digest.split(':')[-1]}"
+                                            for n in inventory.nodes})
     return plan.make_plan(job, inventory, run_id=run_id, image=image, overrides=overrides,
                           extra_docker_args=watchdog_options(hang_timeout_of(job, hang_timeout)),
                           init_nodes=[n.name for n in inventory.nodes],   # as on nodes that have it
-                          **local_facts(inventory))
+                          code=code, **local_facts(inventory))
 
 
 def preflight(cluster: Cluster, devices: Mapping[str, Sequence[str]], *,
@@ -305,7 +332,10 @@ def launch(job, inventory, *, image: str | None = None, overrides: Mapping[str, 
            push: bool = True, progress=None, argv: Sequence[str] = (),
            on_started: Callable[[records.RunRecord], None] | None = None,
            on_warning: Callable[[str, str], None] | None = None,
-           hang_timeout: float | None = None) -> RunResult:
+           hang_timeout: float | None = None,
+           workspace: workspaces.Workspace | None = None,
+           on_note: Callable[[str], None] | None = None,
+           spec: dict | None = None) -> RunResult:
     """Run ``job`` on every node of ``inventory``; see the module docstring for the steps.
 
     ``stream``: where the merged log goes (default stdout; pass an
@@ -317,7 +347,11 @@ def launch(job, inventory, *, image: str | None = None, overrides: Mapping[str, 
     skew).  Without ``push`` the nodes' copies of the image are compared by ID (with push,
     push itself makes every node's ID the local one).  ``hang_timeout`` (seconds; default:
     the job's ``hang_timeout``): the hang watchdog (:mod:`clusterctl.run.watchdog`); a
-    followed run only.  Returns a RunResult whose ``exit_code`` is the job's true outcome.
+    followed run only.  A job with a ``workdir`` ships it (``workspace``: the code prepared
+    already, e.g. a rerun's from :func:`clusterctl.run.workspace.rerun`; default: prepared
+    here); ``on_note(text)`` hears what was shipped where.  ``spec``: the job as given, kept
+    in run.json for ``launch --rerun``.  Returns a RunResult whose ``exit_code`` is the job's
+    true outcome.
     """
     hang = hang_timeout_of(job, hang_timeout)
     if hang and detach:
@@ -325,12 +359,20 @@ def launch(job, inventory, *, image: str | None = None, overrides: Mapping[str, 
                         "it follows it; leave out --detach (or the hang timeout).")
     settings = replace(settings or supervise.Settings(), hang_timeout=hang)
     run_id = _fresh_run_id(run_id, job)
+    inventory = with_job_port(job, inventory)
     stop_event = stop_event or threading.Event()
     facts = local_facts(inventory)
     # bad input (job, --set, image, secrets) is reported before any node is contacted
     ref = plan.check_inputs(job, inventory, run_id=run_id, image=image, overrides=overrides,
                             master_addr=facts["master_addr"], host_env=facts["host_env"],
                             extra_docker_args=watchdog_options(hang))
+    note = on_note or (lambda _text: None)
+    if workspace is None and job.workdir is not None:
+        workspace = workspaces.prepare(job, ref, log=note)
+    if workspace is not None:
+        note(f"code: {workspaces.describe(workspace)}")
+        if workspace.image:
+            image = ref = workspace.image
     image_id = local_image_id(ref) if push else None
     with Cluster(inventory, accept_new_host_keys=accept_new_host_keys) as cluster:
         extra = plan.job_devices(job)
@@ -339,9 +381,10 @@ def launch(job, inventory, *, image: str | None = None, overrides: Mapping[str, 
         interfaces, init_nodes, node_ids = preflight(
             cluster, {n.name: [*plan.node_devices(job, n), *extra] for n in inventory.nodes},
             image_ref=ref, compare_image=not push, on_warning=on_warning)
+        code, sent = (ship_code(cluster, workspace, note) if workspace is not None else (None, {}))
         plans = plan.make_plan(job, inventory, run_id=run_id, image=image, interfaces=interfaces,
                                overrides=overrides, extra_docker_args=watchdog_options(hang),
-                               init_nodes=init_nodes, **facts)
+                               init_nodes=init_nodes, code=code, **facts)
         if push:
             push_image(cluster, plans[0].image, progress,
                        have=[n for n, i in node_ids.items() if i is not None and i == image_id])
@@ -349,6 +392,9 @@ def launch(job, inventory, *, image: str | None = None, overrides: Mapping[str, 
         if not detach:   # a later command can tell that this process died without an outcome
             record.launcher = records.this_launcher()
         record.hang_timeout = hang
+        if workspace is not None:
+            record.code = workspaces.code_record(workspace, sent)
+        record.spec = spec
         record.save()
         caught: list[str] = []
         with stop_on_signals(stop_event, caught.append) if handle_signals else nullcontext():
@@ -390,6 +436,31 @@ def start_recorded(cluster: Cluster, plans: Sequence[plan.NodePlan], record: rec
 def local_image_id(ref: str) -> str:
     """The local engine's ID of ``ref``; UserError (exit 2) when the engine does not have it."""
     return distribute.source_image(engine.client(), ref).id
+
+
+class CodeFailed(ClusterctlError):
+    """The project could not be put on some node; nothing was started (exit 1)."""
+
+    def __init__(self, failures: Mapping[str, str]) -> None:
+        self.failures = dict(failures)
+        super().__init__("could not put the code on every node, nothing was started:\n"
+                         + "\n".join(f"  {n}: {why}" for n, why in self.failures.items()))
+
+
+def ship_code(cluster: Cluster, ws: workspaces.Workspace, note: Callable[[str], None]
+              ) -> tuple[plan.CodeMount, dict[str, int]]:
+    """Put the workspace's tree on every node (only what each lacks); the mount for the plan
+    and the bytes sent to each node.  CodeFailed naming every node that did not get it."""
+    results = code_sync.sync(cluster, ws.tree)
+    failed = {n: r.reason for n, r in results.items() if isinstance(r, NodeError)}
+    if failed:
+        raise CodeFailed(failed)
+    hows = sorted({r.how for r in results.values()})
+    note(f"code {ws.tree.short} on {len(results)} node(s): " + ", ".join(
+        f"{sum(1 for r in results.values() if r.how == h)} {h}" for h in hows)
+        + f", {max(r.sent for r in results.values())} bytes sent at most to one node")
+    return (plan.CodeMount(ws.tree.digest, {n: r.path for n, r in results.items()}),
+            {n: r.sent for n, r in results.items()})
 
 
 class PushFailed(ClusterctlError):

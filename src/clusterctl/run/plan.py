@@ -85,6 +85,7 @@ from clusterctl.image import targets
 from clusterctl.run import mpi
 from clusterctl.run.jobs import (
     BASE_ENV,
+    CODE_MOUNT,
     CONTRACTS,
     Job,
     expand,
@@ -124,6 +125,23 @@ CONTAINER_ENV: dict[str, str] = {
                           "the one preflight found holding the node's address.",
     "NCCL_SOCKET_IFNAME": "The network interface NCCL uses, the same as GLOO_SOCKET_IFNAME.",
 }
+
+#: What a container of a job with a ``workdir`` gets besides :data:`CONTAINER_ENV` (launch
+#: values too: a later layer may replace them, nothing should).
+CODE_ENV: dict[str, str] = {
+    "CLUSTERCTL_CODE_DIGEST": "The content digest (sha256:...) of the project copy mounted at "
+                              "/workspace: the same on every rank of a run, and in its record.",
+}
+
+
+@dataclass(frozen=True)
+class CodeMount:
+    """The project copy a run's containers get (``launch --workdir``): its digest, and the
+    directory that holds it on each node (:func:`clusterctl.code.sync.sync` says where)."""
+
+    digest: str
+    paths: Mapping[str, str]   # node name -> the tree's directory on that node
+
 
 #: The layers of a container's environment, lowest first (a later layer wins), above
 #: the launch values of :data:`CONTAINER_ENV` and the contract: (layer, what sets it).
@@ -283,7 +301,8 @@ def make_plan(job: Job, inventory, *, run_id: str, image: str | None = None,
               addresses: Mapping[str, str] | None = None,
               runtime: Mapping[str, str] | None = None,
               flight_recorder: bool = True,
-              init_nodes: Iterable[str] = ()) -> list[NodePlan]:
+              init_nodes: Iterable[str] = (),
+              code: CodeMount | None = None) -> list[NodePlan]:
     """One NodePlan per inventory node, in rank order.  Pure: nothing is contacted or read.
 
     Every fact comes in as an argument: ``image`` replaces the job's/target's
@@ -305,6 +324,8 @@ def make_plan(job: Job, inventory, *, run_id: str, image: str | None = None,
     ``init_nodes``: the nodes whose container gets ``--init`` (Docker's init, tini, as PID 1:
     it passes SIGTERM on to the command, so a stop costs the ranks' exit, not the grace;
     launch passes the nodes where preflight found the init binary).
+    ``code``: the project copy of a job with a ``workdir``, mounted read-only at
+    ``/workspace`` (the working directory) with ``CLUSTERCTL_CODE_DIGEST`` set.
     UserError (exit 2) on anything unusable.
     """
     hosts = host_entries(addresses or {})
@@ -313,7 +334,7 @@ def make_plan(job: Job, inventory, *, run_id: str, image: str | None = None,
                              master_addr=master_addr, runtime=runtime)
     init_nodes = set(init_nodes)
     return [_node_plan(launch, n, n.node.interface or (interfaces or {}).get(n.node.name), hosts,
-                       flight_recorder, n.node.name in init_nodes)
+                       flight_recorder, n.node.name in init_nodes, code)
             for n in nodes]
 
 
@@ -468,7 +489,8 @@ def job_environment(job: Job, target, values: Mapping[str, str], node_env: Mappi
 
 
 def _node_plan(launch: _Launch, n: _Node, iface: str | None, hosts: list[str],
-               flight_recorder: bool = True, init: bool = False) -> NodePlan:
+               flight_recorder: bool = True, init: bool = False,
+               code: CodeMount | None = None) -> NodePlan:
     """Assemble one node's plan from its checked inputs, the interface it uses, the
     cluster's ``--add-host`` options and the flight recorder (target layer, before the
     job's env, so a job, node or ``--set`` may change or turn it off)."""
@@ -480,7 +502,11 @@ def _node_plan(launch: _Launch, n: _Node, iface: str | None, hosts: list[str],
         flight = flight_dir(launch.run_id, node.name)
         options += ["-v", f"{flight}:{recorder.dir}"]
         fr_env = recorder.environment()
-    env = {**n.launch_env, **nic, **fr_env, **n.upper_env}
+    code_env = {}
+    if code is not None:
+        options += ["-v", f"{code.paths[node.name]}:{CODE_MOUNT}:ro", "-w", CODE_MOUNT]
+        code_env = {"CLUSTERCTL_CODE_DIGEST": code.digest}
+    env = {**n.launch_env, **nic, **fr_env, **n.upper_env, **code_env}
     name = container_name(launch.run_id, node.name)
     labels = run_labels(launch.run_id, job.name, node.name, str(n.rank))
     command = [expand(a, n.values) for a in job.command]
@@ -660,7 +686,7 @@ def render_dry_run(plans: Sequence[NodePlan], json: bool = False) -> str:
 
 
 __all__ = [
-    "MASK", "NodePlan", "check_inputs", "container_name", "docker_run_argv", "host_entries",
+    "CODE_ENV", "MASK", "CodeMount", "NodePlan", "check_inputs", "container_name", "docker_run_argv", "host_entries",
     "job_devices", "job_environment", "make_plan", "mask_env", "mask_text", "masked", "node_devices",
     "nproc_for", "parse_sets", "plan_record", "render_dry_run", "run_labels", "secret_params",
     "secret_values", "split_sets",

@@ -164,6 +164,21 @@ class NodeRecord(BaseModel):
     flight_dir: str | None = None  # the node's directory of flight recorder dumps (nccl), until collected
 
 
+class CodeRecord(BaseModel):
+    """What code a run ran (``launch --workdir``): enough to say so and to run it again."""
+
+    digest: str                       # sha256:... of the shipped tree's manifest (clusterctl.code)
+    files: int = 0
+    bytes: int = 0
+    workdir: str = ""                 # the directory it was taken from, on the head
+    git_commit: str | None = None     # HEAD of the workdir's repository, None outside one
+    git_dirty: bool | None = None     # uncommitted changes under the workdir when it was taken
+    requirements: str | None = None   # the requirements file, when there was one
+    requirements_digest: str | None = None   # sha256:... of it, as its image layer was built from
+    image: str | None = None          # the image with the requirements layer the run used
+    sent: dict[str, int] = Field(default_factory=dict)   # node -> bytes sent to put the code there
+
+
 class RunRecord(BaseModel):
     """Everything ``runs/<run-id>/run.json`` holds."""
 
@@ -193,6 +208,8 @@ class RunRecord(BaseModel):
     hang: dict | None = None  # what the hang watchdog found (clusterctl.run.watchdog.HangReport.record)
     collective_errors: list[str] = Field(default_factory=list)  # "node[rank]| line" of a suspicious run
     flight: dict[str, list[str] | str] = Field(default_factory=dict)  # node -> flight/<node>/ files, or why none
+    code: CodeRecord | None = None  # the shipped project of a workdir run (None: the image's own code)
+    spec: dict | None = None  # the job as it ran (secret values left out), for `launch --rerun`
 
     @property
     def dir(self) -> Path:
@@ -291,12 +308,22 @@ def summary_rows(records: list[RunRecord]) -> list[list[str]]:
     rows = []
     for r in records:
         rows.append([
-            r.run_id, r.job, str(len(r.nodes)), r.state,
+            r.run_id, r.job, code_words(r.code), str(len(r.nodes)), r.state,
             "" if r.exit_code is None else str(r.exit_code),
             _short_time(r.started), _short_time(r.finished),
             _why(r),
         ])
     return rows
+
+
+def code_words(code: CodeRecord | None) -> str:
+    """``3f2a9c1d04be @ 1c2d3e4 (dirty)``: the code digest and the git commit it came from."""
+    if code is None:
+        return ""
+    words = code.digest.split(":", 1)[-1][:12]
+    if code.git_commit:
+        words += f" @ {code.git_commit[:7]}" + (" (dirty)" if code.git_dirty else "")
+    return words
 
 
 def _why(r: RunRecord) -> str:
