@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import collective, launch, plot, push, scale, validate
+from benchmarks import collective, launch, plot, push, scale, validate, workdir
 
 REPO = Path(__file__).resolve().parents[2]
 PAGES = REPO / "docs" / "benchmarks"
@@ -125,6 +125,41 @@ def test_scale_rows_round_trip():
     assert "| keeps up | 49.0 | 6 | 6 | 0 | 1 | 0 | 0 | 65.0 | +4.0 |" in plot.table(back)
 
 
+def test_workdir_rows_round_trip():
+    def m(seconds, payload, link, **phases):
+        return workdir.Measure(seconds, seconds + 2.0, payload, link, phases)
+
+    snap = [workdir.snapshot_row("warm", 2001, 22.61, [0.065, 0.064, 0.071], "page cache"),
+            workdir.snapshot_row("cold", 2001, 22.61, [0.21, 0.25], "pages dropped")]
+    delta = [{"what": "one-line edit", "bytes": 300}, {"what": "whole tree", "bytes": 5_749_494}]
+    rows = [workdir.row(4, "workdir", "python", m(9.0, 1_437_000, 1_500_000),
+                        [m(6.2, 302, 12_000, snapshot=0.6, ship=0.7), m(6.4, 298, 13_000, snapshot=0.8, ship=0.5),
+                         m(7.1, 302, 12_500, snapshot=0.7, ship=0.6)]),
+            workdir.row(4, "workdir", "no-op", None, [m(2.5, 302, 11_000), m(2.7, 302, 11_000)]),
+            workdir.row(4, "workdir", "no-op, unchanged", None, [m(2.1, 0, 9_000)]),
+            workdir.row(4, "by-hand", "python", None, [m(13.0, 22_562_547, 24_600_000, build=2.5)]),
+            workdir.row(4, "rsync", "no-op", None,
+                        [workdir.Measure(3.0, 3.0, None, 0, {}, ok=False, error="rsync exited 12: x")])]
+    args = argparse.Namespace(bandwidth="1gbit", files=2000, repeat=3, image="clusterctl/cpu:2.13.0",
+                              slots=1, seed=1)
+    doc = workdir.json_document(snap, delta, rows, args, {"nodes_held": 16, "push_s": 301.4},
+                                "python benchmarks/workdir.py", COND)
+    back = roundtrip(doc)
+    first = back["rows"][0]
+    assert (first["cold"], first["median"], first["worst"]) == (9.0, 6.4, 7.1)
+    assert first["bytes_node"] == 302 and first["cold_bytes_node"] == 1_437_000
+    assert first["phases"] == {"snapshot": 0.7, "ship": 0.6} and first["ranks_exit"] == 8.4
+    assert back["rows"][4]["result"].startswith("FAILED: rsync exited 12")
+    assert back["ratios"] == [{"nodes": 4, "program": "python", "what": "by-hand / workdir", "value": 2.03}]
+    goals = {g["what"]: g for g in back["goals"]}
+    assert goals["no-op job end to end (unchanged tree), 4 nodes"]["met"] is False
+    assert goals["bytes per node for a one-line edit (run.json code.sent, largest node)"]["value"] == 302
+    assert goals["workdir's own share (no-op after an edit, edit to exit), 16 nodes"]["met"] is None
+    table = plot.table(back)
+    assert "| 4 | workdir | python | 9.00 | 6.40 | 7.10 | 302 | 1,437,000 | 12,500 | snapshot 0.70, ship 0.60 | ok |" in table
+    assert "| 4 | python | 2.03x |" in table and "| warm | 2,001 | 22.6 | 0.065 | 0.071 | 3 | page cache |" in table
+
+
 # --------------------------------------------------------------------------- bad data
 
 
@@ -137,6 +172,7 @@ def committed() -> list[Path]:
 @pytest.mark.parametrize(("benchmark", "key", "field"), [
     ("push", "rows", "seconds"), ("launch", "launch", "host_cpu"), ("collective", "rows", "verdict_s"),
     ("validate", "rows", "new_cpu"), ("scale", "rows", "peak_mb"), ("push", "conditions", "ideal_seconds"),
+    ("workdir", "rows", "median"),
 ])
 def test_a_missing_field_is_named_with_its_file(tmp_path, capsys, benchmark, key, field):
     source = next(f for f in committed() if json.loads(f.read_text())["benchmark"] == benchmark

@@ -170,3 +170,39 @@ def test_dry_run_json_has_no_code_comment(project, monkeypatch):
     assert res.exit_code == 0, res.output
     assert json.loads(res.output)[0]["env"]["CLUSTERCTL_CODE_DIGEST"].startswith("sha256:")
     assert Path(project).is_dir()
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize("kind", ["pytorchjob", "trainjob"])
+def test_export_with_a_workdir_names_the_code_image_and_validates(project, kind, base_image,
+                                                                   docker_client, monkeypatch):
+    """export --workdir: the thin code layer is built on the local engine (real Docker) over the
+    job's image, and the manifest, naming it, is valid against the official CRD."""
+    from tests.fixtures.k8s_schema import schema_errors
+
+    job = project / "job.yaml"
+    job.write_text(yaml.safe_dump({"image": base_image, "workdir": ".",
+                                   "command": ["python3", "train.py"]}))
+    res = runner.invoke(app, ["export", str(job), "--to", kind, "--nnodes", "2"])
+    assert res.exit_code == 0, res.output
+    docs = [d for d in yaml.safe_load_all(res.stdout) if d]
+    assert not schema_errors(docs[0]), schema_errors(docs[0])
+    refs = set(re.findall(r"image: (\S+)", res.stdout))
+    assert len(refs) == 1 and next(iter(refs)).startswith("clusterctl-code/"), refs
+    ref = refs.pop()
+    listing = docker_client.containers.run(ref, ["sh", "-c", "pwd; ls; cat pkg/values.py; "
+                                                 "echo $CLUSTERCTL_CODE_DIGEST"], network_mode="none", remove=True).decode()
+    assert listing.splitlines()[0] == "/workspace" and "VALUE = 1" in listing
+    assert "data" not in listing.split() and re.search(r"sha256:[0-9a-f]{64}", listing)
+    assert "note: the manifest names " + ref in res.stderr
+    docker_client.images.remove(ref, force=True)
+
+
+def test_slurm_dry_run_names_the_code_image(project, monkeypatch):
+    monkeypatch.chdir(project)
+    res = runner.invoke(app, ["launch", "--scheduler", "slurm", "--nnodes", "2", "--dry-run",
+                              "--target", "cpu", "--workdir", ".", "--", "python", "train.py"])
+    assert res.exit_code == 0, res.output
+    digest = re.search(r"# code: .* (sha256:[0-9a-f]{64})", res.output).group(1)
+    assert f"clusterctl-code/clusterctl-cpu:{digest[7:19]}" in res.output
+    assert "torchrun" in res.output

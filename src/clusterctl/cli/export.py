@@ -17,8 +17,9 @@ import typer
 from clusterctl.core.console import err
 from clusterctl.core.errors import UserError
 from clusterctl.run import export as exporting
+from clusterctl.run import workspace as workspaces
 from clusterctl.run.jobs import load_job
-from clusterctl.run.plan import parse_sets
+from clusterctl.run.plan import image_of, parse_sets
 
 
 def export(
@@ -45,12 +46,18 @@ def export(
         help="The Secret the job's secrets are read from (secretKeyRef; default: <job>-secrets). "
              "A secret given a value (job, --set) is read from it too: the value is never written.")] = None,
     output: Annotated[Path | None, typer.Option("--output", "-o", help="Write the manifest to FILE (default: stdout).")] = None,
+    workdir: Annotated[Path | None, typer.Option(
+        "--workdir", metavar="DIR",
+        help="Your project: built into a thin image layer at /workspace over the job's image "
+             "(its requirements too), which the manifest names. Job key: workdir.")] = None,
 ) -> None:
     """Write JOB as a Kubeflow PyTorchJob or TrainJob manifest (YAML): the same image, command,
     env (rank variables left to the operator), devices, /dev/shm, host network, mounts and
     secrets (as references to the Secret <job>-secrets, or --secret-name; stderr says how to
     create it, values elided) as an SSH launch.  No cluster is contacted."""
-    spec = load_job(job)
+    spec = load_job(job, {"workdir": str(workdir)} if workdir is not None else None)
+    if spec.workdir is not None:
+        image = _code_image(spec, image)
     manifest = exporting.build_manifest(
         spec, kind=to, nnodes=nnodes, slots=slots, image=image, overrides=parse_sets(set_ or []),
         namespace=namespace, runtime=runtime, rdma_resource=rdma_resource, secret_name=secret_name)
@@ -69,6 +76,26 @@ def export(
                   + (f"\n(the value{'s' if len(given) > 1 else ''} given by {', '.join(given.values())} "
                      f"{'are' if len(given) > 1 else 'is'} written nowhere)" if given else ""),
                   markup=False, highlight=False, soft_wrap=True)
+
+
+def _code_image(spec, image: str | None) -> str:
+    """The job's workdir as an image over its image; stderr says the cluster must be able to
+    pull it."""
+    base = image_of(spec, image)
+    if base is None:
+        raise UserError(f"{spec.path}: job {spec.name} has no image: give `image` or `target`, or --image.")
+    ws = workspaces.prepare(spec, base, log=_note)
+    ref = workspaces.code_image(ws, base, log=_note)
+    err.print(f"note: the manifest names {ref}, your code ({ws.tree.digest}) at /workspace over "
+              f"{ws.image or base}, built in this machine's Docker engine. A cluster pulls from a "
+              f"registry: docker tag {ref} REGISTRY/NAME:TAG && docker push REGISTRY/NAME:TAG, then "
+              "set the manifest's image to REGISTRY/NAME:TAG.",
+              markup=False, highlight=False, soft_wrap=True)
+    return ref
+
+
+def _note(line: str) -> None:
+    err.print(line, markup=False, highlight=False)
 
 
 def _write(path: Path, text: str) -> None:

@@ -34,10 +34,12 @@ from clusterctl.cli.push import PlainProgress
 from clusterctl.cluster import preflight
 from clusterctl.cluster.inventory import SLURM_WORD, load_inventory
 from clusterctl.cluster.transport import Cluster
+from clusterctl.code import snapshot as code_snapshot
 from clusterctl.core.console import err, out, print_table
 from clusterctl.core.durations import DURATION_HELP, parse_duration
 from clusterctl.core.errors import UserError, one_of
 from clusterctl.core.tools import require_binaries
+from clusterctl.image.codeimage import code_tag
 from clusterctl.run import launch as launching
 from clusterctl.run import logs as logs_mod
 from clusterctl.run import plan, records, supervise
@@ -330,6 +332,18 @@ def _slurm_launch(spec, nodes, sets, *, image, dry_run, run_id, partition, nnode
                                           nodelist=inventory.names if inventory else ())
     overrides = plan.parse_sets(sets)
     run_id = records.check_run_id(run_id) if run_id else records.new_run_id(spec.name)
+    base = plan.image_of(spec, image)
+    if spec.workdir is not None and base is not None:
+        # Slurm's nodes start containers of an image: the code goes in as a thin layer
+        if dry_run:     # the image it would build, by name (the tag is the tree's digest)
+            snap = code_snapshot.take(spec.workdir, limit_bytes=spec.max_workdir_size
+                                      or code_snapshot.DEFAULT_LIMIT_BYTES)
+            image = code_tag(base, snap.digest)
+            _show_code(snap)
+        else:
+            ws = workspaces.prepare(spec, base, log=_note)
+            image = workspaces.code_image(ws, base, log=_note)
+            _note(f"code: {workspaces.describe(ws)}, in image {image}")
     if dry_run:
         script = slurm_submit.render(spec, options, run_id=run_id, inventory=inventory,
                                      image=image, overrides=overrides)

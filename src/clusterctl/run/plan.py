@@ -275,6 +275,11 @@ class _Node:
     first_rank: str = "0"          # global rank of this node's first process (contract mpi)
 
 
+def image_of(job: Job, image: str | None = None) -> str | None:
+    """The image a job runs: ``image`` (``--image``), else the job's, else its target's tag."""
+    return image or job.image or (targets.resolve(job.target).tag if job.target else None)
+
+
 def check_inputs(job: Job, inventory, *, run_id: str, image: str | None = None,
                  overrides: Mapping[str, str] | None = None,
                  extra_docker_args: Sequence[str] = (),
@@ -371,7 +376,7 @@ def _resolve(job: Job, inventory, *, run_id: str, image: str | None,
     params, env_sets = split_sets(job, overrides or {})
     _check_secret_placeholders(job)
     target = targets.get_target(job.target) if job.target else None
-    image = image or job.image or (targets.resolve(job.target).tag if job.target else None)
+    image = image_of(job, image)
     _check_image(job, image)
     for arg in extra_docker_args:
         if reserved_flag(arg):

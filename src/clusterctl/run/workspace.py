@@ -9,7 +9,10 @@ Dockerfile.  This module does the head's half, touching no node:
 2. when the job has requirements, builds (or finds cached) the image with their layer over
    the job's image (:mod:`clusterctl.image.deps`): a package that cannot be installed fails
    here, before any node is touched;
-3. :func:`rerun` gives the same for a recorded run, from the store: exactly the code it ran.
+3. :func:`rerun` gives the same for a recorded run, from the store: exactly the code it ran;
+4. :func:`code_image`: for the engines that pull images instead of receiving trees (Slurm
+   with ``--scheduler slurm``, Kubernetes through ``export``), the tree as a thin layer at
+   ``/workspace`` over the run's image (:mod:`clusterctl.image.codeimage`).
 
 The nodes' half (:func:`clusterctl.code.sync.sync`) and the mount (:class:`clusterctl.run.plan.
 CodeMount`) are the launch's.  :func:`code_record` is what run.json keeps.
@@ -17,12 +20,14 @@ CodeMount`) are the launch's.  :func:`code_record` is what run.json keeps.
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from clusterctl.code import gitinfo, snapshot, store
 from clusterctl.run import records
+from clusterctl.run.jobs import CODE_MOUNT
 
 
 @dataclass(frozen=True)
@@ -90,3 +95,16 @@ def code_record(ws: Workspace, sent: Mapping[str, int] | None = None) -> records
         workdir=str(ws.workdir or ""), git_commit=ws.git.commit, git_dirty=ws.git.dirty,
         requirements=str(ws.requirements) if ws.requirements else None,
         requirements_digest=ws.requirements_digest, image=ws.image, sent=dict(sent or {}))
+
+
+def code_image(ws: Workspace, base_image: str, *, log: Callable[[str], None] | None = None) -> str:
+    """The image holding the workspace's tree at /workspace over ``base_image`` (its
+    requirements layer when it has one): ``clusterctl-code/<base>:<digest 12>``, built on
+    this machine's engine only when it has no such image yet."""
+    from clusterctl.cluster import engine
+    from clusterctl.image import codeimage
+    with tempfile.NamedTemporaryFile(prefix="clusterctl-tree-", suffix=".tar") as tar:
+        snapshot.write_tar(tar, ws.tree)
+        tar.flush()
+        return codeimage.code_image(ws.image or base_image, tar.name, ws.tree.digest,
+                                    workdir=CODE_MOUNT, client=engine.client(), log=log)
