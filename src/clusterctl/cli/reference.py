@@ -468,9 +468,11 @@ def inventory_page(file_model: type[BaseModel], example_name: str, example_text:
 def environment_page(container_env: Mapping[str, str], layers: Iterable[tuple[str, str]],
                      contracts: Mapping[str, Mapping[str, str]],
                      per_process: Mapping[str, Mapping[str, str]] | None = None,
-                     target_env: Mapping[str, Mapping[str, str]] | None = None) -> str:
+                     target_env: Mapping[str, Mapping[str, str]] | None = None,
+                     code_env: Mapping[str, str] | None = None) -> str:
     """reference/environment.md: the variables every container gets, what each contract
-    adds, the precedence of the layers, the targets' defaults and the ``--add-host`` note."""
+    adds, what a workdir run adds, the precedence of the layers, the targets' defaults and
+    the ``--add-host`` note."""
     layers = list(layers)
     out = [
         _GENERATED.format(source="clusterctl.run.plan.CONTAINER_ENV and ENV_LAYERS"),
@@ -493,6 +495,14 @@ def environment_page(container_env: Mapping[str, str], layers: Iterable[tuple[st
         out.append(f"With `contract: {name}` the container starts the node's processes itself, "
                    "each with its own " + " and ".join(f"{code(k)} ({md(v)})" for k, v in variables.items())
                    + ".\n")
+    if code_env:
+        out += [
+            "## What a run of your own project adds\n",
+            "With a `workdir` (`launch --workdir DIR`), the project's copy is mounted read-only "
+            "at `/workspace`, the command's working directory, and every container also gets "
+            "(after every layer below: nothing replaces it):\n",
+            _table(["variable", "value"], [[code(k), md(v, cell=True)] for k, v in code_env.items()]),
+        ]
     out += [
         "## Precedence\n",
         "Lowest first; a later layer wins over an earlier one for the same name:\n",
@@ -571,6 +581,6 @@ def reference_pages(job_example: tuple[str, str], inventory_example: tuple[str, 
         "reference/inventory.md": inventory_page(InventoryFile, *inventory_example),
         "reference/environment.md": environment_page(
             plan.CONTAINER_ENV, plan.ENV_LAYERS, jobs.CONTRACTS, {"mpi": MPI_PER_PROCESS},
-            {name: target_env(name) for name in targets.target_names()}),
+            {name: target_env(name) for name in targets.target_names()}, plan.CODE_ENV),
         "reference/exit-status.md": exit_status_page(),
     }
