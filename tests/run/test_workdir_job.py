@@ -206,3 +206,11 @@ def test_slurm_dry_run_names_the_code_image(project, monkeypatch):
     digest = re.search(r"# code: .* (sha256:[0-9a-f]{64})", res.output).group(1)
     assert f"clusterctl-code/clusterctl-cpu:{digest[7:19]}" in res.output
     assert "torchrun" in res.output
+
+
+def test_dry_run_checks_the_requirements_lines_too(project, monkeypatch):
+    (project / "requirements.txt").write_text("six==1.16.0\n-e .\n")
+    monkeypatch.chdir(project)
+    res = dry("--target", "cpu", "--workdir", ".", "--", "python", "train.py")
+    assert res.exit_code == 2, res.output
+    assert "requirements.txt:2" in res.output and "docker run" not in res.output

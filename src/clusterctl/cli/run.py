@@ -37,7 +37,7 @@ from clusterctl.cluster.transport import Cluster
 from clusterctl.code import snapshot as code_snapshot
 from clusterctl.core.console import err, out, print_table
 from clusterctl.core.durations import DURATION_HELP, parse_duration
-from clusterctl.core.errors import UserError, one_of
+from clusterctl.core.errors import ClusterctlError, UserError, one_of
 from clusterctl.core.tools import require_binaries
 from clusterctl.image.codeimage import code_tag
 from clusterctl.run import launch as launching
@@ -86,6 +86,7 @@ COMMAND_META = "clusterctl.command"
 def launch(
     ctx: typer.Context,
     job: Annotated[str | None, typer.Argument(
+        metavar="JOB [-- COMMAND...]",
         help="A shipped job (a file of jobs/ by its name: ddp-smoke, bert, ...) or the path of a "
              "job YAML file. Leave it out to run your own project: --workdir DIR and the "
              "command after --.", show_default=False)] = None,
@@ -338,6 +339,8 @@ def _slurm_launch(spec, nodes, sets, *, image, dry_run, run_id, partition, nnode
         if dry_run:     # the image it would build, by name (the tag is the tree's digest)
             snap = code_snapshot.take(spec.workdir, limit_bytes=spec.max_workdir_size
                                       or code_snapshot.DEFAULT_LIMIT_BYTES)
+            if spec.requirements is not None:
+                base = _requirements_tag(base, spec.requirements)
             image = code_tag(base, snap.digest)
             _show_code(snap)
         else:
@@ -374,6 +377,20 @@ def _slurm_launch(spec, nodes, sets, *, image, dry_run, run_id, partition, nnode
         return
     _report(result, detach=False, json_=json_)
     raise typer.Exit(result.exit_code)
+
+
+def _requirements_tag(base: str, requirements: Path) -> str:
+    """The tag of the requirements layer a launch would build over ``base`` (its lines are
+    checked; the engine is asked for the base's ID only, nothing is built)."""
+    from clusterctl.image import deps
+    reqs = deps.read_requirements(requirements)
+    try:
+        base_id = launching.local_image_id(base)
+    except (UserError, OSError, ClusterctlError) as e:    # no engine, or it lacks the image
+        typer.echo(f"# (the requirements layer over {base} is named once {base} is in this "
+                   f"machine's Docker engine: {str(e).splitlines()[0]})")
+        return base
+    return deps.deps_tag(base, base_id, deps.normalised(reqs))
 
 
 def _note(line: str) -> None:
@@ -663,8 +680,7 @@ def runs(json_: Annotated[bool, typer.Option("--json", help="The run records as 
 
 
 def register(app: typer.Typer) -> None:
-    app.command("launch", cls=CommandAfterDashes,
-                options_metavar="[OPTIONS] [-- COMMAND...]")(launch)
+    app.command("launch", cls=CommandAfterDashes)(launch)
     app.command("logs")(logs)
     app.command("status")(status)
     app.command("stop")(stop)

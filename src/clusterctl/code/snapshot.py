@@ -86,7 +86,7 @@ from clusterctl.code.ignore import (
 from clusterctl.core.text import control_problem
 
 #: The largest workdir shipped unless raised (``--max-workdir-size``, job key
-#: ``workdir_max_size``): 100 MiB, Ray's cap for ``working_dir``.
+#: ``max_workdir_size``): 100 MiB, Ray's cap for ``working_dir``.
 DEFAULT_LIMIT_BYTES = 100 << 20
 #: The first line of every manifest; a new format gets a new number (and new digests).
 MANIFEST_HEADER = b"clusterctl-manifest 1\n"
@@ -212,7 +212,7 @@ def _too_large(root: Path, total: int, limit: int, sizes: list[tuple[int, str]])
     width = max(len(shown(p)) for _, p in largest)
     lines = [f"workdir {shown(str(root))}: {show_size(total)} to ship, more than the limit of "
              f"{show_size(limit)}; raise it with --max-workdir-size SIZE (job key "
-             "workdir_max_size), or leave out what the nodes do not need to run the code "
+             "max_workdir_size), or leave out what the nodes do not need to run the code "
              "(data and checkpoints belong in a mount). The largest files:"]
     lines += [f"  {shown(p):<{width}}  {show_size(s):>10}" for s, p in largest]
     top, sep, _ = largest[0][1].partition("/")

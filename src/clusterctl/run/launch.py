@@ -144,6 +144,9 @@ def dry_run(job, inventory, *, run_id: str | None = None, image: str | None = No
     if job.workdir is not None:
         snap = code_snapshot.take(job.workdir, limit_bytes=job.max_workdir_size
                                   or code_snapshot.DEFAULT_LIMIT_BYTES)
+        if job.requirements is not None:     # its lines are checked too (the engine is not asked)
+            from clusterctl.image import deps
+            deps.read_requirements(job.requirements)
         if on_code is not None:
             on_code(snap)
         code = plan.CodeMount(snap.digest, {n.name: f"{n.code_dir}/trees/{snap.digest.split(':')[-1]}"
