@@ -7,8 +7,6 @@ when the manifest could be built: bad input writes nothing and exits 2).
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 from typing import Annotated
 
@@ -16,6 +14,7 @@ import typer
 
 from clusterctl.core.console import err
 from clusterctl.core.errors import UserError
+from clusterctl.core.files import write_atomic
 from clusterctl.run import export as exporting
 from clusterctl.run import workspace as workspaces
 from clusterctl.run.jobs import load_job
@@ -105,14 +104,7 @@ def _write(path: Path, text: str) -> None:
         raise UserError(f"-o {path}: directory {parent} does not exist; valid: a file in an existing directory.")
     if path.is_dir():
         raise UserError(f"-o {path}: is a directory; valid: a file name, e.g. {path / 'job.yaml'}.")
-    fd, tmp = tempfile.mkstemp(dir=parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomic(path, text)
 
 
 def register(app: typer.Typer) -> None:

@@ -29,6 +29,7 @@ from pathlib import Path
 
 from clusterctl.code.snapshot import Entry, Snapshot, parse_manifest
 from clusterctl.core.errors import UserError
+from clusterctl.core.files import write_atomic
 from clusterctl.core.paths import cache_dir
 
 _CHUNK = 1 << 20
@@ -80,18 +81,6 @@ def _manifest_path(digest: str) -> Path:
     return store_dir() / "trees" / _hex(digest)
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def _copy_object(src: Path, entry: Entry, root: Path) -> None:
     """Copy ``src`` into the store as ``entry.sha256``, hashing as it goes (it must still hold
     the bytes the snapshot hashed)."""
@@ -122,7 +111,7 @@ def save(snapshot: Snapshot) -> StoredTree:
             _copy_object(snapshot.source(entry), entry, snapshot.root)
     path = _manifest_path(snapshot.digest)
     if not path.is_file():
-        _write_atomic(path, snapshot.manifest())
+        write_atomic(path, snapshot.manifest())
     return StoredTree(snapshot.digest, tuple(snapshot.entries))
 
 

@@ -32,9 +32,7 @@ from __future__ import annotations
 import gzip
 import io
 import json
-import os
 import re
-import tempfile
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -43,6 +41,7 @@ from pathlib import Path
 from clusterctl.code import store
 from clusterctl.code.snapshot import Entry, write_tar
 from clusterctl.core.errors import NodeError
+from clusterctl.core.files import write_atomic
 
 #: Trees a node keeps without dropping any (older ones go once unused for a day).
 KEEP = 16
@@ -161,16 +160,7 @@ def _remember(found: dict[str, str]) -> None:
         return
     with _known_lock:
         known = {**_read_known(), **found}
-        path = _known_path()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".nodes.", dir=path.parent)
-        try:
-            with os.fdopen(fd, "w") as f:
-                json.dump(known, f, indent=0, sort_keys=True)
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        write_atomic(_known_path(), json.dumps(known, indent=0, sort_keys=True))
 
 
 # --------------------------------------------------------------------------- sync

@@ -16,8 +16,6 @@ Public API:
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import json
 import logging
 import os
@@ -31,6 +29,7 @@ from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 from clusterctl.core.errors import ClusterctlError, EnvironmentProblem, UserError
+from clusterctl.core.files import one_at_a_time
 from clusterctl.core.paths import cache_dir
 from clusterctl.core.tools import require_binaries
 from clusterctl.image.labels import image_labels
@@ -318,22 +317,10 @@ def ensure_base_image(client, tag: str = DEFAULT_TAG, *, suite: str = "bookworm"
         return _build(client, tag, suite=suite, include=include, mirror=mirror, old=old, log=log)
 
 
-@contextlib.contextmanager
-def _build_lock(suite: str, log: Callable[[str], None]) -> Iterator[None]:
+def _build_lock(suite: str, log: Callable[[str], None]):
     """One base build per suite at a time on this machine: parallel test sessions and
     CLI runs share the .deb cache and usually want the same tag."""
-    path = cache_dir() / "debootstrap" / f"{suite}.lock"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w") as f:
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            log(f"waiting for another base image build ({path})")
-            fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+    return one_at_a_time(cache_dir() / "debootstrap" / f"{suite}.lock", log, "base image build")
 
 
 def _build(client, tag: str, *, suite: str, include: Sequence[str], mirror: str, old,

@@ -57,7 +57,6 @@ Public API:
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import json
 import logging
@@ -72,6 +71,7 @@ from pathlib import Path
 
 from clusterctl import __version__
 from clusterctl.core.errors import ClusterctlError, EnvironmentProblem, UserError
+from clusterctl.core.files import one_at_a_time
 from clusterctl.core.paths import cache_dir, state_dir
 from clusterctl.image import imagebuild
 from clusterctl.image import wheelhouse as wh
@@ -524,21 +524,10 @@ def _marker(lines: Sequence[str], name: str) -> str | None:
     return next((line[len(prefix):] for line in reversed(lines) if line.startswith(prefix)), None)
 
 
-@contextlib.contextmanager
-def _lock(tag: str, log: Callable[[str], None]) -> Iterator[None]:
+def _lock(tag: str, log: Callable[[str], None]):
     """One build of a tag at a time on this machine: a second launch waits and finds it built."""
     path = cache_dir() / "deps" / "locks" / (re.sub(r"[^A-Za-z0-9.-]", "_", tag) + ".lock")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w") as f:
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            log(f"waiting for another build of {tag} ({path})")
-            fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+    return one_at_a_time(path, log, f"build of {tag}")
 
 
 def _cached(tag: str, attrs: dict | None, digest: str) -> DepsImage | None:
