@@ -93,10 +93,15 @@ def _check_destination(dest: Path) -> None:
 
 
 def _copy_examples(dest: Path) -> None:
-    """The repository's examples/ (training scripts), baked into every image."""
+    """The training scripts of the repository's examples/ (its files, e.g. ddp_smoke.py), baked
+    into every image.  Its directories are example projects that `launch --workdir` ships
+    (examples/own-project): they stay out, so editing one never changes an image."""
     examples = paths.examples_dir()
+    dest.mkdir(parents=True, exist_ok=True)
     if examples.is_dir():
-        shutil.copytree(examples, dest, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        for f in sorted(examples.iterdir()):
+            if f.is_file() and f.suffix != ".pyc":
+                shutil.copy2(f, dest / f.name)
     else:
         dest.mkdir()
 
