@@ -11,7 +11,7 @@ Run on its own, this script draws every data file of ``docs/benchmarks/data/`` i
 
 A document (every shape)::
 
-    {"benchmark": "push" | "launch" | "collective" | "validate" | "scale",
+    {"benchmark": "push" | "launch" | "collective" | "validate" | "scale" | "workdir",
      "schema": 1,
      "source": "where the figures come from, in words (a run of this script, or transcribed)",
      "command": "the command line that produced them",
@@ -105,6 +105,31 @@ SHAPES: dict[str, dict[str, tuple[str, ...]]] = {
                  "exit?:int", "missing?:int", "duplicated?:int", "out_of_order?:int",
                  "garbled?:int", "node_log?:int", "merged?:int", "steady_mb?:num",
                  "threads?:int", "note?:str"),
+    },
+    "workdir": {
+        "conditions": ("bandwidth:str", "files:int", "repeat?:int", "image?:str", "slots?:int",
+                       "seed?:int", "nodes_held?:int", "push_s?:num", "mem_available_min_mb?:int",
+                       "note?:str"),
+        # the walk and hashing of the generated tree (clusterctl.code.snapshot.take): case cold |
+        # warm; median and worst seconds of ``runs``; how the cold case was made cold
+        "snapshot": ("case:str", "files:int", "mb:num", "median:num", "worst?:num", "runs?:int",
+                     "how?:str"),
+        # bytes a node is sent (clusterctl.code.sync.payload) for a one-line edit and for the
+        # whole tree: no node involved
+        "delta": ("what:str", "bytes:int"),
+        # way: workdir | by-hand | rsync; program: python (edit -> every rank printed the new
+        # value) | no-op (edit -> exit) | no-op, unchanged (no edit; workdir only); seconds:
+        # cold (the first ship), median and worst of the repeats, each_run; ranks_exit: python's
+        # end to end (median); bytes per node: bytes_node (the way's own count, largest node,
+        # median of the repeats), cold_bytes_node, link_node (the busiest node's link, the whole
+        # loop); phases: where the time went (median seconds, one after the other)
+        "rows": ("nodes:int", "way:str", "program:str", "median:num", "cold?:num", "worst?:num",
+                 "each_run?:list", "ranks_exit?:num", "bytes_node?:int", "cold_bytes_node?:int",
+                 "link_node?:int", "phases?:dict", "result?:str"),
+        # another way's median over workdir's, per node count and program
+        "ratios": ("nodes:int", "program:str", "what:str", "value:num"),
+        # the issue's goals: limit (seconds or bytes), value measured (null: not measured), met
+        "goals": ("what:str", "limit:num", "value?:num", "met?:bool"),
     },
 }
 TOP = ("benchmark:str", "schema:int", "source:str", "command:str", "conditions:dict")
@@ -385,8 +410,72 @@ def scale_table(doc: dict) -> str:
     return _md(header, rows)
 
 
+WORKDIR_WAYS = ("workdir", "by-hand", "rsync")
+WORKDIR_PROGRAMS = ("python", "no-op", "no-op, unchanged")
+
+
+def _bytes(value) -> str:
+    return "-" if value is None else f"{value:,}"
+
+
+def workdir_table(doc: dict) -> str:
+    """The walk+hash table, the payloads, the loops (one row per node count, way and
+    program), the ratios and the goals: tables one after the other."""
+    tables = []
+    snap = doc.get("snapshot") or []
+    if snap:
+        tables.append(_md(["walk + hash", "files", "MB", "median s", "worst s", "runs", "how"],
+                          [[r["case"], f"{r['files']:,}", _f(r["mb"], 1), _f(r["median"], 3),
+                            _f(r.get("worst"), 3), str(r.get("runs") or "-"), r.get("how") or "-"]
+                           for r in snap]))
+    delta = doc.get("delta") or []
+    if delta:
+        tables.append(_md(["payload a node is sent", "bytes"],
+                          [[d["what"], _bytes(d["bytes"])] for d in delta]))
+    rows = doc.get("rows") or []
+    if rows:
+        ordered = sorted(rows, key=lambda r: (r["nodes"], _rank(r["way"], WORKDIR_WAYS),
+                                              _rank(r["program"], WORKDIR_PROGRAMS)))
+        tables.append(_md(
+            ["nodes", "way", "program", "cold s", "median s", "worst s", "bytes/node",
+             "cold bytes/node", "link bytes, busiest node", "where the time went (median s)", "result"],
+            [[str(r["nodes"]), r["way"], r["program"], _f(r.get("cold"), 2), _f(r["median"], 2),
+              _f(r.get("worst"), 2), _bytes(r.get("bytes_node")), _bytes(r.get("cold_bytes_node")),
+              _bytes(r.get("link_node")),
+              ", ".join(f"{k} {v:.2f}" for k, v in (r.get("phases") or {}).items()) or "-",
+              (r.get("result") or "-").replace("|", "/")] for r in ordered]))
+    ratios = doc.get("ratios") or []
+    if ratios:
+        whats = _ordered([r["what"] for r in ratios], ("by-hand / workdir", "rsync / workdir"))
+        by = {(r["nodes"], r["program"], r["what"]): r["value"] for r in ratios}
+        keys = sorted({(r["nodes"], r["program"]) for r in ratios},
+                      key=lambda k: (k[0], _rank(k[1], WORKDIR_PROGRAMS)))
+        tables.append(_md(["nodes", "program", *whats],
+                          [[str(n), p, *(_f(by.get((n, p, w)), 2, "x") for w in whats)]
+                           for n, p in keys]))
+    goals = doc.get("goals") or []
+    if goals:
+        tables.append(_md(["goal", "limit", "measured", "met"],
+                          [[g["what"], _goal_value(g["limit"]), _goal_value(g.get("value")),
+                            "-" if g.get("met") is None else ("yes" if g["met"] else "**no**")]
+                           for g in goals]))
+    return "\n\n".join(tables)
+
+
+def _rank(name: str, order) -> int:
+    return order.index(name) if name in order else len(order)
+
+
+def _goal_value(value) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, int) or float(value).is_integer() and value >= 100:
+        return f"{int(value):,}"
+    return f"{value:.3f}" if abs(value) < 1 else f"{value:.2f}"
+
+
 TABLES = {"push": push_table, "launch": launch_table, "collective": collective_table,
-          "validate": validate_table, "scale": scale_table}
+          "validate": validate_table, "scale": scale_table, "workdir": workdir_table}
 
 
 def table(doc: dict) -> str:
@@ -605,6 +694,78 @@ def _scale(plt, doc: dict):
     return fig
 
 
+WORKDIR_COLORS = {"workdir": "#1f77b4", "by-hand": "#7f7f7f", "rsync": "#ff7f0e"}
+
+
+def _workdir(plt, doc: dict):
+    rows, c = doc.get("rows") or [], doc["conditions"]
+    snap = {r["case"]: r for r in doc.get("snapshot") or []}
+    walk = ", ".join(f"{case} {r['median']:.2f} s" for case, r in snap.items())
+    files = next(iter(snap.values()))["files"] if snap else c["files"]
+    if not rows:       # --snapshot-only: the walk and hashing alone
+        fig, ax = plt.subplots(figsize=SIZE, dpi=DPI)
+        cases = list(snap)
+        ax.bar(cases, [snap[k]["median"] for k in cases], color="#1f77b4", label="median")
+        ax.scatter(cases, [snap[k].get("worst") or snap[k]["median"] for k in cases], marker="_",
+                   s=400, color="black", label="worst")
+        ax.axhline(0.5, color="black", linestyle=":", linewidth=1, label="goal, warm: 0.5 s")
+        ax.set_ylabel("seconds")
+        ax.set_title(f"walk and hashing of a {files:,}-file tree ({_subtitle(doc)})")
+        ax.legend(loc="upper right")
+        ax.grid(axis="y", alpha=0.3)
+        return fig
+    fig, (secs, size) = plt.subplots(1, 2, figsize=SIZE, dpi=DPI)
+    counts = sorted({r["nodes"] for r in rows})
+    ok = [r for r in rows if (r.get("result") or "ok") == "ok"]
+    for way in _ordered([r["way"] for r in ok], WORKDIR_WAYS):
+        color = WORKDIR_COLORS.get(way)
+        for program, style, marker in (("python", "-", "o"), ("no-op", "--", "s"),
+                                       ("no-op, unchanged", ":", "^")):
+            mine = sorted((r for r in ok if r["way"] == way and r["program"] == program),
+                          key=lambda r: r["nodes"])
+            if not mine:
+                continue
+            xs = [r["nodes"] for r in mine]
+            ys = [r["median"] for r in mine]
+            low = [y - y for y in ys]
+            high = [(r.get("worst") or r["median"]) - r["median"] for r in mine]
+            label = {"python": f"{way}: edit -> every rank runs it",
+                     "no-op": f"{way}: no-op, edit -> exit",
+                     "no-op, unchanged": f"{way}: no-op, unchanged tree"}[program]
+            secs.errorbar(xs, ys, yerr=[low, high], marker=marker, linestyle=style, color=color,
+                          capsize=2, label=label)
+        mine = sorted((r for r in ok if r["way"] == way and r["program"] == "python"
+                       and r.get("bytes_node") is not None), key=lambda r: r["nodes"])
+        if mine:
+            size.plot([r["nodes"] for r in mine], [max(r["bytes_node"], 1) for r in mine],
+                      marker="o", color=color, label=f"{way}: one-line edit")
+        cold = sorted((r for r in ok if r["way"] == way and r.get("cold_bytes_node") is not None),
+                      key=lambda r: r["nodes"])
+        if cold:
+            size.plot([r["nodes"] for r in cold], [max(r["cold_bytes_node"], 1) for r in cold],
+                      marker="x", linestyle=":", color=color, label=f"{way}: first ship")
+    goals = [(n, g) for n, g in ((4, 3.0), (16, 5.0)) if n in counts]
+    if goals:
+        secs.scatter([n for n, _ in goals], [g for _, g in goals], marker="*", s=80, color="black",
+                     zorder=5, label="goal: workdir's no-op (3 s at 4, 5 s at 16)")
+    top = max((r.get("worst") or r["median"]) for r in ok) if ok else 1.0
+    secs.set_ylim(0, top * 1.45)
+    secs.set_ylabel("seconds (median; bar: worst)")
+    secs.set_title(f"edit -> run, links {c['bandwidth']}, {c.get('slots') or 1} rank/node")
+    secs.legend(loc="upper left", fontsize=6)
+    size.axhline(64 * 1024, color="black", linestyle=":", linewidth=1, label="goal: 64 KiB")
+    size.set_yscale("log")
+    size.set_ylabel("bytes sent per node (the way's own count)")
+    size.set_title(f"bytes per node (walk+hash {walk})", fontsize=8)
+    size.legend(loc="center right", fontsize=6)
+    for ax in (secs, size):
+        ax.set_xlabel("nodes")
+        ax.set_xticks(counts)
+        ax.grid(alpha=0.3, which="both")
+    fig.suptitle(f"one-line edit -> every rank, a {files:,}-file project ({_subtitle(doc)})")
+    return fig
+
+
 def figure(doc: dict):
     """The matplotlib figure of a checked document."""
     plt = _pyplot()
@@ -612,7 +773,7 @@ def figure(doc: dict):
     if kind == "push":
         return (_push_phases if _phases_only(doc) else _push_nodes)(plt, doc)
     return {"launch": _launch, "collective": _collective, "validate": _validate,
-            "scale": _scale}[kind](plt, doc)
+            "scale": _scale, "workdir": _workdir}[kind](plt, doc)
 
 
 def draw(doc: dict, out: str | os.PathLike) -> Path:
