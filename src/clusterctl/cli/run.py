@@ -363,7 +363,7 @@ def _slurm_launch(spec, nodes, sets, *, image, dry_run, run_id, partition, nnode
         result = slurm_submit.submit(
             spec, options, inventory=inventory, image=image, overrides=overrides, run_id=run_id,
             detach=detach, handle_signals=True, stream=sys.stderr if json_ else sys.stdout,
-            progress=PlainProgress(err if json_ else None),
+            progress=PlainProgress(err),
             argv=["clusterctl", *sys.argv[1:]], on_submitted=submitted, env=env,
             on_note=lambda msg: err.print(f"note: {msg}", markup=False))
     except KeyboardInterrupt:  # before the job was submitted (the push)
@@ -423,7 +423,7 @@ def _launch(job, inventory, overrides, *, image, detach, run_id, accept_new_host
         return launching.launch(
             job, inventory, image=image, overrides=overrides, run_id=run_id, detach=detach,
             accept_new_host_keys=accept_new_host_keys or None, handle_signals=True,
-            stream=sys.stderr if json_ else sys.stdout, progress=PlainProgress(err if json_ else None),
+            stream=sys.stderr if json_ else sys.stdout, progress=PlainProgress(err),
             argv=["clusterctl", *sys.argv[1:]], on_started=started, hang_timeout=hang_timeout,
             settings=settings, workspace=workspace, spec=spec,
             on_note=_note,
