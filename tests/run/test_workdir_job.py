@@ -214,3 +214,13 @@ def test_dry_run_checks_the_requirements_lines_too(project, monkeypatch):
     res = dry("--target", "cpu", "--workdir", ".", "--", "python", "train.py")
     assert res.exit_code == 2, res.output
     assert "requirements.txt:2" in res.output and "docker run" not in res.output
+
+
+def test_a_rerun_does_not_need_the_workdir_any_more(project):
+    """launch --rerun ships the recorded copy from the head's store: the job is loaded
+    without the directory it was taken from."""
+    gone = project.parent / "gone"
+    with pytest.raises(UserError, match="not there"):
+        inline_job({"target": "cpu", "workdir": str(gone), "command": ["true"]})
+    job = inline_job({"target": "cpu", "workdir": str(gone), "command": ["true"]}, workdir_needed=False)
+    assert job.workdir == gone

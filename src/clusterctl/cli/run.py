@@ -308,8 +308,9 @@ def _rerun(run_id_of: str, nodes, sets, *, image, dry_run, json_, detach, run_id
     if record.code is not None:
         flags.pop("requirements", None)          # the recorded image has them
         flags["workdir"] = record.code.workdir or str(old_cwd)
-    spec = (load_job(record.spec["job"], flags) if record.spec.get("job")
-            else inline_job(flags, name=record.job))
+    needed = record.code is None      # with a recorded copy, the workdir may be gone since
+    spec = (load_job(record.spec["job"], flags, workdir_needed=needed) if record.spec.get("job")
+            else inline_job(flags, name=record.job, workdir_needed=needed))
     if record.code is not None:
         spec = replace(spec, requirements=None)
     inventory = load_inventory(nodes or record.inventory)

@@ -293,22 +293,26 @@ def job_path(name_or_path: str | Path) -> Path:
         f"({one_of(shipped) or 'none found in ' + str(paths.jobs_dir())}) or the path of a job YAML file.")
 
 
-def load_job(name_or_path: str | Path, overrides: dict[str, Any] | None = None) -> Job:
+def load_job(name_or_path: str | Path, overrides: dict[str, Any] | None = None, *,
+             workdir_needed: bool = True) -> Job:
     """Load and validate a job (shipped name or file path); UserError with file:line: key.
 
     ``overrides``: job keys given on the command line (``launch --target/--workdir/--env ...
     -- COMMAND``), which win over the file's (``env`` is merged, the flag's value winning);
     they are checked like the file's own keys.  A ``workdir``/``requirements`` given here is
-    relative to the current directory, the file's to the file's directory."""
+    relative to the current directory, the file's to the file's directory.
+    ``workdir_needed=False``: the workdir need not exist any more (``launch --rerun`` ships
+    the recorded copy from the head's store)."""
     path = job_path(name_or_path)
     problems = Problems(path, spell=dotted, error=JobFileError)
     data = parse(read_text(path, "job file"), problems, verbatim=_is_text, like="the shipped jobs/ddp-smoke.yaml")
     if overrides and isinstance(data, dict):
         data = _with_overrides(data, overrides, problems)
-    return _validate(path, data, problems, given=overrides or {})
+    return _validate(path, data, problems, given=overrides or {}, workdir_needed=workdir_needed)
 
 
-def inline_job(overrides: dict[str, Any], name: str | None = None) -> Job:
+def inline_job(overrides: dict[str, Any], name: str | None = None, *,
+               workdir_needed: bool = True) -> Job:
     """A job made of command-line keys alone (``launch --target cpu --workdir . -- python
     train.py``): checked like a file's, its messages name the key as ``(command line)``.
     ``name``: the job's name (default: the workdir's directory name, else ``run``)."""
@@ -316,7 +320,8 @@ def inline_job(overrides: dict[str, Any], name: str | None = None) -> Job:
     if name is None:
         wd = overrides.get("workdir")
         name = re.sub(r"[^A-Za-z0-9_.-]+", "-", Path(wd).absolute().name).strip("-.") if wd else ""
-    return _validate(Path(COMMAND_LINE), dict(overrides), problems, given=overrides, name=name or "run")
+    return _validate(Path(COMMAND_LINE), dict(overrides), problems, given=overrides, name=name or "run",
+                     workdir_needed=workdir_needed)
 
 
 def _with_overrides(data: dict, overrides: dict[str, Any], problems: Problems) -> dict:
@@ -477,7 +482,7 @@ def _add(problems: Problems, path: tuple, problem: str, valid: str | None = None
 
 
 def _validate(path: Path, data: Any, problems: Problems, *, given: dict[str, Any] | None = None,
-              name: str | None = None) -> Job:
+              name: str | None = None, workdir_needed: bool = True) -> Job:
     if not isinstance(data, dict):
         got = "is empty" if data is None else f"is {show(data)}, not a YAML mapping"
         problems.add((), f"the file {got}", "a YAML mapping with at least `command` and `target` or `image` "
@@ -491,7 +496,7 @@ def _validate(path: Path, data: Any, problems: Problems, *, given: dict[str, Any
     _check_semantics(spec, problems)
     fields = spec.model_dump()
     fields["hang_timeout"] = _hang_timeout(spec.hang_timeout, problems)
-    fields.update(_workdir_fields(path, spec, given or {}, problems))
+    fields.update(_workdir_fields(path, spec, given or {}, problems, needed=workdir_needed))
     if fields["workdir"] is not None and spec.contract == "torchrun":
         fields["command"] = under_torchrun(spec.command)
     job = Job(name=name or path.stem, path=path,
@@ -501,7 +506,8 @@ def _validate(path: Path, data: Any, problems: Problems, *, given: dict[str, Any
     return job
 
 
-def _workdir_fields(path: Path, spec: _Spec, given: dict[str, Any], problems: Problems) -> dict:
+def _workdir_fields(path: Path, spec: _Spec, given: dict[str, Any], problems: Problems, *,
+                    needed: bool = True) -> dict:
     """``workdir``, ``requirements`` (absolute) and ``max_workdir_size`` (bytes): a path from
     the file is relative to the file's directory, one from the command line to the current
     directory.  The workdir must be a directory; the requirements file must exist."""
@@ -513,7 +519,7 @@ def _workdir_fields(path: Path, spec: _Spec, given: dict[str, Any], problems: Pr
     out: dict[str, Any] = {"workdir": None, "requirements": None, "max_workdir_size": None}
     if spec.workdir is not None:
         wd = (where_from("workdir") / Path(spec.workdir).expanduser()).absolute()
-        if not wd.is_dir():
+        if needed and not wd.is_dir():
             _add(problems, ("workdir",), f"{wd} is {'not a directory' if wd.exists() else 'not there'}")
         out["workdir"] = wd
     if spec.requirements is not None:
