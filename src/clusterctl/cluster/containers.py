@@ -106,6 +106,26 @@ def inspect_containers(conn, names: list[str], *, timeout: float | None = 20.0) 
     return [state_from_inspect(conn.node.name, d) for d in data]
 
 
+#: ``docker inspect`` of the containers named after it, then their removal; ``REMOVED`` on
+#: stderr says the removal worked (the inspect's JSON is on stdout either way).
+_INSPECT_REMOVE = ('docker inspect --type container "$@"; docker rm --force "$@" >/dev/null 2>&1 '
+                   '&& echo @@clusterctl-removed >&2')
+
+
+def inspect_and_remove(conn, names: list[str], *, timeout: float | None = 20.0
+                       ) -> tuple[list[ContainerState], bool]:
+    """The final states of ``names`` on ``conn``'s node and their removal, in one command
+    (the end of a followed run): (states, whether they were removed)."""
+    if not names:
+        return [], True
+    res = conn.run(["sh", "-c", _INSPECT_REMOVE, "sh", *names], timeout=timeout)
+    try:
+        data = json.loads(res.stdout or "[]")
+    except ValueError:
+        data = []
+    return [state_from_inspect(conn.node.name, d) for d in data], "@@clusterctl-removed" in res.stderr
+
+
 def find_containers(conn, run_id: str, *, timeout: float | None = 20.0) -> list[ContainerState]:
     """The containers labelled ``io.clusterctl.run=<run_id>`` on ``conn``'s node, any state."""
     res = conn.run(["docker", "ps", "-a", "-q", "--no-trunc", "--filter", f"label={RUN_LABEL}={run_id}"],

@@ -545,7 +545,8 @@ def follow(cluster: Cluster, plans: Sequence[plan.NodePlan], record: records.Run
                                     silent_for=silent_for, last_output=last_output, image=plans[0].image)
 
     sup = supervise.Supervisor(cluster, sources, logs.Merger(sink), settings=settings,
-                               stop_event=stop_event, stop_reason=interrupted, on_hang=on_hang)
+                               stop_event=stop_event, stop_reason=interrupted, on_hang=on_hang,
+                               remove_at_end=True)
     try:
         return sup.run()
     except BaseException:
@@ -557,8 +558,12 @@ def follow(cluster: Cluster, plans: Sequence[plan.NodePlan], record: records.Run
 
 
 def remove_finished(cluster: Cluster, plans: Sequence[plan.NodePlan], outcome: supervise.Outcome) -> None:
-    """Remove the run's containers on every node still reachable (logs are in runs/ now)."""
-    reachable = {p.node: p.container for p in plans if p.node not in outcome.lost}
+    """Remove the run's containers on every node still reachable that the end of the follow
+    did not remove already (logs are in runs/ now)."""
+    done = set(outcome.lost) | set(outcome.removed)    # removed already when their end was read
+    reachable = {p.node: p.container for p in plans if p.node not in done}
+    if not reachable:
+        return
     problems = containers.stop_containers(cluster, reachable, grace=0, remove=True)
     for node, why in problems.items():
         outcome.not_stopped.setdefault(node, f"container not removed: {why}")

@@ -58,6 +58,7 @@ from clusterctl.cluster.containers import (
     ContainerState,
     NodeStop,
     StopChannel,
+    inspect_and_remove,
     inspect_containers,
     stop_containers,
     stop_node,
@@ -197,6 +198,7 @@ class Outcome:
     # clock): when the follow loop saw the end, and when the stop calls returned
     noticed_at: float | None = None
     stopped_at: float | None = None
+    removed: list[str] = field(default_factory=list)  # nodes whose container was removed at the end
 
 
 @dataclass(frozen=True)
@@ -215,9 +217,15 @@ class Supervisor:
     def __init__(self, cluster, sources: list[Source], merger: Merger, *,
                  settings: Settings | None = None, stop_event: threading.Event | None = None,
                  stop_reason: Callable[[], str] | None = None,
-                 on_hang: Callable[[float, float], HangReport] | None = None) -> None:
+                 on_hang: Callable[[float, float], HangReport] | None = None,
+                 remove_at_end: bool = False) -> None:
         """``on_hang(silent_for, last_output)``: called once when the run is found hung (with
-        ``settings.hang_timeout``), before the teardown; returns what it found."""
+        ``settings.hang_timeout``), before the teardown; returns what it found.
+        ``remove_at_end``: the command that reads each container's final state also removes
+        it (the launch removes them anyway; one command per node less at the end of a run);
+        :attr:`Outcome.removed` names the nodes where that worked."""
+        self.remove_at_end = remove_at_end
+        self._removed: set[str] = set()
         self.cluster = cluster
         self.sources = {s.node: s for s in sources}
         self.merger = merger
@@ -450,7 +458,8 @@ class Supervisor:
                        not_stopped, teardown_seconds,
                        {n: list(d) for n, d in self.merger.sink.last.items()},
                        [n for n in to_stop if n not in failed_first],
-                       hang, list(self._collective), noticed_at=cut, stopped_at=stopped_at)
+                       hang, list(self._collective), noticed_at=cut, stopped_at=stopped_at,
+                       removed=sorted(self._removed))
 
     def _join(self, followers: dict[str, threading.Thread], timeout: float) -> None:
         """Write the log streams' last lines (a lost node's never come).
@@ -474,10 +483,16 @@ class Supervisor:
         """Every reachable node's container state at the end (bounded; lost nodes: None)."""
         reachable = [n for n in self.sources if n not in self._lost]
 
+        def read(conn, names) -> list[ContainerState]:
+            if not self.remove_at_end:
+                return inspect_containers(conn, names, timeout=self.settings.probe_timeout)
+            found, removed = inspect_and_remove(conn, names, timeout=self.settings.probe_timeout)
+            if removed:
+                self._removed.add(conn.name)
+            return found
+
         def one(node: str) -> ContainerState | None:
-            found = bounded(lambda: inspect_containers(self.cluster.connection(node),
-                                                       [self.sources[node].container],
-                                                       timeout=self.settings.probe_timeout),
+            found = bounded(lambda: read(self.cluster.connection(node), [self.sources[node].container]),
                             self.settings.probe_timeout, name=f"final-{node}")
             return found[0] if found else None
 
