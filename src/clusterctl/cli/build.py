@@ -17,8 +17,6 @@ from clusterctl.cli.display import BuildDisplay
 from clusterctl.cluster import engine
 from clusterctl.core import console
 from clusterctl.core.console import err, out, print_table
-from clusterctl.image import context, pipeline
-from clusterctl.image.render import parse_build_args
 from clusterctl.image.targets import load_targets, resolve
 
 TARGET_HELP = "Target to use (see `clusterctl targets`)."
@@ -51,6 +49,7 @@ def render(
     output: Annotated[Path | None, typer.Option("-o", "--output", help=OUTPUT_HELP)] = None,
 ) -> None:
     """Write a target's Dockerfile and build context; print the Dockerfile when no -o is given."""
+    from clusterctl.image import context  # jinja2 and the templates: only for render and build
     rendered = context.render_context(target, torch=torch, wheelhouse=wheelhouse, base_image=base_image,
                                       out_dir=output)
     if output is None:
@@ -73,6 +72,8 @@ def build(
     base_image: Annotated[str | None, typer.Option("--base-image", help=BASE_HELP)] = None,
 ) -> None:
     """Render a target and build its image on the local Docker engine, then smoke-test it."""
+    from clusterctl.image import pipeline  # jinja2 and the templates: only for render and build
+    from clusterctl.image.render import parse_build_args
     plan = pipeline.plan_build(target, tag=tag, torch=torch, build_args=parse_build_args(build_arg or []),
                                wheelhouse=wheelhouse, base_image=base_image)
     if dry_run:

@@ -18,7 +18,6 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from clusterctl.cli import collective as collective_view
 from clusterctl.cli.nodes import NodesOption
 from clusterctl.cluster import preflight
 from clusterctl.cluster.inventory import load_inventory
@@ -26,7 +25,6 @@ from clusterctl.cluster.transport import Cluster
 from clusterctl.core.console import interactive, out, table
 from clusterctl.core.errors import UserError
 from clusterctl.image.targets import get_target
-from clusterctl.run.collective import check as collective_check
 from clusterctl.run.collective import model as collective_model
 from clusterctl.run.jobs import load_job
 
@@ -143,6 +141,9 @@ def check(
 def _collective(nodes, *, target, image, job, sizes, pair_size, iters, pair_rounds, min_busbw, max_slowdown,
                 backend, timeout, push, save, json_, accept_new_host_keys) -> None:
     """``check --collective``: every input checked first (exit 2), then the check."""
+    # imported here: every other command (launch above all) starts without them
+    from clusterctl.cli import collective as collective_view
+    from clusterctl.run.collective import check as collective_check
     thresholds = collective_model.Thresholds(
         min_busbw=collective_view.parse_rate(min_busbw) if min_busbw is not None else None,
         max_slowdown=max_slowdown)
