@@ -533,5 +533,8 @@ def test_inventory_yaml_is_commented_and_complete(sandbox3):
     data = yaml.safe_load(text)
     assert set(data) == {"ssh", "defaults", "nodes"}
     for entry in data["nodes"]:
-        assert set(entry) == {"name", "host", "port", "user", "identity_file", "slots", "interface"}
+        assert set(entry) == {"name", "host", "port", "user", "identity_file", "slots", "interface",
+                              "code_dir"}
         assert entry["identity_file"] == str(sandbox3.key)
+        # the nodes share this machine's files: each keeps its project copies apart
+        assert entry["code_dir"] == str(sandbox.data_base() / sandbox3.name / entry["name"] / "code")
