@@ -224,3 +224,18 @@ def test_a_rerun_does_not_need_the_workdir_any_more(project):
         inline_job({"target": "cpu", "workdir": str(gone), "command": ["true"]})
     job = inline_job({"target": "cpu", "workdir": str(gone), "command": ["true"]}, workdir_needed=False)
     assert job.workdir == gone
+
+
+def test_a_secret_given_with_env_is_never_recorded_and_must_be_given_again(monkeypatch):
+    from clusterctl.cli import run as cli_run
+
+    spec = cli_run._spec_of(None, {"target": "cpu", "env": {"HF_TOKEN": "hf_s3cret", "LR": "1"},
+                                   "command": ["true"]})
+    assert "hf_s3cret" not in json.dumps(spec)
+    assert spec["flags"]["env"] == {"LR": "1"} and spec["secret_env"] == ["HF_TOKEN"]
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    with pytest.raises(UserError, match="HF_TOKEN with --env"):
+        cli_run._secret_env_again("r1", ["HF_TOKEN"], [])
+    assert cli_run._secret_env_again("r1", ["HF_TOKEN"], ["HF_TOKEN=x"]) == {}   # --set wins
+    monkeypatch.setenv("HF_TOKEN", "from-env")
+    assert cli_run._secret_env_again("r1", ["HF_TOKEN"], []) == {"HF_TOKEN": "from-env"}

@@ -44,7 +44,7 @@ from clusterctl.run import launch as launching
 from clusterctl.run import logs as logs_mod
 from clusterctl.run import plan, records, supervise
 from clusterctl.run import workspace as workspaces
-from clusterctl.run.jobs import escape_braces, inline_job, job_path, load_job
+from clusterctl.run.jobs import escape_braces, inline_job, is_secret_name, job_path, load_job
 from clusterctl.run.slurm import conf as slurm_conf
 from clusterctl.run.slurm import options as slurm_options
 from clusterctl.run.slurm import script as slurm_script
@@ -288,9 +288,26 @@ def _job(job: str | None, given: dict):
 
 
 def _spec_of(job: str | None, given: dict) -> dict:
-    """What run.json keeps to run the job again (``launch --rerun``): the job file and the flags."""
-    return {"job": str(job_path(job).absolute()) if job is not None else None, "flags": given,
-            "cwd": str(Path.cwd())}
+    """What run.json keeps to run the job again (``launch --rerun``): the job file and the
+    flags; an ``--env`` value whose name makes it secret is left out, only its name kept."""
+    env = given.get("env") or {}
+    hidden = sorted(k for k in env if is_secret_name(k))
+    flags = {**given, "env": {k: v for k, v in env.items() if k not in hidden}} if env else given
+    return {"job": str(job_path(job).absolute()) if job is not None else None, "flags": flags,
+            "secret_env": hidden, "cwd": str(Path.cwd())}
+
+
+def _secret_env_again(run_id_of: str, names: list[str], sets: list[str]) -> dict[str, str]:
+    """The values of a recorded run's secret ``--env`` variables: ``--set NAME=...`` given
+    again, else clusterctl's own environment; UserError naming the missing ones."""
+    given = {item.partition("=")[0] for item in sets}
+    found = {n: os.environ[n] for n in names if n not in given and n in os.environ}
+    missing = [n for n in names if n not in given and n not in found]
+    if missing:
+        raise UserError(f"run {run_id_of} was given {', '.join(missing)} with --env, and secret "
+                        "values are never recorded: give them again (--set NAME=..., or export "
+                        "NAME=... before clusterctl). Nothing was started.")
+    return found
 
 
 def _rerun(run_id_of: str, nodes, sets, *, image, dry_run, json_, detach, run_id,
@@ -301,6 +318,9 @@ def _rerun(run_id_of: str, nodes, sets, *, image, dry_run, json_, detach, run_id
         raise UserError(f"run {run_id_of} cannot be run again: it was made by an older clusterctl or "
                         "through Slurm (its record keeps no job spec); launch the job again instead.")
     flags = dict(record.spec.get("flags") or {})
+    secret_env = _secret_env_again(run_id_of, list(record.spec.get("secret_env") or []), sets)
+    if secret_env:
+        flags["env"] = {**(flags.get("env") or {}), **secret_env}
     old_cwd = Path(record.spec.get("cwd") or ".")
     for key in ("workdir", "requirements"):      # relative to where the run was launched
         if key in flags:
