@@ -169,13 +169,11 @@ def launch(
     125 every container exited 0 but the output shows a collective-library error."""
     hang = _duration("--hang-timeout", hang_timeout)
     command = ctx.meta.get(COMMAND_META)
-    if job is None and image is not None and command is not None:
-        command_image = {"image": image}     # the job made of flags runs this image
-    else:
-        command_image = {}
-    given = command_image | _job_flags(workdir=workdir, target=target, contract=contract, env=env or [],
+    given = _job_flags(workdir=workdir, target=target, contract=contract, env=env or [],
                        nproc_per_node=nproc_per_node, requirements=requirements,
                        max_workdir_size=max_workdir_size, command=command)
+    if job is None and image is not None and command is not None:
+        given["image"] = image               # the job made of flags runs this image
     if rerun is not None:
         if job is not None or given:
             raise UserError(f"--rerun {rerun}: runs the recorded job as it ran; give no JOB, job "

@@ -186,7 +186,7 @@ def _timeout(size: int) -> float:
     return BASE_TIMEOUT + size / MIN_RATE
 
 
-def _answer(conn, result, word: str) -> str | None:
+def _answer(result, word: str) -> str | None:
     """The tree path from a ``present PATH`` / ``added PATH`` line, else None."""
     for line in result.stdout.splitlines():
         if line.startswith(word + " /"):
@@ -201,10 +201,10 @@ def _apply(conn, code_dir: str, tree, payloads: _Payloads, base: str | None):
     if r.exit_code == 3 and "nobase" in r.stdout:
         return None, len(data)
     r.check()
-    path = _answer(conn, r, "present")
+    path = _answer(r, "present")
     if path is not None:
         return ("present", path), len(data)
-    path = _answer(conn, r, "added")
+    path = _answer(r, "added")
     if path is None:
         raise NodeError(conn.name, f"could not put code {tree.short} under {code_dir}: the node "
                                    f"answered {r.stdout.strip()[:200]!r}")
@@ -221,7 +221,7 @@ def _one(conn, node, tree: store.StoredTree, payloads: _Payloads, known: str | N
             return NodeSync(conn.name, done[1], done[0], sent if done[0] != "present" else 0, trips, known)
     r = conn.run(["sh", "-c", PROBE, "sh", code_dir, want], timeout=BASE_TIMEOUT).check()
     trips += 1
-    path = _answer(conn, r, "present")
+    path = _answer(r, "present")
     if path is not None:
         return NodeSync(conn.name, path, "present", sent, trips)
     has = [x for x in r.stdout.split() if _HEX.match(x)]

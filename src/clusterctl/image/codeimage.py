@@ -18,7 +18,7 @@ An image with the tag is reused without building when its labels say it was made
 same digest, workdir and base image ID; otherwise it is built again (a moved base tag).
 
 Public API:
-    code_image(base_ref, tree_tar, digest, *, workdir="/workspace", client=None, log=None) -> ref
+    code_image(base_ref, tree_tar, digest, *, client, workdir="/workspace", log=None) -> ref
     code_tag(base_ref, digest) -> "clusterctl-code/<slug>:<12 hex>"
     write_context(tree_tar, fileobj, *, workdir, dockerfile)    the re-packed build context
 """
@@ -38,7 +38,6 @@ from clusterctl import __version__
 from clusterctl.core.errors import ClusterctlError, UserError
 from clusterctl.image.deps import (
     base_attrs,
-    default_client,
     dockerfile_labels,
     image_attrs,
     repo_slug,
@@ -160,7 +159,7 @@ def _remove_untagged(client, image_id: str) -> None:
 
 
 def code_image(base_ref: str, tree_tar: Path | str, digest: str, *, workdir: str = "/workspace",
-               client=None, log: Callable[[str], None] | None = None) -> str:
+               client, log: Callable[[str], None] | None = None) -> str:
     """The ref of the image ``FROM base_ref`` with the tree of ``tree_tar`` at ``workdir``.
 
     Built only when the engine has no image with the tag made from this digest, workdir and
@@ -173,7 +172,6 @@ def code_image(base_ref: str, tree_tar: Path | str, digest: str, *, workdir: str
         raise UserError(f"code tree {tree_tar}: no such file; expected the tree's tar "
                         "(clusterctl.code.snapshot.write_tar).")
     tag = code_tag(base_ref, digest)
-    client = client or default_client()
     base_id = base_attrs(client, base_ref, log)["Id"]
     previous = image_attrs(client, tag)
     if _reusable(previous, digest, workdir, base_id):

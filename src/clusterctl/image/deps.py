@@ -45,13 +45,12 @@ build`` uses); for any other base the image is asked once (``python3 -c`` in a c
 and the answer is kept under ``cache_dir()/deps/python/<image id>.json``.
 
 Public API:
-    requirements_image(base_ref, requirements, *, client=None, log=None) -> DepsImage
+    requirements_image(base_ref, requirements, *, client, log=None) -> DepsImage
     DepsImage(ref, image_id, requirements_digest, cached, packages)
     read_requirements(path) -> [Requirement]       the checks above, no engine
     normalised(requirements) -> bytes               what the digest is over
     deps_tag(base_ref, base_id, normalised) -> "clusterctl-deps/<slug>:<12 hex>"
     repo_slug(ref) -> a repository path component made from an image reference
-    default_client() -> docker client              DOCKER_HOST, docker.sock, clusterctl's engine
 """
 
 from __future__ import annotations
@@ -70,9 +69,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from clusterctl import __version__
-from clusterctl.core.errors import ClusterctlError, EnvironmentProblem, UserError
+from clusterctl.core.errors import ClusterctlError, UserError
 from clusterctl.core.files import one_at_a_time
-from clusterctl.core.paths import cache_dir, state_dir
+from clusterctl.core.paths import cache_dir
 from clusterctl.image import imagebuild
 from clusterctl.image import wheelhouse as wh
 from clusterctl.image.labels import LABEL_PREFIX
@@ -233,28 +232,6 @@ def deps_tag(base_ref: str, base_id: str, normalised_bytes: bytes) -> str:
 # ---------------------------------------------------------------- the engine
 
 
-def default_client():
-    """A docker client for the engine clusterctl uses: DOCKER_HOST, the standard socket, or
-    the one ``clusterctl engine up`` starts.  (Callers that have cluster.engine pass its client.)"""
-    import docker  # heavy: only when an engine is used
-    from docker.errors import DockerException
-
-    ours = state_dir() / "engine" / "docker.sock"
-    url = os.environ.get("DOCKER_HOST") or next(
-        (f"unix://{p}" for p in (Path("/var/run/docker.sock"), ours) if p.exists()), None)
-    if url is None:
-        raise EnvironmentProblem("no Docker engine is reachable: DOCKER_HOST is unset and neither "
-                                 f"/var/run/docker.sock nor {ours} exists. Start one with "
-                                 "`sudo clusterctl engine up`.")
-    try:
-        client = docker.DockerClient(base_url=url, timeout=600)
-        client.ping()
-    except DockerException as e:
-        raise EnvironmentProblem(f"the Docker engine at {url} does not answer ({e}). Check "
-                                 "DOCKER_HOST, or `sudo clusterctl engine up`.") from None
-    return client
-
-
 def image_attrs(client, ref: str) -> dict | None:
     """The engine's inspect of ``ref``, or None when it lacks it."""
     from docker.errors import ImageNotFound  # heavy: only when an engine is used
@@ -268,19 +245,11 @@ def image_attrs(client, ref: str) -> dict | None:
 def base_attrs(client, ref: str, log: Callable[[str], None]) -> dict:
     """The base image's inspect; pulled first when the engine lacks it (EnvironmentProblem
     when that fails too: nothing can be built on an image that is not here)."""
-    from docker.errors import APIError  # heavy: only when an engine is used
-
     attrs = image_attrs(client, ref)
     if attrs is not None:
         return attrs
-    log(f"image {ref} is not in the local engine; pulling it")
-    try:
-        client.images.pull(ref)
-    except APIError as e:
-        raise EnvironmentProblem(
-            f"image {ref} is not in the local Docker engine and cannot be pulled "
-            f"({e.explanation or e}). Build it first (clusterctl build --target T), or load it "
-            "(`docker load -i FILE`).") from None
+    imagebuild.pull_if_missing(client, ref, log, what="image", hint=(
+        "Build it first (clusterctl build --target T), or load it (`docker load -i FILE`)."))
     return client.api.inspect_image(ref)
 
 
@@ -586,7 +555,7 @@ def _build(client, tag: str, *, base_ref: str, base_id: str, path: Path,
     return DepsImage(tag, image_id, digest, False, packages)
 
 
-def requirements_image(base_ref: str, requirements: Path | str, *, client=None,
+def requirements_image(base_ref: str, requirements: Path | str, *, client,
                        log: Callable[[str], None] | None = None) -> DepsImage:
     """The image ``FROM base_ref`` with ``requirements`` installed, built unless cached.
 
@@ -600,7 +569,6 @@ def requirements_image(base_ref: str, requirements: Path | str, *, client=None,
     path = Path(requirements)
     reqs = read_requirements(path)
     digest = digest_of(reqs)
-    client = client or default_client()
     attrs = base_attrs(client, base_ref, log)
     base_id = attrs["Id"]
     if not reqs:

@@ -21,7 +21,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
-from clusterctl.core.errors import ClusterctlError, UserError
+from clusterctl.core.errors import ClusterctlError, EnvironmentProblem, UserError
 from clusterctl.image.labels import LABEL_PREFIX
 
 TAIL_LINES = 20
@@ -129,6 +129,26 @@ def build(client, context_dir: Path | str, *, tag: str, buildargs: Mapping[str, 
 
 def _tail(text: str, n: int = 40) -> str:
     return "\n".join(text.splitlines()[-n:])
+
+
+def pull_if_missing(client, ref: str, log: Callable[[str], None], *, what: str, hint: str) -> bool:
+    """Make sure the engine has ``ref`` (the FROM of a build): pulled when it lacks it; True
+    when it had it.  EnvironmentProblem naming ``what`` (``base image``) and ``hint`` (how to
+    get one) when it cannot be pulled: nothing can be built on an image that is not here."""
+    from docker.errors import APIError, ImageNotFound  # heavy: only when an engine is used
+
+    try:
+        client.images.get(ref)
+        return True
+    except ImageNotFound:
+        pass
+    log(f"{what} {ref} is not in the local engine; pulling it")
+    try:
+        client.images.pull(ref)
+    except APIError as e:
+        raise EnvironmentProblem(f"{what} {ref} is not in the local Docker engine and cannot be "
+                                 f"pulled ({e.explanation or e}). {hint}") from None
+    return False
 
 
 def _kill_quietly(container) -> None:

@@ -27,7 +27,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from clusterctl.core.errors import ClusterctlError, EnvironmentProblem
+from clusterctl.core.errors import ClusterctlError
 from clusterctl.image import baseimage, context, imagebuild, render
 from clusterctl.image import wheelhouse as wh
 from clusterctl.image.context import Rendered
@@ -168,20 +168,10 @@ def _smoke_or_untag(client, tag: str, argv: list[str]) -> str:
 
 def _ensure_from_image(client, ref: str, log: Callable[[str], None]) -> None:
     """The FROM image must be in the local engine or pullable; say which, before any work is done."""
-    # the docker SDK is heavy: loaded only when an engine is used
-    from docker.errors import APIError
-
-    if _image_id(client, ref):
-        return
-    log(f"base image {ref} is not in the local engine; pulling it")
-    try:
-        client.images.pull(ref)
-    except APIError as e:
-        raise EnvironmentProblem(
-            f"base image {ref} is not in the local Docker engine and cannot be pulled "
-            f"({e.explanation or e}). Load it first (`docker load -i FILE`, e.g. the tarball a vendor "
-            "such as Cambricon ships) or build FROM an image you have with --base-image REF."
-        ) from None
+    imagebuild.pull_if_missing(
+        client, ref, log, what="base image",
+        hint="Load it first (`docker load -i FILE`, e.g. the tarball a vendor such as Cambricon "
+             "ships) or build FROM an image you have with --base-image REF.")
 
 
 def _image_id(client, tag: str) -> str | None:

@@ -35,6 +35,7 @@ import signal
 import sys
 import threading
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, replace
 from typing import TextIO
@@ -381,18 +382,15 @@ def launch(job, inventory, *, image: str | None = None, overrides: Mapping[str, 
         extra = plan.job_devices(job)
         # the code travels while preflight checks the nodes (a copy on a node is a cache:
         # when preflight fails, nothing was started all the same)
-        shipping = _in_background(lambda: ship_code(cluster, workspace, note)) if workspace else None
-        try:
+        # (leaving the pool waits for the sync, also when preflight raises)
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="ship-code") as pool:
+            shipping = pool.submit(ship_code, cluster, workspace, note) if workspace else None
             # with push, preflight's docker channel also reads each node's ID of the image, so
             # push skips the nodes that have it without a channel of its own (issue 12)
             interfaces, init_nodes, node_ids = preflight(
                 cluster, {n.name: [*plan.node_devices(job, n), *extra] for n in inventory.nodes},
                 image_ref=ref, compare_image=not push, on_warning=on_warning)
-        except BaseException:
-            if shipping is not None:
-                shipping.wait()
-            raise
-        code, sent = shipping.result() if shipping is not None else (None, {})
+            code, sent = shipping.result() if shipping is not None else (None, {})
         plans = plan.make_plan(job, inventory, run_id=run_id, image=image, interfaces=interfaces,
                                overrides=overrides, extra_docker_args=watchdog_options(hang),
                                init_nodes=init_nodes, code=code, **facts)
@@ -447,36 +445,6 @@ def start_recorded(cluster: Cluster, plans: Sequence[plan.NodePlan], record: rec
 def local_image_id(ref: str) -> str:
     """The local engine's ID of ``ref``; UserError (exit 2) when the engine does not have it."""
     return distribute.source_image(engine.client(), ref).id
-
-
-class _Background:
-    """A function running in a thread; ``result()`` waits and returns or raises as it did."""
-
-    def __init__(self, fn: Callable[[], object]) -> None:
-        self._box: list = []
-        self._thread = threading.Thread(target=self._run, args=(fn,), daemon=True,
-                                        name="clusterctl-background")
-        self._thread.start()
-
-    def _run(self, fn) -> None:
-        try:
-            self._box.append((True, fn()))
-        except BaseException as e:  # noqa: BLE001 - handed to the caller by result()
-            self._box.append((False, e))
-
-    def wait(self) -> None:
-        self._thread.join()
-
-    def result(self):
-        self._thread.join()
-        ok, value = self._box[0]
-        if not ok:
-            raise value
-        return value
-
-
-def _in_background(fn: Callable[[], object]) -> _Background:
-    return _Background(fn)
 
 
 class CodeFailed(ClusterctlError):

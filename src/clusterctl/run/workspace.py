@@ -71,21 +71,13 @@ def rerun(code: records.CodeRecord) -> Workspace:
 
 def describe(ws: Workspace) -> str:
     """``412 files, 1.3 MiB, sha256:3f2a9c1d04be (git 1c2d3e4, dirty)`` for a launch's output."""
-    what = (f"{ws.tree.file_count} files, {_size(ws.tree.total_bytes)}, "
+    what = (f"{ws.tree.file_count} files, {snapshot.show_size(ws.tree.total_bytes)}, "
             f"sha256:{ws.tree.short}")
     if ws.git.commit:
         what += f" (git {ws.git.commit[:7]}{', dirty' if ws.git.dirty else ''})"
     if ws.image:
         what += f"; requirements layer {ws.image}"
     return what
-
-
-def _size(n: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n} B"
 
 
 def code_record(ws: Workspace, sent: Mapping[str, int] | None = None) -> records.CodeRecord:
