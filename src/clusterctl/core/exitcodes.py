@@ -19,6 +19,13 @@ FAILURE = 1
 #: Bad input (a file, a flag, a value; ``UserError``) or a failed preflight: nothing was
 #: started.  Also click's own usage errors (an unknown option, a missing argument).
 BAD_INPUT = 2
+#: ``launch --max-restarts N``: the run failed again after its N restarts.
+RESTARTS_EXHAUSTED = 120
+#: A crash loop: the same failure ``exclude_after`` times in a row, or 3 attempts without
+#: checkpoint progress; the run stopped itself.
+CRASH_LOOP = 121
+#: Nodes failed and neither a spare nor the job's ``nnodes: MIN:MAX`` let the run go on.
+NOT_ENOUGH_NODES = 122
 #: The hang watchdog found the run hung (as GNU timeout exits).
 HUNG = 124
 #: Every container exited 0 but the output shows a collective-library error.
@@ -63,6 +70,15 @@ EXIT_STATUSES: tuple[ExitStatus, ...] = (
                "value, an invalid inventory or job file (every problem as `FILE:LINE: field: "
                "problem; valid: ...`), a missing tool, or a failed preflight of `launch`. Nothing "
                "was started or changed."),
+    ExitStatus(RESTARTS_EXHAUSTED, "restarts exhausted", "The run failed after using every "
+               "restart `--max-restarts` (the job's `max_restarts`) allowed; `runs`, `status` and "
+               "run.json say why each attempt ended.", ("launch",)),
+    ExitStatus(CRASH_LOOP, "crash loop", "The run stopped itself: the same failure (node, exit "
+               "code, last line) `exclude_after` times in a row, or 3 attempts in a row without a "
+               "new file in the checkpoint directory.", ("launch",)),
+    ExitStatus(NOT_ENOUGH_NODES, "not enough nodes", "Nodes were excluded (lost, failing their "
+               "checks, or blamed too often) and no spare was left to take their ranks, and the "
+               "job's `nnodes: MIN:MAX` does not allow fewer nodes.", ("launch",)),
     ExitStatus(HUNG, "hung", "The hang watchdog (`--hang-timeout`, the job's `hang_timeout`) "
                "saw no output from any rank for that long: the stacks were dumped to "
                "`runs/<run-id>/stacks/` and the run was stopped.", ("launch",)),

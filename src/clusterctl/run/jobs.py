@@ -100,6 +100,14 @@ Keys of a job file (unknown keys are an error)
 ``max_workdir_size``
     The most the shipped workdir may hold (default 100MiB): a size such as ``500MiB``.
 
+``max_restarts`` ``retry_on_exit`` ``fatal_on_exit`` ``exclude_after`` ``checkpoint`` ``nnodes``
+    Recovery (:mod:`clusterctl.run.recovery`): how often a failed run starts again by
+    itself, which exit codes retry without counting or end the run at once, after how many
+    failures a node is excluded (and the same failure repeated ends the run as a crash
+    loop), the shared directory the program checkpoints to (``CLUSTERCTL_CHECKPOINT_DIR``),
+    and how many nodes it runs on (``N`` or ``MIN:MAX``: it may shrink to MIN when no
+    spare is left).
+
 Placeholders
 ------------
 Values in ``env``, ``command``, ``docker_args`` and ``mounts`` may contain
@@ -220,6 +228,12 @@ KEY_HELP: dict[str, str] = {
     "requirements": "a pip requirements file, relative to the job file (e.g. requirements.txt)",
     "max_workdir_size": "a size such as 100MiB, 2GiB or 500M",
     "master_port": "a whole number from 1 to 65535",
+    "max_restarts": "a whole number, 0 or more",
+    "retry_on_exit": "a list of exit codes from 1 to 255",
+    "fatal_on_exit": "a list of exit codes from 1 to 255",
+    "exclude_after": "a whole number, 1 or more",
+    "checkpoint": "an absolute directory path on the nodes (shared storage), e.g. /shared/ckpt",
+    "nnodes": "a whole number of nodes, or MIN:MAX (e.g. \"2:4\")",
 }
 
 
@@ -249,6 +263,14 @@ class Job:
     requirements: Path | None = None     # absolute: its pip requirements file, when there is one
     max_workdir_size: int | None = None  # bytes; None: the default limit
     master_port: int | None = None       # None: the inventory's
+    # recovery (clusterctl.run.recovery): restarts, exit-code classes, exclusion, checkpoint
+    max_restarts: int = 0
+    retry_on_exit: tuple[int, ...] = ()
+    fatal_on_exit: tuple[int, ...] = ()
+    exclude_after: int = 3
+    checkpoint: str | None = None        # absolute, the same path on the nodes and in the containers
+    min_nodes: int | None = None         # nnodes MIN:MAX -> MIN; None: exactly the nodes it starts on
+    max_nodes: int | None = None         # nnodes MAX (or N); None: every non-spare node
     lines: dict[str, int] = field(default_factory=dict, compare=False, repr=False)
 
     def where(self, key: str) -> str:
@@ -384,7 +406,8 @@ _TEXT_SECTIONS = ("env", "params", "command", "docker_args", "mounts")
 
 
 def _is_text(path: tuple) -> bool:
-    return len(path) == 2 and path[0] in _TEXT_SECTIONS
+    # nnodes too: YAML 1.1 reads an unquoted 2:4 as the base-60 number 124
+    return (len(path) == 2 and path[0] in _TEXT_SECTIONS) or path == ("nnodes",)
 
 
 class _Spec(BaseModel):
@@ -464,6 +487,36 @@ class _Spec(BaseModel):
         "The most the shipped workdir may hold; a bigger one is refused naming its largest "
         "files. Default 100MiB."),
         json_schema_extra={"doc_type": "a size: `100MiB`, `2GiB`, `500M`; a number alone is bytes"})
+    max_restarts: int = Field(0, ge=0, le=10000, description=(
+        "How many times clusterctl starts the run again by itself after a failure (a rank "
+        "exiting non-zero, a node lost, a hang): every container is stopped, the nodes are "
+        "checked again, failed nodes are replaced by spares, and the job starts again as "
+        "the same run with `CLUSTERCTL_ATTEMPT` one higher. `launch --max-restarts` wins. "
+        "0: the run ends at its first failure."))
+    retry_on_exit: list[int] = Field([], description=(
+        "Exit codes that mean \"try again\": a rank exiting with one restarts the run without "
+        "counting against `max_restarts` and without blaming its node (a crash loop still "
+        "stops). Deaths by signal (128 and above) are retried too, and counted."))
+    fatal_on_exit: list[int] = Field([], description=(
+        "Exit codes that mean \"do not try again\" (a bad configuration): the run ends at "
+        "once with that code, whatever `max_restarts` says."))
+    exclude_after: int = Field(3, ge=1, le=1000, description=(
+        "K: a node blamed for K failures of a run is excluded for the rest of it (a spare "
+        "takes its rank), and the same failure (node, exit code, last error line) K times in "
+        "a row ends the run as a crash loop. A lost node or one that fails its checks is "
+        "excluded at once."))
+    checkpoint: str | None = Field(None, description=(
+        "A directory every node can read and write (shared storage on a real cluster, a "
+        "host path in the sandbox), mounted at the same path in every container and named by "
+        "`CLUSTERCTL_CHECKPOINT_DIR`: the program saves there and resumes from it. "
+        "clusterctl watches it: 3 attempts in a row without a new file there end the run as a "
+        "crash loop. `launch --checkpoint` wins."))
+    nnodes: int | str | None = Field(None, description=(
+        "How many nodes the run uses: `N` (the first N non-spare nodes of the inventory; "
+        "the others wait as spares) or `MIN:MAX` (start on up to MAX, and when nodes fail "
+        "and no spare is left, go on with fewer, down to MIN). Not set: every non-spare "
+        "node, and no shrinking."),
+        json_schema_extra={"doc_type": "a whole number, or `MIN:MAX` in quotes"})
 
 
 class JobFileError(FileProblems):
@@ -496,6 +549,8 @@ def _validate(path: Path, data: Any, problems: Problems, *, given: dict[str, Any
     _check_semantics(spec, problems)
     fields = spec.model_dump()
     fields["hang_timeout"] = _hang_timeout(spec.hang_timeout, problems)
+    fields.pop("nnodes")
+    fields.update(_recovery_fields(spec, problems))
     fields.update(_workdir_fields(path, spec, given or {}, problems, needed=workdir_needed))
     if fields["workdir"] is not None and spec.contract == "torchrun":
         fields["command"] = under_torchrun(spec.command)
@@ -537,6 +592,47 @@ def _workdir_fields(path: Path, spec: _Spec, given: dict[str, Any], problems: Pr
         except ValueError as e:
             _add(problems, ("max_workdir_size",), str(e))
     return out
+
+
+def _recovery_fields(spec: _Spec, problems: Problems) -> dict:
+    """``retry_on_exit``/``fatal_on_exit`` as tuples of codes (1-255, not in both), ``checkpoint``
+    (an absolute path) and ``nnodes`` as ``min_nodes``/``max_nodes``."""
+    out: dict[str, Any] = {"retry_on_exit": tuple(spec.retry_on_exit),
+                           "fatal_on_exit": tuple(spec.fatal_on_exit), "min_nodes": None,
+                           "max_nodes": None}
+    for key in ("retry_on_exit", "fatal_on_exit"):
+        for i, code in enumerate(getattr(spec, key)):
+            if not 1 <= code <= 255:
+                _add(problems, (key, i), f"{code} is not an exit code a program can end with")
+    both = sorted(set(spec.retry_on_exit) & set(spec.fatal_on_exit))
+    if both:
+        _add(problems, ("fatal_on_exit",), f"{', '.join(map(str, both))} also in retry_on_exit",
+             "each code in at most one of retry_on_exit and fatal_on_exit")
+    if spec.checkpoint is not None:
+        problem = control_problem(spec.checkpoint)
+        if problem or not spec.checkpoint.startswith("/") or ":" in spec.checkpoint \
+                or spec.checkpoint.rstrip("/") == "":
+            _add(problems, ("checkpoint",), problem or f"{escaped(spec.checkpoint)!r} is not an absolute "
+                                                       "directory path other than / (without ':')")
+    if spec.nnodes is not None:
+        try:
+            out["min_nodes"], out["max_nodes"] = parse_nnodes(spec.nnodes)
+        except ValueError as e:
+            _add(problems, ("nnodes",), str(e))
+    return out
+
+
+def parse_nnodes(value: int | str) -> tuple[int, int]:
+    """``nnodes``: ``N`` -> (N, N); ``"MIN:MAX"`` -> (MIN, MAX); ValueError saying why not."""
+    text = str(value).strip()
+    low, sep, high = text.partition(":")
+    try:
+        lo, hi = int(low), int(high if sep else low)
+    except ValueError:
+        raise ValueError(f"{escaped(text)!r} is not N or MIN:MAX") from None
+    if lo < 1 or hi < lo:
+        raise ValueError(f"{escaped(text)!r}: need 1 <= MIN <= MAX")
+    return lo, hi
 
 
 def _hang_timeout(value: str | int | float | None, problems: Problems) -> float | None:

@@ -44,6 +44,7 @@ HINTS = {
     "env": 'a mapping of variable names to text, e.g. {NCCL_IB_HCA: mlx5_0} (write "" for an empty value)',
     "code_dir": "a path on the node (absolute or ~/...), on local disk, for the shipped project copies",
     "master": "true or false (at most one node is master)",
+    "spare": "true or false (a hot spare launch uses only to replace a failed node; not the master)",
     "master_port": "a whole number from 1 to 65535 (the port rank 0 listens on; default 29500)",
     "known_hosts": "a path to a known_hosts file (relative to the inventory's directory, ~ expands)",
     "accept_new_host_keys": "true or false",

@@ -189,6 +189,11 @@ class Node(_NodeSettings):
     master: StrictBool = Field(False, description=(
         "`true`: this node is the master, rank 0 (at most one node). Without one, the first "
         "node is the master; the others follow in file order."))
+    spare: StrictBool = Field(False, description=(
+        "`true`: a hot spare. `launch` does not use it until a node of the run must be "
+        "replaced (lost, failing its checks, or blamed for `exclude_after` failures); then it "
+        "takes that node's rank. `push` and `check` include it, so it is ready. A spare "
+        "cannot be the master."))
 
     def __hash__(self) -> int:  # lists/dicts inside: hash by the identifying fields
         return hash((self.name, self.host, self.port))
@@ -266,7 +271,7 @@ class InventoryFile(BaseModel):
 
 
 DEFAULT_FIELDS = tuple(_NodeSettings.model_fields)
-NODE_FIELDS = ("name", "host", *DEFAULT_FIELDS, "master")
+NODE_FIELDS = ("name", "host", *DEFAULT_FIELDS, "master", "spare")
 SSH_FIELDS = tuple(SSHSettings.model_fields)
 TOP_FIELDS = ("master_port", "ssh", "defaults", "nodes")
 
@@ -293,6 +298,16 @@ class Inventory:
     @property
     def names(self) -> list[str]:
         return [n.name for n in self.nodes]
+
+    @property
+    def active(self) -> list[Node]:
+        """The nodes a run starts on: every node but the spares, in rank order."""
+        return [n for n in self.nodes if not n.spare]
+
+    @property
+    def spares(self) -> list[Node]:
+        """The hot spares (``spare: true``), in file order."""
+        return [n for n in self.nodes if n.spare]
 
     def _rank_of(self) -> dict[str, int]:
         """name -> rank, rebuilt only when ``nodes`` was replaced or grew (lookups are O(1),
@@ -340,6 +355,15 @@ def rank_order(nodes: list[Node], *, where: str = "inventory") -> list[Node]:
     if len(masters) > 1:
         raise UserError(f"{where}: {len(masters)} masters ({one_of([m.name for m in masters])}); "
                         "valid: at most one node with master: true")
-    master = masters[0] if masters else nodes[0].model_copy(update={"master": True})
-    rest = [n for n in nodes if n is not (masters[0] if masters else nodes[0])]
-    return [master, *rest]
+    spare_masters = [n.name for n in masters if n.spare]
+    if spare_masters:
+        raise UserError(f"{where}: node {spare_masters[0]} is both master and spare; valid: a "
+                        "master that is not a spare (the master is rank 0 from the start)")
+    workers = [n for n in nodes if not n.spare]
+    if not workers:
+        raise UserError(f"{where}: every node is a spare; valid: at least one node without "
+                        "spare: true")
+    first = masters[0] if masters else workers[0]
+    master = first if masters else first.model_copy(update={"master": True})
+    rest = [n for n in workers if n is not first]
+    return [master, *rest, *(n for n in nodes if n.spare)]    # spares last: ranks of the run first

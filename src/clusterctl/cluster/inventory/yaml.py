@@ -103,11 +103,11 @@ class _YamlReader(Reader):
         if not isinstance(value, dict):
             self.add(("defaults",), f"{show(value)} is not a mapping", HINTS["defaults"])
             return {}
-        for key in ("name", "host", "master"):
+        for key in ("name", "host", "master", "spare"):
             if key in value:
                 self.add(("defaults", key), f'"{key}" cannot be a default (it belongs to each node)',
                          f"set it on the node; defaults may hold {one_of(DEFAULT_FIELDS)}")
-        value = self._resolved({k: v for k, v in value.items() if k not in ("name", "host", "master")})
+        value = self._resolved({k: v for k, v in value.items() if k not in ("name", "host", "master", "spare")})
         _, bad = self.validate(Defaults, value, ("defaults",), DEFAULT_FIELDS)
         good = {k: v for k, v in value.items() if k in DEFAULT_FIELDS and k not in bad}
         if "identity_file" in good:
