@@ -38,7 +38,7 @@ from clusterctl.cluster.inventory.model import (
 )
 from clusterctl.core import exitcodes
 from clusterctl.image import targets
-from clusterctl.run import jobs, plan
+from clusterctl.run import jobs, plan, recovery
 from clusterctl.run.jobs import load_job
 from tests.fixtures import REPO
 
@@ -243,8 +243,9 @@ def test_the_environment_table_is_what_a_real_plan_gives_every_container(two_nod
     plans = plan.make_plan(job, two_nodes, run_id="r1", interfaces={"n1": "eth0", "n2": "eth1"})
     own = set(job.env) | set(targets.get_target(job.target).env) | set(jobs.CONTRACTS[job.contract])
     for p in plans:
-        assert set(p.env) - own == set(plan.CONTAINER_ENV), p.node
-    for name in plan.CONTAINER_ENV:
+        assert set(p.env) - own == set(plan.CONTAINER_ENV) | set(recovery.RESUME_ENV) - {
+            "CLUSTERCTL_CHECKPOINT_DIR"}, p.node      # that one only with a checkpoint
+    for name in [*plan.CONTAINER_ENV, *recovery.RESUME_ENV]:
         assert f"| `{name}` |" in pages["reference/environment.md"]
 
 
@@ -253,7 +254,7 @@ def test_each_contract_adds_what_the_page_says(tmp_path, two_nodes, pages, contr
     job_file = tmp_path / "j.yaml"
     job_file.write_text(f"target: cpu\ncontract: {contract}\ncommand: [true]\n")
     [p, _] = plan.make_plan(load_job(job_file), two_nodes, run_id="r1")
-    added = set(p.env) - set(plan.CONTAINER_ENV) - set(targets.get_target("cpu").env)
+    added = set(p.env) - set(plan.CONTAINER_ENV) - set(targets.get_target("cpu").env) - set(recovery.RESUME_ENV)
     assert added == set(jobs.CONTRACTS[contract])
     row = next(ln for ln in pages["reference/environment.md"].splitlines() if ln.startswith(f"| `{contract}` |"))
     assert sorted(re.findall(r"`([A-Z_]+)` =", row)) == sorted(added)

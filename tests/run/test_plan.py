@@ -20,6 +20,7 @@ from clusterctl.cluster.sshconfig import resolve_host
 from clusterctl.cluster.transport import Cluster, command_line
 from clusterctl.core.errors import UserError
 from clusterctl.image import targets
+from clusterctl.run import recovery
 from clusterctl.run.jobs import load_job
 from clusterctl.run.launch import local_facts, new_record
 from clusterctl.run.plan import (
@@ -121,7 +122,7 @@ def test_bert_plan_gives_the_seed_env_and_flags_on_each_node(two_nodes):
         rank = str(plan.rank)
         assert extra == {"NODE_RANK": rank, "NNODES": "2", "PET_NNODES": "2", "PET_NODE_RANK": rank,
                          "PET_NPROC_PER_NODE": "8", "PET_MASTER_ADDR": "10.35.110.11",
-                         "PET_MASTER_PORT": "29500"}
+                         "PET_MASTER_PORT": "29500", **recovery.environment("r1", 0, (), None)}
         flags = argv_flags(plan.argv)
         for flag in seed_flags:
             assert flag in flags, flag

@@ -30,6 +30,7 @@ from clusterctl.cli import app
 from clusterctl.cluster.inventory import load_inventory
 from clusterctl.image import targets
 from clusterctl.run import mpi, records
+from clusterctl.run import recovery
 from clusterctl.run.jobs import BASE_ENV, CONTRACTS, load_job
 from clusterctl.run.plan import make_plan
 from tests.fixtures import JOBS
@@ -182,7 +183,7 @@ def options(record: dict) -> list[str]:
 
 def launch_env_keys(contract: str) -> set[str]:
     """The variables every launch adds for ``contract`` (and the job's target defaults)."""
-    return set(BASE_ENV) | set(CONTRACTS[contract])
+    return set(BASE_ENV) | set(CONTRACTS[contract]) | set(recovery.environment("r", 0, (), None))
 
 
 def check_mpi_node(record: dict, *, ppn: int, n: int, program: list[str]) -> None:

@@ -469,7 +469,8 @@ def environment_page(container_env: Mapping[str, str], layers: Iterable[tuple[st
                      contracts: Mapping[str, Mapping[str, str]],
                      per_process: Mapping[str, Mapping[str, str]] | None = None,
                      target_env: Mapping[str, Mapping[str, str]] | None = None,
-                     code_env: Mapping[str, str] | None = None) -> str:
+                     code_env: Mapping[str, str] | None = None,
+                     resume_env: Mapping[str, str] | None = None) -> str:
     """reference/environment.md: the variables every container gets, what each contract
     adds, what a workdir run adds, the precedence of the layers, the targets' defaults and
     the ``--add-host`` note."""
@@ -502,6 +503,15 @@ def environment_page(container_env: Mapping[str, str], layers: Iterable[tuple[st
             "at `/workspace`, the command's working directory, and every container also gets "
             "(after every layer below: nothing replaces it):\n",
             _table(["variable", "value"], [[code(k), md(v, cell=True)] for k, v in code_env.items()]),
+        ]
+    if resume_env:
+        out += [
+            "## The resume contract\n",
+            "Every container of an SSH launch also gets these (after every layer below: nothing "
+            "replaces them), the same on every rank of an attempt; a run that restarts "
+            "(`--max-restarts`, docs/how-to/keep-runs-alive.md) raises the attempt and names the "
+            "nodes it left behind:\n",
+            _table(["variable", "value"], [[code(k), md(v, cell=True)] for k, v in resume_env.items()]),
         ]
     out += [
         "## Precedence\n",
@@ -568,7 +578,7 @@ def reference_pages(job_example: tuple[str, str], inventory_example: tuple[str, 
     from clusterctl.cli import app
     from clusterctl.cluster.inventory.model import InventoryFile
     from clusterctl.image import targets
-    from clusterctl.run import jobs, plan
+    from clusterctl.run import jobs, plan, recovery
 
     def target_env(name: str) -> dict[str, str]:
         t = targets.get_target(name)
@@ -581,6 +591,7 @@ def reference_pages(job_example: tuple[str, str], inventory_example: tuple[str, 
         "reference/inventory.md": inventory_page(InventoryFile, *inventory_example),
         "reference/environment.md": environment_page(
             plan.CONTAINER_ENV, plan.ENV_LAYERS, jobs.CONTRACTS, {"mpi": MPI_PER_PROCESS},
-            {name: target_env(name) for name in targets.target_names()}, plan.CODE_ENV),
+            {name: target_env(name) for name in targets.target_names()}, plan.CODE_ENV,
+            recovery.RESUME_ENV),
         "reference/exit-status.md": exit_status_page(),
     }

@@ -150,6 +150,17 @@ def launch(
         "--max-workdir-size", metavar="SIZE",
         help="The most the shipped workdir may hold (default 100MiB), e.g. 500MiB. "
              "Job key: max_workdir_size.")] = None,
+    max_restarts: Annotated[int | None, typer.Option(
+        "--max-restarts", min=0, metavar="N",
+        help="After a failure (a rank exits non-zero, a node is lost, a hang), stop every "
+             "container, check the nodes again, replace failed ones by spares (spare: true) "
+             "and start again, up to N times; exit 120 when they are used up. Job key: "
+             "max_restarts.")] = None,
+    checkpoint: Annotated[str | None, typer.Option(
+        "--checkpoint", metavar="DIR",
+        help="A directory every node shares (a host path in the sandbox), mounted at the same "
+             "path in every container as CLUSTERCTL_CHECKPOINT_DIR, to save to and resume "
+             "from. Job key: checkpoint.")] = None,
     rerun: Annotated[str | None, typer.Option(
         "--rerun", metavar="RUN_ID",
         help="Run a recorded run again: the same job and exactly the code it ran (from this "
@@ -166,12 +177,17 @@ def launch(
     time); 255 the first failure was a node that stopped answering; 130 Ctrl-C (143
     SIGTERM) after stopping every container; 2 bad input or failed preflight (nothing
     started); 1 push or start failed (nothing left running); 124 hung (--hang-timeout);
-    125 every container exited 0 but the output shows a collective-library error."""
+    125 every container exited 0 but the output shows a collective-library error;
+    with --max-restarts: 120 restarts used up, 121 crash loop, 122 not enough nodes left."""
     hang = _duration("--hang-timeout", hang_timeout)
     command = ctx.meta.get(COMMAND_META)
     given = _job_flags(workdir=workdir, target=target, contract=contract, env=env or [],
                        nproc_per_node=nproc_per_node, requirements=requirements,
                        max_workdir_size=max_workdir_size, command=command)
+    if max_restarts is not None:
+        given["max_restarts"] = max_restarts
+    if checkpoint is not None:
+        given["checkpoint"] = checkpoint
     if job is None and image is not None and command is not None:
         given["image"] = image               # the job made of flags runs this image
     if rerun is not None:
@@ -486,10 +502,15 @@ def logs(
     follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep streaming until the containers end.")] = False,
     tail: Annotated[int | None, typer.Option("--tail", min=0, help="Only the last N lines of each node.")] = None,
     nodes: RunNodesOption = None,
+    attempt: Annotated[int | None, typer.Option(
+        "--attempt", min=0, metavar="K",
+        help="A run that restarted: attempt K's output (0 the first; default the latest).")] = None,
 ) -> None:
     """Show a run's merged, prefixed output: from the nodes while its containers exist,
     from runs/<run-id>/ after."""
     record = records.resolve(run)
+    if attempt is not None:
+        record = record.at_attempt(attempt)
     if node is not None:
         record.node(node)  # UserError naming the run's nodes
     if record.scheduler == "slurm":
@@ -575,6 +596,7 @@ def status(run: RunArg = None, nodes: RunNodesOption = None,
     if json_:
         typer.echo(json.dumps({"run_id": record.run_id, "state": record.state, "exit_code": record.exit_code,
                                "stopped_by": record.stopped_by, "note": record.note or None,
+                               "attempt": record.attempt, "excluded": record.excluded,
                                **({"slurm": slurm_note} if slurm_note else {}),
                                "nodes": [json.loads(r.model_dump_json()) for r in rows]}, indent=2))
         return
@@ -583,6 +605,8 @@ def status(run: RunArg = None, nodes: RunNodesOption = None,
                 [[escape(c) for c in row] for row in records.status_rows(rows)])
     if slurm_note:
         out.print(slurm_note, markup=False)
+    for line in records.attempt_lines(record):
+        out.print(line, markup=False, highlight=False)
     if record.note:
         out.print(record.note, markup=False)
     if record.state not in ("starting", "running", "unknown") and any(

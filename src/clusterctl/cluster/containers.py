@@ -41,6 +41,7 @@ RUN_LABEL = f"{LABEL_PREFIX}run"
 JOB_LABEL = f"{LABEL_PREFIX}job"
 NODE_LABEL = f"{LABEL_PREFIX}node"
 RANK_LABEL = f"{LABEL_PREFIX}rank"
+ATTEMPT_LABEL = f"{LABEL_PREFIX}attempt"  # which attempt of the run (0: the first)
 
 _DOCKER_TIME = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d+))?(Z|[+-]\d\d:\d\d)\Z")
 _TIMESTAMPED = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d+))?Z ?(.*)\Z", re.S)

@@ -35,7 +35,7 @@ def collect(cluster, record: RunRecord, *, skip: Sequence[str] = ()) -> dict[str
     def one(conn) -> list[str]:
         node_dir = wanted[conn.name]
         data = containers.copy_out(conn, node_dir)
-        kept = untar(base64.b64decode(data), record.dir / FLIGHT_DIR / conn.name) if data else []
+        kept = untar(base64.b64decode(data), record.attempt_dir() / FLIGHT_DIR / conn.name) if data else []
         containers.remove_dir(conn, node_dir.rsplit("/", 1)[0])   # <root>/<run-id>/<node>
         return kept
 

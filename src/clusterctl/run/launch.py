@@ -34,10 +34,11 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass, replace
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field, replace
 from typing import TextIO
 
 from clusterctl.cluster import containers, distribute, engine, sshconfig
@@ -47,7 +48,7 @@ from clusterctl.code import snapshot as code_snapshot
 from clusterctl.code import sync as code_sync
 from clusterctl.core.deadline import bounded
 from clusterctl.core.errors import ClusterctlError, NodeError, UserError
-from clusterctl.run import flight, logs, plan, records, supervise, watchdog
+from clusterctl.run import flight, logs, plan, records, recovery, supervise, watchdog
 from clusterctl.run import workspace as workspaces
 
 START_TIMEOUT = 120.0  # seconds one node's `docker run -d` may take (it may create volumes, devices)
@@ -339,35 +340,51 @@ def launch(job, inventory, *, image: str | None = None, overrides: Mapping[str, 
            hang_timeout: float | None = None,
            workspace: workspaces.Workspace | None = None,
            on_note: Callable[[str], None] | None = None,
-           spec: dict | None = None) -> RunResult:
+           spec: dict | None = None, max_restarts: int | None = None,
+           checkpoint: str | None = None) -> RunResult:
     """Run ``job`` on every node of ``inventory``; see the module docstring for the steps.
 
     ``stream``: where the merged log goes (default stdout; pass an
     ``io.StringIO()`` to keep it quiet - runs/<id>/ gets it anyway).
     ``stop_event``: set it to stop the run as Ctrl-C would (the library's way to
     interrupt); ``handle_signals``: SIGINT/SIGTERM set it (the CLI does this).
-    ``on_started(record)`` is called once every container runs; ``on_warning(node, text)``
+    ``on_started(record)`` is called once every container of an attempt runs; ``on_warning(node, text)``
     with each preflight warning (nodes that differ in Docker, kernel, driver; a clock
     skew).  Without ``push`` the nodes' copies of the image are compared by ID (with push,
     push itself makes every node's ID the local one).  ``hang_timeout`` (seconds; default:
     the job's ``hang_timeout``): the hang watchdog (:mod:`clusterctl.run.watchdog`); a
     followed run only.  A job with a ``workdir`` ships it (``workspace``: the code prepared
     already, e.g. a rerun's from :func:`clusterctl.run.workspace.rerun`; default: prepared
-    here); ``on_note(text)`` hears what was shipped where.  ``spec``: the job as given, kept
-    in run.json for ``launch --rerun``.  Returns a RunResult whose ``exit_code`` is the job's
-    true outcome.
+    here); ``on_note(text)`` hears what was shipped where, and each restart.  ``spec``: the
+    job as given, kept in run.json for ``launch --rerun``.  ``max_restarts`` and
+    ``checkpoint`` win over the job's keys: with restarts, a failed attempt is followed by
+    another (:mod:`clusterctl.run.recovery` decides; spares replace excluded nodes).
+    Returns a RunResult whose ``exit_code`` is the job's true outcome.
     """
     hang = hang_timeout_of(job, hang_timeout)
+    policy = recovery.Policy.of(job, max_restarts=max_restarts, checkpoint=checkpoint)
     if hang and detach:
         raise UserError("a hang timeout needs a followed run: clusterctl watches the output while "
                         "it follows it; leave out --detach (or the hang timeout).")
+    if policy.recovers and detach:
+        raise UserError("restarts need a followed run: clusterctl restarts the job while it "
+                        "follows it; leave out --detach (or --max-restarts / max_restarts).")
     settings = replace(settings or supervise.Settings(), hang_timeout=hang)
+    if policy.recovers:         # a lost node is noticed within seconds (issue 22: <= 10 s)
+        settings = replace(settings, **RECOVERY_PROBES)
     run_id = _fresh_run_id(run_id, job)
     inventory = with_job_port(job, inventory)
+    try:
+        nodes_now, spares = recovery.initial_nodes([n.name for n in inventory.active],
+                                                   [n.name for n in inventory.spares],
+                                                   max_nodes=job.max_nodes, min_nodes=job.min_nodes)
+    except recovery.NotEnoughNodes as e:
+        raise UserError(f"{inventory.path}: {e}; nothing was started.") from None
     stop_event = stop_event or threading.Event()
-    facts = local_facts(inventory)
+    first = attempt_inventory(inventory, nodes_now)
+    facts = local_facts(first)
     # bad input (job, --set, image, secrets) is reported before any node is contacted
-    ref = plan.check_inputs(job, inventory, run_id=run_id, image=image, overrides=overrides,
+    ref = plan.check_inputs(job, first, run_id=run_id, image=image, overrides=overrides,
                             master_addr=facts["master_addr"], host_env=facts["host_env"],
                             extra_docker_args=watchdog_options(hang))
     note = on_note or (lambda _text: None)
@@ -378,47 +395,342 @@ def launch(job, inventory, *, image: str | None = None, overrides: Mapping[str, 
         if workspace.image:
             image = ref = workspace.image
     image_id = local_image_id(ref) if push else None
-    with Cluster(inventory, accept_new_host_keys=accept_new_host_keys) as cluster:
-        extra = plan.job_devices(job)
-        # the code travels while preflight checks the nodes (a copy on a node is a cache:
-        # when preflight fails, nothing was started all the same)
-        # (leaving the pool waits for the sync, also when preflight raises)
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="ship-code") as pool:
-            shipping = pool.submit(ship_code, cluster, workspace, note) if workspace else None
-            # with push, preflight's docker channel also reads each node's ID of the image, so
-            # push skips the nodes that have it without a channel of its own (issue 12)
-            interfaces, init_nodes, node_ids = preflight(
-                cluster, {n.name: [*plan.node_devices(job, n), *extra] for n in inventory.nodes},
-                image_ref=ref, compare_image=not push, on_warning=on_warning)
-            code, sent = shipping.result() if shipping is not None else (None, {})
-        plans = plan.make_plan(job, inventory, run_id=run_id, image=image, interfaces=interfaces,
-                               overrides=overrides, extra_docker_args=watchdog_options(hang),
-                               init_nodes=init_nodes, code=code, **facts)
-        if push:
-            push_image(cluster, plans[0].image, progress,
-                       have=[n for n, i in node_ids.items() if i is not None and i == image_id])
-        record = new_record(job, inventory, plans, run_id, image_id=image_id, detached=detach, argv=argv)
+    run = _Run(job=job, inventory=inventory, policy=policy, run_id=run_id, image=image, ref=ref,
+               image_id=image_id, overrides=overrides, hang=hang, push=push, progress=progress,
+               workspace=workspace, note=note, on_warning=on_warning,
+               accept_new_host_keys=accept_new_host_keys, nodes=nodes_now, spares=spares)
+    if policy.checkpoint and policy.recovers:
+        with Cluster(first, accept_new_host_keys=accept_new_host_keys) as c:
+            run.marks.append(checkpoint_mark(c, policy.checkpoint))
+    caught: list[str] = []
+    with ExitStack() as signals:
+        while True:
+            prepared = _prepare_attempt(run)
+            if prepared is None:                 # not enough nodes passed their checks
+                return _end_without_attempt(run)
+            cluster, plans = prepared
+            with cluster:
+                record = _record_attempt(run, plans, detach=detach, argv=argv, spec=spec)
+                if handle_signals and not signals._exit_callbacks:
+                    signals.enter_context(stop_on_signals(stop_event, caught.append))
+                try:
+                    start_recorded(cluster, plans, record)
+                except StartFailed as e:
+                    if run.attempt == 0 or not policy.recovers:
+                        raise
+                    outcome = None
+                    end = recovery.AttemptEnd(run.attempt, "start-failed", 1, kind="check",
+                                              lost=tuple(e.failures))
+                else:
+                    run.mark("running")
+                    if on_started is not None:
+                        on_started(record)
+                    if detach and not stop_event.is_set():
+                        return RunResult(run_id, 0, record)
+                    outcome = follow(cluster, plans, record, stream=stream, color=color, settings=settings,
+                                     stop_event=stop_event, interrupted=lambda: (caught or ["SIGINT"])[-1])
+                    remove_finished(cluster, plans, outcome)
+                    outcome.flight = flight.collect(cluster, record, skip=outcome.lost)
+                    end = attempt_end(run.attempt, outcome)
+                    if policy.checkpoint and policy.recovers and outcome.state not in ("succeeded",):
+                        end = replace(end, checkpoint=checkpoint_mark(cluster, policy.checkpoint, outcome.lost))
+            result = _after_attempt(run, record, outcome, end)
+            if result is not None:
+                return result
+
+
+#: The supervisor's probes of a run that may restart: a node that stops answering is
+#: declared lost within about 6 s (the default's 15 s suits a run that ends at its first
+#: failure, where a false alarm costs the run).
+RECOVERY_PROBES = {"probe_interval": 1.0, "probe_timeout": 3.0, "lost_after": 5.0}
+
+
+@dataclass
+class _Run:
+    """One launch's state across its attempts."""
+
+    job: object
+    inventory: object
+    policy: recovery.Policy
+    run_id: str
+    image: str | None
+    ref: str
+    image_id: str | None
+    overrides: Mapping[str, str] | None
+    hang: float | None
+    push: bool
+    progress: object
+    workspace: workspaces.Workspace | None
+    note: Callable[[str], None]
+    on_warning: Callable[[str, str], None] | None
+    accept_new_host_keys: bool | None
+    nodes: list[str]
+    spares: list[str]
+    attempt: int = 0
+    excluded: dict[str, str] = field(default_factory=dict)
+    history: list[recovery.AttemptEnd] = field(default_factory=list)
+    marks: list[str | None] = field(default_factory=list)    # the checkpoint dir's newest file, at the start
+    record: records.RunRecord | None = None
+    times: dict[str, float] = field(default_factory=dict)    # phase -> epoch seconds, this attempt
+    last_check_failure: dict[str, str] = field(default_factory=dict)
+    sent: dict[str, int] = field(default_factory=dict)       # bytes of code sent per node, first attempt
+
+    def mark(self, phase: str) -> None:
+        self.times[phase] = time.time()
+
+
+def attempt_inventory(inventory, names: Sequence[str]):
+    """The inventory of one attempt: ``names`` in rank order (the first is the master)."""
+    by_name = {n.name: n for n in inventory.nodes}
+    nodes = [by_name[name].model_copy(update={"master": i == 0, "spare": False})
+             for i, name in enumerate(names)]
+    return replace(inventory, nodes=nodes)
+
+
+def _prepare_attempt(run: _Run):
+    """Check this attempt's nodes (and ship the code, push the image); nodes that fail their
+    checks are replaced by spares, again and again, until a set passes.  Returns the open
+    cluster and the plans, or None when not enough nodes are left (the run ends)."""
+    while True:
+        inv = attempt_inventory(run.inventory, run.nodes)
+        cluster = Cluster(inv, accept_new_host_keys=run.accept_new_host_keys).__enter__()
+        try:
+            plans = _check_and_plan(run, cluster)
+            return cluster, plans
+        except PreflightFailed as e:
+            cluster.close()
+            bad = {c.node: "failed its checks: " + "; ".join(c.problems) for c in e.checks if c.problems}
+            if run.attempt == 0 and not run.spares:
+                raise          # as without spares: a table of what is wrong where, exit 2
+            run.note(f"attempt {run.attempt}: " + "; ".join(f"{n} {why}" for n, why in bad.items()))
+            try:
+                _replace(run, bad)
+            except recovery.NotEnoughNodes as gone:
+                if run.attempt == 0:
+                    raise e from None
+                run.last_check_failure = {"reason": str(gone)}
+                return None
+        except BaseException:
+            cluster.close()
+            raise
+
+
+def _replace(run: _Run, exclude: Mapping[str, str]) -> dict[str, str]:
+    """Exclude nodes for the rest of the run; spares take their ranks (NotEnoughNodes)."""
+    nodes, spares, swaps = recovery.replace_nodes(run.nodes, run.spares, exclude,
+                                                  min_nodes=run.policy.min_nodes)
+    run.excluded.update(exclude)
+    run.nodes, run.spares = nodes, spares
+    for old, new in swaps.items():
+        run.note(f"{new} (spare) takes the place of {old} (rank {run.nodes.index(new)})")
+    return swaps
+
+
+def _check_and_plan(run: _Run, cluster: Cluster) -> list[plan.NodePlan]:
+    """Preflight (code shipped meanwhile, spares readied in the first attempt), the plan,
+    and the image pushed where it is missing."""
+    job, inv = run.job, cluster.inventory
+    extra = plan.job_devices(job)
+    warm = (run.attempt == 0 and run.policy.recovers and run.spares)
+    # the code travels while preflight checks the nodes (a copy on a node is a cache:
+    # when preflight fails, nothing was started all the same)
+    # (leaving the pool waits for the sync, also when preflight raises)
+    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="ship-code") as pool:
+        shipping = pool.submit(ship_code, cluster, run.workspace, run.note) if run.workspace else None
+        warming = pool.submit(_ready_spares, run) if warm else None
+        # with push, preflight's docker channel also reads each node's ID of the image, so
+        # push skips the nodes that have it without a channel of its own (issue 12)
+        interfaces, init_nodes, node_ids = preflight(
+            cluster, {n.name: [*plan.node_devices(job, n), *extra] for n in inv.nodes},
+            image_ref=run.ref, compare_image=not run.push, on_warning=run.on_warning)
+        code, sent = shipping.result() if shipping is not None else (None, {})
+        if warming is not None:
+            warming.result()
+    run.mark("checked")
+    if run.attempt == 0:
+        run.sent = sent
+    facts = local_facts(inv)
+    plans = plan.make_plan(job, inv, run_id=run.run_id, image=run.image, interfaces=interfaces,
+                           overrides=run.overrides, extra_docker_args=watchdog_options(run.hang),
+                           init_nodes=init_nodes, code=code, **facts,
+                           attempt=plan.Attempt(run.attempt, tuple(run.excluded), run.policy.checkpoint))
+    if run.push:
+        push_image(cluster, plans[0].image, run.progress,
+                   have=[n for n, i in node_ids.items() if i is not None and i == run.image_id])
+    return plans
+
+
+def _ready_spares(run: _Run) -> None:
+    """Give the spares the image and the code before they are needed (best effort: a spare
+    that cannot take them now is checked again when it must take a rank)."""
+    inv = attempt_inventory(run.inventory, run.spares)
+    with Cluster(inv, accept_new_host_keys=run.accept_new_host_keys) as spares:
+        try:
+            if run.workspace is not None:
+                code_sync.sync(spares, run.workspace.tree)
+            if run.push:
+                push_image(spares, run.ref, run.progress)
+            run.note(f"spares ready: {', '.join(run.spares)}")
+        except ClusterctlError as e:
+            run.note(f"spares not readied now ({e}); each is checked when it must take a rank")
+
+
+def _record_attempt(run: _Run, plans: Sequence[plan.NodePlan], *, detach: bool, argv: Sequence[str],
+                    spec: dict | None) -> records.RunRecord:
+    """The run's record with this attempt in it (made at the first attempt), saved."""
+    fresh = new_record(run.job, run.inventory, plans, run.run_id, image_id=run.image_id,
+                       detached=detach, argv=argv)
+    record = run.record
+    if record is None:
+        record = run.record = fresh
         if not detach:   # a later command can tell that this process died without an outcome
             record.launcher = records.this_launcher()
-        record.hang_timeout = hang
-        if workspace is not None:
-            record.code = workspaces.code_record(workspace, sent)
+        record.hang_timeout = run.hang
+        if run.workspace is not None:
+            record.code = workspaces.code_record(run.workspace, run.sent)
         record.spec = spec
-        record.save()
-        caught: list[str] = []
-        with stop_on_signals(stop_event, caught.append) if handle_signals else nullcontext():
-            start_recorded(cluster, plans, record)
-            if on_started is not None:
-                on_started(record)
-            if detach and not stop_event.is_set():
-                return RunResult(run_id, 0, record)
-            outcome = follow(cluster, plans, record, stream=stream, color=color, settings=settings,
-                             stop_event=stop_event, interrupted=lambda: (caught or ["SIGINT"])[-1])
-        remove_finished(cluster, plans, outcome)
-        outcome.flight = flight.collect(cluster, record, skip=outcome.lost)
+        record.max_restarts = run.policy.max_restarts
+        record.checkpoint = run.policy.checkpoint
+    else:
+        record.nodes, record.master_addr = fresh.nodes, fresh.master_addr
+        record.state, record.exit_code, record.finished, record.first_failure = "starting", None, None, None
+    record.attempt = run.attempt
+    record.excluded = dict(run.excluded)
+    record.spares = list(run.spares)
+    if run.policy.recovers or run.attempt:
+        record.attempts.append(records.AttemptRecord(attempt=run.attempt, master_addr=fresh.master_addr,
+                                                     nodes=[n.model_copy() for n in record.nodes]))
+    record.save()
+    return record
+
+
+def attempt_end(attempt: int, outcome: supervise.Outcome) -> recovery.AttemptEnd:
+    """How an attempt ended, for :func:`clusterctl.run.recovery.decide`."""
+    f = outcome.first_failure
+    if outcome.state == "hung":
+        odd = tuple(sorted({o.stack.node for o in (outcome.hang.odd if outcome.hang else [])}))
+        return recovery.AttemptEnd(attempt, "hung", outcome.exit_code, kind="hang", blamed=odd,
+                                   lost=tuple(outcome.lost))
+    if f is None:
+        return recovery.AttemptEnd(attempt, outcome.state, outcome.exit_code, lost=tuple(outcome.lost))
+    last = outcome.last_lines.get(f.node, [])
+    return recovery.AttemptEnd(attempt, outcome.state, outcome.exit_code, node=f.node, kind=f.kind,
+                               last_line=last[-1] if last else "", lost=tuple(outcome.lost))
+
+
+def _after_attempt(run: _Run, record: records.RunRecord, outcome: supervise.Outcome | None,
+                   end: recovery.AttemptEnd) -> RunResult | None:
+    """Record how the attempt ended and decide: the RunResult when the run ends, else None
+    (the next attempt's nodes are set)."""
+    run.history.append(end)
+    if outcome is not None:
         record_outcome(record, outcome)
+    else:
+        record.state, record.exit_code, record.finished = "start-failed", 1, records.utcnow()
+    decision = recovery.decide(run.history, run.policy, excluded=run.excluded,
+                               initial_checkpoint=run.marks[0] if run.marks else None)
+    swaps: dict[str, str] = {}
+    if decision.action == "restart":
+        try:
+            swaps = _replace(run, decision.exclude)
+        except recovery.NotEnoughNodes as e:
+            decision = recovery.Decision("end", recovery.NOT_ENOUGH_NODES, f"not enough nodes: {e}",
+                                         exclude=decision.exclude)
+            run.excluded.update(decision.exclude)
+    else:
+        run.excluded.update(decision.exclude)
+    if record.attempts:
+        a = record.attempts[-1]
+        a.state, a.exit_code, a.finished = record.state, record.exit_code, record.finished
+        a.nodes = [n.model_copy() for n in record.nodes]
+        a.first_failure = record.first_failure
+        a.ended = _ended_words(end)
+        a.then = decision.reason if decision.action == "end" else decision.reason
+        a.excluded, a.replaced, a.checkpoint = dict(decision.exclude), swaps, end.checkpoint
+        a.timings = _timings(end, outcome)
+    record.excluded = dict(run.excluded)
+    record.spares = list(run.spares)
+    if decision.action == "end":
+        if run.policy.recovers and decision.exit_code != record.exit_code:
+            record.state = "failed"
+        record.exit_code = decision.exit_code
+        if run.attempt or decision.exit_code in (recovery.RESTARTS_EXHAUSTED, recovery.CRASH_LOOP,
+                                                 recovery.NOT_ENOUGH_NODES):
+            record.note = decision.reason
         record.save()
-        return RunResult(run_id, outcome.exit_code, record, outcome)
+        if run.attempt or run.policy.recovers:
+            run.note(f"run {run.run_id}: {decision.reason} (exit {decision.exit_code})")
+        return RunResult(run.run_id, decision.exit_code, record, outcome)
+    record.save()
+    run.attempt += 1
+    run.times = {}
+    run.note(f"attempt {run.attempt - 1} ended ({_ended_words(end)}): {decision.reason}; "
+             f"attempt {run.attempt} on {', '.join(run.nodes)}")
+    return None
+
+
+def _end_without_attempt(run: _Run) -> RunResult:
+    """The run ends because the nodes left after a failure did not pass their checks."""
+    record = run.record
+    reason = "not enough nodes: " + run.last_check_failure.get("reason", "")
+    if record.attempts:
+        record.attempts[-1].then += f"; then {reason}"
+    record.state, record.exit_code, record.note = "failed", recovery.NOT_ENOUGH_NODES, reason
+    record.excluded, record.finished = dict(run.excluded), records.utcnow()
+    record.save()
+    run.note(f"run {run.run_id}: {reason} (exit {recovery.NOT_ENOUGH_NODES})")
+    return RunResult(run.run_id, recovery.NOT_ENOUGH_NODES, record, None)
+
+
+def _ended_words(end: recovery.AttemptEnd) -> str:
+    if end.state == "succeeded":
+        return "succeeded"
+    if end.kind == "lost":
+        return f"{end.node} lost"
+    if end.kind == "hang":
+        return "hung" + (f" (odd: {', '.join(end.blamed)})" if end.blamed else "")
+    if end.kind == "check":
+        return f"start failed on {', '.join(end.lost)}"
+    if end.node:
+        return f"{end.node} {records.describe_exit(end.exit_code)}"
+    return f"{end.state} (exit {end.exit_code})"
+
+
+def _timings(end: recovery.AttemptEnd, outcome: supervise.Outcome | None) -> dict[str, float]:
+    """Epoch seconds of the attempt's end: the failure (by its node's clock or last sign of
+    life), when it was noticed, and when every container was stopped."""
+    out: dict[str, float] = {}
+    if outcome is None:
+        return out
+    if outcome.first_failure is not None:
+        out["failure"] = outcome.first_failure.time
+    if outcome.hang is not None:
+        out["failure"] = outcome.hang.last_output
+    if outcome.noticed_at is not None:
+        out["noticed"] = outcome.noticed_at
+    if outcome.stopped_at is not None:
+        out["stopped"] = outcome.stopped_at
+    return out
+
+
+#: The newest file under the checkpoint directory, as ``<mtime> <size> <path>`` (one line;
+#: empty when there is none).  A constant: the directory arrives as ``$1``.
+_NEWEST = 'find "$1" -type f -printf "%T@ %s %P\\n" 2>/dev/null | sort -n | tail -n 1'
+
+
+def checkpoint_mark(cluster: Cluster, directory: str, skip: Sequence[str] = ()) -> str | None:
+    """What is newest in the checkpoint ``directory`` (``<mtime> <size> <path>``, "" when it
+    holds nothing), read on the first node of ``cluster`` that answers (None: none could tell)."""
+    for node in cluster.inventory.nodes:
+        if node.name in skip:
+            continue
+        try:
+            conn = cluster.connection(node.name)
+            r = bounded(lambda conn=conn: conn.run(["sh", "-c", _NEWEST, "sh", directory], timeout=20), 25.0)
+            return r.stdout.strip()
+        except Exception:  # noqa: BLE001 - the next node may answer
+            continue
+    return None
 
 
 def _fresh_run_id(run_id: str | None, job) -> str:
@@ -503,13 +815,13 @@ def follow(cluster: Cluster, plans: Sequence[plan.NodePlan], record: records.Run
            stream: TextIO | None, color: bool | None, settings: supervise.Settings | None,
            stop_event: threading.Event, interrupted: Callable[[], str]) -> supervise.Outcome:
     """Merge every node's output to ``stream`` and runs/<id>/, supervise until the end."""
-    sink = logs.LogSink({p.node: p.rank for p in plans}, run_dir=record.dir,
+    sink = logs.LogSink({p.node: p.rank for p in plans}, run_dir=record.attempt_dir(),
                         stream=sys.stdout if stream is None else stream, color=color,
                         redact=plan.secret_values(plans))
     sources = [logs.Source(p.node, p.rank, p.container) for p in plans]
 
     def on_hang(silent_for: float, last_output: float) -> watchdog.HangReport:
-        return watchdog.dump_stacks(cluster, sources, record.dir, timeout=settings.hang_timeout,
+        return watchdog.dump_stacks(cluster, sources, record.attempt_dir(), timeout=settings.hang_timeout,
                                     silent_for=silent_for, last_output=last_output, image=plans[0].image)
 
     sup = supervise.Supervisor(cluster, sources, logs.Merger(sink), settings=settings,

@@ -251,7 +251,7 @@ def lines_from_files(record: RunRecord, *, node: str | None = None,
     merged.log can be far larger than memory.
     """
     def read() -> Iterator[tuple[str, str]]:
-        merged = record.dir / MERGED_LOG
+        merged = record.attempt_dir() / MERGED_LOG
         if merged.is_file():
             with open(merged, encoding="utf-8", errors="replace") as f:
                 for raw in f:
@@ -316,7 +316,7 @@ def keep_stopped_output(record: RunRecord, spool: Spool, nodes: Iterable[str], *
     if not saved:
         return
     ranks = {n.node: n.rank for n in record.nodes}
-    with open(record.dir / MERGED_LOG, "w" if replace else "a", encoding="utf-8") as f:
+    with open(record.attempt_dir() / MERGED_LOG, "w" if replace else "a", encoding="utf-8") as f:
         for node, t in spool.merged(saved):
             f.write(prefix(node, ranks[node]) + t + "\n")
 
@@ -337,8 +337,9 @@ def live_containers(cluster, record: RunRecord, *, node: str | None = None,
     sources, unreachable = [], {}
     for n in wanted:
         found = answers.get(n.node)
-        if isinstance(found, list) and found:
-            sources.append(Source(n.node, n.rank, found[0].name))
+        if isinstance(found, list) and found:     # this attempt's container, when it is there
+            mine = [c for c in found if c.name == n.container] or found
+            sources.append(Source(n.node, n.rank, mine[0].name))
         elif found is not None and not isinstance(found, list):
             unreachable[n.node] = getattr(found, "reason", str(found))
     return sources, unreachable

@@ -78,11 +78,17 @@ import shlex
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from clusterctl.cluster.containers import JOB_LABEL, NODE_LABEL, RANK_LABEL, RUN_LABEL
+from clusterctl.cluster.containers import (
+    ATTEMPT_LABEL,
+    JOB_LABEL,
+    NODE_LABEL,
+    RANK_LABEL,
+    RUN_LABEL,
+)
 from clusterctl.core.errors import UserError
 from clusterctl.core.text import control_problem, escaped
 from clusterctl.image import targets
-from clusterctl.run import mpi
+from clusterctl.run import mpi, recovery
 from clusterctl.run.jobs import (
     BASE_ENV,
     CODE_MOUNT,
@@ -132,6 +138,15 @@ CODE_ENV: dict[str, str] = {
     "CLUSTERCTL_CODE_DIGEST": "The content digest (sha256:...) of the project copy mounted at "
                               "/workspace: the same on every rank of a run, and in its record.",
 }
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """Which attempt of a run a plan is for (:mod:`clusterctl.run.recovery`)."""
+
+    number: int = 0
+    excluded: tuple[str, ...] = ()      # nodes excluded so far, in the order they were
+    checkpoint: str | None = None       # the shared checkpoint directory, same path inside
 
 
 @dataclass(frozen=True)
@@ -218,9 +233,10 @@ def parse_sets(items: Iterable[str]) -> dict[str, str]:
 
 
 
-def container_name(run_id: str, node: str) -> str:
-    """``<run_id>-<node>`` with characters docker refuses in names replaced by ``-``."""
-    return _CONTAINER_UNSAFE.sub("-", f"{run_id}-{node}")
+def container_name(run_id: str, node: str, attempt: int = 0) -> str:
+    """``<run_id>-<node>`` (``<run_id>-<node>-a<K>`` for attempt K > 0) with characters docker
+    refuses in names replaced by ``-``."""
+    return _CONTAINER_UNSAFE.sub("-", f"{run_id}-{node}" + (f"-a{attempt}" if attempt else ""))
 
 
 # --------------------------------------------------------------------------- planning
@@ -307,7 +323,8 @@ def make_plan(job: Job, inventory, *, run_id: str, image: str | None = None,
               runtime: Mapping[str, str] | None = None,
               flight_recorder: bool = True,
               init_nodes: Iterable[str] = (),
-              code: CodeMount | None = None) -> list[NodePlan]:
+              code: CodeMount | None = None,
+              attempt: Attempt | None = None) -> list[NodePlan]:
     """One NodePlan per inventory node, in rank order.  Pure: nothing is contacted or read.
 
     Every fact comes in as an argument: ``image`` replaces the job's/target's
@@ -331,6 +348,10 @@ def make_plan(job: Job, inventory, *, run_id: str, image: str | None = None,
     launch passes the nodes where preflight found the init binary).
     ``code``: the project copy of a job with a ``workdir``, mounted read-only at
     ``/workspace`` (the working directory) with ``CLUSTERCTL_CODE_DIGEST`` set.
+    ``attempt``: which attempt of the run this is (default: the first), the nodes excluded
+    so far and the checkpoint directory (mounted at its own path): the resume contract
+    (:func:`clusterctl.run.recovery.environment`) every container gets; an attempt after
+    the first has its own container names (``<run>-<node>-a<K>``).
     UserError (exit 2) on anything unusable.
     """
     hosts = host_entries(addresses or {})
@@ -338,8 +359,9 @@ def make_plan(job: Job, inventory, *, run_id: str, image: str | None = None,
                              extra_docker_args=extra_docker_args, host_env=host_env,
                              master_addr=master_addr, runtime=runtime)
     init_nodes = set(init_nodes)
+    attempt = attempt or Attempt()
     return [_node_plan(launch, n, n.node.interface or (interfaces or {}).get(n.node.name), hosts,
-                       flight_recorder, n.node.name in init_nodes, code)
+                       flight_recorder, n.node.name in init_nodes, code, attempt)
             for n in nodes]
 
 
@@ -495,7 +517,7 @@ def job_environment(job: Job, target, values: Mapping[str, str], node_env: Mappi
 
 def _node_plan(launch: _Launch, n: _Node, iface: str | None, hosts: list[str],
                flight_recorder: bool = True, init: bool = False,
-               code: CodeMount | None = None) -> NodePlan:
+               code: CodeMount | None = None, attempt: Attempt = Attempt()) -> NodePlan:
     """Assemble one node's plan from its checked inputs, the interface it uses, the
     cluster's ``--add-host`` options and the flight recorder (target layer, before the
     job's env, so a job, node or ``--set`` may change or turn it off)."""
@@ -511,9 +533,12 @@ def _node_plan(launch: _Launch, n: _Node, iface: str | None, hosts: list[str],
     if code is not None:
         options += ["-v", f"{code.paths[node.name]}:{CODE_MOUNT}:ro", "-w", CODE_MOUNT]
         code_env = {"CLUSTERCTL_CODE_DIGEST": code.digest}
-    env = {**n.launch_env, **nic, **fr_env, **n.upper_env, **code_env}
-    name = container_name(launch.run_id, node.name)
-    labels = run_labels(launch.run_id, job.name, node.name, str(n.rank))
+    if attempt.checkpoint:
+        options += ["-v", f"{attempt.checkpoint}:{attempt.checkpoint}"]
+    resume_env = recovery.environment(launch.run_id, attempt.number, attempt.excluded, attempt.checkpoint)
+    env = {**n.launch_env, **nic, **fr_env, **n.upper_env, **code_env, **resume_env}
+    name = container_name(launch.run_id, node.name, attempt.number)
+    labels = run_labels(launch.run_id, job.name, node.name, str(n.rank), attempt.number)
     command = [expand(a, n.values) for a in job.command]
     if job.contract == "mpi":       # the container starts the node's processes as mpirun would
         command = mpi.spawn_command(n.first_rank, n.nproc, command)
@@ -526,9 +551,10 @@ def _node_plan(launch: _Launch, n: _Node, iface: str | None, hosts: list[str],
                     hosts=list(hosts), hidden=n.hidden, flight_dir=flight)
 
 
-def run_labels(run_id: str, job: str, node: str, rank: str) -> dict[str, str]:
+def run_labels(run_id: str, job: str, node: str, rank: str, attempt: int = 0) -> dict[str, str]:
     """The labels every run container carries (what ``stop``/``status`` find it by)."""
-    return {RUN_LABEL: run_id, JOB_LABEL: job, NODE_LABEL: node, RANK_LABEL: rank}
+    return {RUN_LABEL: run_id, JOB_LABEL: job, NODE_LABEL: node, RANK_LABEL: rank,
+            ATTEMPT_LABEL: str(attempt)}
 
 
 def docker_run_argv(*, name: str, labels: Mapping[str, str], options: Sequence[str],

@@ -179,6 +179,28 @@ class CodeRecord(BaseModel):
     sent: dict[str, int] = Field(default_factory=dict)   # node -> bytes sent to put the code there
 
 
+class AttemptRecord(BaseModel):
+    """One attempt of a run that restarts (``max_restarts``): its nodes, how and why it ended,
+    and what followed.  Its logs are in :meth:`RunRecord.attempt_dir`."""
+
+    attempt: int
+    started: datetime = Field(default_factory=utcnow)
+    finished: datetime | None = None
+    state: str = "starting"          # as RunRecord.state
+    exit_code: int | None = None
+    master_addr: str | None = None
+    nodes: list[NodeRecord] = Field(default_factory=list)
+    first_failure: FailureRecord | None = None
+    ended: str = ""                   # why it ended, in words ("node2 lost", "node1 exited 1")
+    then: str = ""                    # what followed ("restart 1/3", "crash loop: ...", "end")
+    excluded: dict[str, str] = Field(default_factory=dict)   # nodes excluded after it: node -> why
+    replaced: dict[str, str] = Field(default_factory=dict)   # excluded node -> the spare in its place
+    checkpoint: str | None = None     # the newest file of the checkpoint directory after it
+    # seconds, for `runs --json` and the benchmark: failure noticed, containers stopped,
+    # nodes checked again, every container of the next attempt running
+    timings: dict[str, float] = Field(default_factory=dict)
+
+
 class RunRecord(BaseModel):
     """Everything ``runs/<run-id>/run.json`` holds."""
 
@@ -210,6 +232,14 @@ class RunRecord(BaseModel):
     flight: dict[str, list[str] | str] = Field(default_factory=dict)  # node -> flight/<node>/ files, or why none
     code: CodeRecord | None = None  # the shipped project of a workdir run (None: the image's own code)
     spec: dict | None = None  # the job as it ran (secret values left out), for `launch --rerun`
+    # recovery (clusterctl.run.recovery): the attempt running or last run (``nodes`` are its
+    # nodes), every attempt so far, the restarts allowed, and the nodes excluded for good
+    attempt: int = 0
+    attempts: list[AttemptRecord] = Field(default_factory=list)
+    max_restarts: int = 0
+    excluded: dict[str, str] = Field(default_factory=dict)   # node -> why
+    spares: list[str] = Field(default_factory=list)          # spares not used (yet)
+    checkpoint: str | None = None
 
     @property
     def dir(self) -> Path:
@@ -225,8 +255,26 @@ class RunRecord(BaseModel):
             + ", ".join(names) + "."
         )
 
+    def attempt_dir(self, attempt: int | None = None) -> Path:
+        """Where an attempt's logs are (default: the current attempt's): runs/<id>/ for the
+        first, runs/<id>/attempt-K/ for the K-th restart."""
+        k = self.attempt if attempt is None else attempt
+        return self.dir if k == 0 else self.dir / f"attempt-{k}"
+
     def log_path(self, node: str) -> Path:
-        return self.dir / f"{node}.log"
+        return self.attempt_dir() / f"{node}.log"
+
+    def at_attempt(self, attempt: int) -> RunRecord:
+        """This record as of one attempt (its nodes, its logs): ``logs RUN --attempt K``.
+        UserError naming the attempts there are."""
+        if attempt == self.attempt:
+            return self
+        for a in self.attempts:
+            if a.attempt == attempt:
+                return self.model_copy(update={"attempt": attempt, "nodes": a.nodes})
+        have = [a.attempt for a in self.attempts] or [self.attempt]
+        raise UserError(f"run {self.run_id} has no attempt {attempt}; valid: "
+                        + ", ".join(map(str, have)))
 
     def save(self) -> Path:
         """Write run.json atomically (a reader sees the old or the new record, never half)."""
@@ -307,8 +355,9 @@ def summary_rows(records: list[RunRecord]) -> list[list[str]]:
     """Rows for the ``clusterctl runs`` table."""
     rows = []
     for r in records:
+        state = r.state + (f" ({len(r.attempts)} attempts)" if len(r.attempts) > 1 else "")
         rows.append([
-            r.run_id, r.job, code_words(r.code), str(len(r.nodes)), r.state,
+            r.run_id, r.job, code_words(r.code), str(len(r.nodes)), state,
             "" if r.exit_code is None else str(r.exit_code),
             _short_time(r.started), _short_time(r.finished),
             _why(r),
@@ -326,9 +375,25 @@ def code_words(code: CodeRecord | None) -> str:
     return words
 
 
+def attempt_lines(r: RunRecord) -> list[str]:
+    """A restarted run's attempts in words (``status``): nodes, how each ended, what followed;
+    then the nodes excluded for good."""
+    lines = []
+    for a in r.attempts:
+        nodes = ", ".join(f"{n.node}[{n.rank}]" for n in a.nodes)
+        lines.append(f"attempt {a.attempt}: {nodes}: " + (a.ended or a.state)
+                     + (f"; {a.then}" if a.then else "")
+                     + "".join(f"; {new} replaced {old}" for old, new in a.replaced.items()))
+    if r.excluded:
+        lines.append("excluded: " + "; ".join(f"{n} ({why})" for n, why in r.excluded.items()))
+    return lines
+
+
 def _why(r: RunRecord) -> str:
     """The ``runs`` table's last column: the first failure, a hang, a collective error in the
     output of a run that exited 0, who stopped the run, or a note."""
+    if r.attempts and r.note:
+        return r.note
     if r.first_failure is not None:
         f = r.first_failure
         return f"{f.node}[{f.rank}] " + ("lost" if f.kind == "lost" else describe_exit(f.exit_code))

@@ -262,17 +262,45 @@ class Supervisor:
         self.merger.wake()
 
     def _wait(self, src: Source) -> None:
-        """Waiter: ``docker wait`` returns the exit code as soon as the container ends."""
-        try:
-            code = wait_container(self.cluster.connection(src.node), src.container)
-        except ContainerGone:
-            self._news(_Event("exit", src.node, exit_code=NODE_LOST_EXIT,
-                                    reason="the container was removed on the node by someone else"))
-            return
-        except Exception:  # noqa: BLE001 - the prober judges an unreachable node
-            return
-        if code is not None:
-            self._news(_Event("exit", src.node, exit_code=code))
+        """Waiter: ``docker wait`` returns the exit code as soon as the container ends.
+
+        When it ends without one while the node still answers, the node's Docker engine
+        is asked: an engine that no longer answers (it died; the container may even run on
+        without it, unseen and unstoppable) makes the node lost, as a cut link does."""
+        while not self._done.is_set():
+            try:
+                code = wait_container(self.cluster.connection(src.node), src.container)
+            except ContainerGone:
+                self._news(_Event("exit", src.node, exit_code=NODE_LOST_EXIT,
+                                  reason="the container was removed on the node by someone else"))
+                return
+            except Exception:  # noqa: BLE001 - the prober judges an unreachable node
+                return
+            if code is not None:
+                self._news(_Event("exit", src.node, exit_code=code))
+                return
+            why = self._engine_gone(src.node)
+            if why is not None:
+                self._news(_Event("lost", src.node, reason=f"its Docker engine does not answer ({why})"))
+                return
+
+    def _engine_gone(self, node: str) -> str | None:
+        """Why the node's engine is gone (three tries over ~2 s), or None when it answers."""
+        why = None
+        for _ in range(3):
+            if self._done.is_set():
+                return None
+            try:
+                r = bounded(lambda: self.cluster.connection(node).run(
+                    ["docker", "version", "--format", "{{.Server.Version}}"], timeout=5),
+                    self.settings.probe_timeout + 5, name=f"engine-{node}")
+            except Exception:  # noqa: BLE001 - the node itself may be gone: the prober says so
+                return None
+            if r.exit_code == 0 and r.stdout.strip():
+                return None
+            why = (r.stderr.strip().splitlines() or [f"docker version exit {r.exit_code}"])[-1][:200]
+            self._done.wait(0.7)
+        return why
 
     def _probe(self, src: Source) -> None:
         """Prober: a bounded SSH round trip every probe_interval; silence means lost.
