@@ -1,0 +1,165 @@
+"""Runs that survive failures, on the real 3-node sandbox, through the real CLI.
+
+Faults come from outside the job (a node's link cut, a rank's exit), real torchrun and
+gloo processes train ddp-smoke with a checkpoint directory on the host (every sandbox
+node's engine sees this machine's files: shared storage, as on a real cluster), and the
+run resumed on the spare must end with the weights of a run that lost nothing.  The
+cheap rules (crash loop, no spare, shrinking) use a shell command instead of torch.
+Timings are printed, never asserted; the figures are in docs/benchmarks/recovery.md.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from clusterctl.cli import app
+from clusterctl.core import exitcodes
+from clusterctl.run import records
+
+runner = CliRunner()
+pytestmark = [pytest.mark.sandbox, pytest.mark.docker, pytest.mark.slow]
+
+DIGEST = re.compile(r"weights-sha256=([0-9a-f]{64})")
+
+
+@pytest.fixture
+def clean_nodes(sandbox3):
+    yield sandbox3
+    for node in sandbox3.nodes:
+        names = sandbox3.node_docker(node, "ps", "-aq", "--filter", "label=io.clusterctl.run",
+                                     check=False).stdout.split()
+        if names:
+            sandbox3.node_docker(node, "rm", "--force", *names, check=False)
+
+
+def inventory(sb, tmp_path: Path, *, spare: str | None) -> Path:
+    """The sandbox's inventory, ``spare`` marked as a hot spare (None: every node active)."""
+    data = yaml.safe_load(sb.inventory_path.read_text())
+    for node in data["nodes"]:
+        if node["name"] == spare:
+            node["spare"] = True
+    path = tmp_path / "inv.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def shell_job(tmp_path: Path, script: str, **keys) -> Path:
+    """A job whose command is ``sh -c SCRIPT`` on every node (no torch: fast)."""
+    job = {"target": "cpu", "command": ["sh", "-c", script], **keys}
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(job))
+    return path
+
+
+def smoke(inv: Path, image: str, checkpoint: Path, *extra: str):
+    t0 = time.monotonic()
+    res = runner.invoke(app, ["launch", "ddp-smoke", "--nodes", str(inv), "--image", image,
+                              "--nproc-per-node", "1", "--checkpoint", str(checkpoint),
+                              "--set", "DDP_SMOKE_STEPS=8", "--set", "DDP_SMOKE_STEP_SECONDS=1",
+                              "--set", "DDP_SMOKE_TIMEOUT=60", *extra])
+    print(f"ddp-smoke {' '.join(extra)}: {time.monotonic() - t0:.1f}s")
+    return res
+
+
+def latest_step(checkpoint: Path) -> int:
+    try:
+        return json.loads((checkpoint / "latest").read_text())["step"]
+    except (OSError, ValueError, KeyError):
+        return 0
+
+
+def test_a_lost_node_is_replaced_by_the_spare_and_the_run_ends_with_the_uninterrupted_weights(
+        clean_nodes, cpu_image, runs_dir, tmp_path):
+    sb = clean_nodes
+    [n1, n2, n3] = list(sb.nodes)
+    inv = inventory(sb, tmp_path, spare=n3)
+
+    # the reference: the same job, nothing lost (n1, n2; the spare idle)
+    ref = smoke(inv, cpu_image, tmp_path / "ck-ref", "--max-restarts", "1")
+    assert ref.exit_code == 0, ref.output
+    want = set(DIGEST.findall(ref.output))
+    assert len(want) == 1, ref.output
+
+    # the same run, n2's link cut once it has checkpointed step 3
+    checkpoint = tmp_path / "ck"
+    cut: list[float] = []
+
+    def cut_link() -> None:
+        deadline = time.monotonic() + 240
+        while latest_step(checkpoint) < 3 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        cut.append(time.time())
+        sb.link_down(n2)
+
+    t = threading.Thread(target=cut_link, daemon=True)
+    t.start()
+    try:
+        res = smoke(inv, cpu_image, checkpoint, "--max-restarts", "2")
+    finally:
+        t.join(timeout=5)
+        sb.link_up(n2)
+    assert cut, "the run never checkpointed step 3"
+    assert res.exit_code == 0, res.output
+    rec = records.list_runs()[0]
+    assert [a.attempt for a in rec.attempts] == [0, 1]
+    assert rec.attempts[0].ended == f"{n2} lost" and rec.attempts[0].replaced == {n2: n3}
+    assert list(rec.excluded) == [n2]
+    assert [(n.node, n.rank) for n in rec.attempts[1].nodes] == [(n1, 0), (n3, 1)]
+    # the second attempt resumed from a checkpoint (not from step 0) on every rank ...
+    resumed = re.findall(r"rank (\d) resumed from step (\d+) of 8 \(attempt 1\)", res.output)
+    assert sorted(r for r, _ in resumed) == ["0", "1"] and all(int(s) >= 3 for _, s in resumed), res.output
+    # ... and ends with exactly the weights of the run that lost nothing
+    assert set(DIGEST.findall(res.output.split("attempt 1 on")[-1])) == want, res.output
+    timings = rec.attempts[0].timings
+    print(f"link cut -> noticed {timings['noticed'] - cut[0]:.1f}s, -> stopped "
+          f"{timings['stopped'] - cut[0]:.1f}s; attempt 1 started "
+          f"{rec.attempts[1].started.timestamp() - cut[0]:.1f}s after the cut")
+    assert timings["noticed"] - cut[0] <= 10.0 + 5.0, timings    # goal 10 s; slack for a busy CI
+
+
+def test_a_crash_that_repeats_is_a_crash_loop_and_stops_itself(clean_nodes, cpu_image, runs_dir, tmp_path):
+    sb = clean_nodes
+    job = shell_job(tmp_path, 'if [ "$NODE_RANK" = 1 ]; then echo "cannot open data.bin"; exit 3; fi; sleep 30',
+                    max_restarts=5, exclude_after=2)
+    res = runner.invoke(app, ["launch", str(job), "--nodes", str(inventory(sb, tmp_path, spare=None)),
+                              "--image", cpu_image])
+    assert res.exit_code == exitcodes.CRASH_LOOP, res.output
+    rec = records.list_runs()[0]
+    assert len(rec.attempts) == 2 and rec.state == "failed"
+    assert "the same failure 2 times in a row" in rec.note and "cannot open data.bin" in rec.note
+    assert "crash loop" in res.output
+
+
+def test_without_a_spare_the_run_ends_clearly_or_shrinks_when_the_job_allows(
+        clean_nodes, cpu_image, runs_dir, tmp_path):
+    sb = clean_nodes
+    [_, n2, _] = list(sb.nodes)
+    script = ('echo "attempt $CLUSTERCTL_ATTEMPT nnodes $NNODES excluded=$CLUSTERCTL_EXCLUDED_NODES"; '
+              'if [ "$CLUSTERCTL_ATTEMPT" = 0 ] && [ "$NODE_RANK" = 1 ]; then exit 3; fi; sleep 2')
+    inv = inventory(sb, tmp_path, spare=None)
+    # no spare, no nnodes: n2 is excluded (exclude_after 1) and nothing can take its rank
+    job = shell_job(tmp_path, script, max_restarts=2, exclude_after=1)
+    res = runner.invoke(app, ["launch", str(job), "--nodes", str(inv), "--image", cpu_image])
+    assert res.exit_code == exitcodes.NOT_ENOUGH_NODES, res.output
+    rec = records.list_runs()[0]
+    assert list(rec.excluded) == [n2] and "no spare is left" in rec.note and "needs 3" in rec.note
+    # nnodes 2:3: it goes on with the two nodes left
+    job = shell_job(tmp_path, script, max_restarts=2, exclude_after=1, nnodes="2:3")
+    res = runner.invoke(app, ["launch", str(job), "--nodes", str(inv), "--image", cpu_image])
+    assert res.exit_code == 0, res.output
+    rec = records.list_runs()[0]
+    assert [len(a.nodes) for a in rec.attempts] == [3, 2]
+    assert f"attempt 1 nnodes 2 excluded={n2}" in res.output
+    # the attempts' logs are kept apart, and `logs --attempt` shows each
+    first = runner.invoke(app, ["logs", rec.run_id, "--attempt", "0"])
+    assert "attempt 0 nnodes 3" in first.output and "attempt 1" not in first.output
+    status = runner.invoke(app, ["status", rec.run_id])
+    assert f"attempt 0: " in status.output and f"excluded: {n2}" in status.output, status.output
