@@ -11,7 +11,11 @@ Timings are printed, never asserted; the figures are in docs/benchmarks/recovery
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -162,4 +166,51 @@ def test_without_a_spare_the_run_ends_clearly_or_shrinks_when_the_job_allows(
     first = runner.invoke(app, ["logs", rec.run_id, "--attempt", "0"])
     assert "attempt 0 nnodes 3" in first.output and "attempt 1" not in first.output
     status = runner.invoke(app, ["status", rec.run_id])
-    assert f"attempt 0: " in status.output and f"excluded: {n2}" in status.output, status.output
+    assert "attempt 0: " in status.output and f"excluded: {n2}" in status.output, status.output
+
+
+def clusterctl(*args: str, **kw):
+    """The real command, in a process of its own (a supervisor forks from it)."""
+    return subprocess.run([sys.executable, "-m", "clusterctl", *args], capture_output=True,
+                          text=True, timeout=300, **kw)
+
+
+def test_a_detached_run_is_supervised_attach_follows_it_and_resume_takes_it_over(
+        clean_nodes, cpu_image, runs_dir, tmp_path):
+    sb = clean_nodes
+    script = ('echo "attempt $CLUSTERCTL_ATTEMPT rank $NODE_RANK FOO=$FOO"; sleep 6; '
+              'if [ "$CLUSTERCTL_ATTEMPT" = 0 ] && [ "$NODE_RANK" = 1 ]; then echo broke; exit 3; fi')
+    job = shell_job(tmp_path, script, max_restarts=2)
+    inv = inventory(sb, tmp_path, spare=None)
+    # 1. detached: the launching process returns once the containers run; the supervisor
+    # (its own session: no terminal to lose) restarts the run and attach follows it to the end
+    started = clusterctl("launch", str(job), "--nodes", str(inv), "--image", cpu_image,
+                         "--set", "FOO=bar", "--detach")
+    assert started.returncode == 0, started.stderr
+    run_id = re.search(r"run (\S+) is running detached, supervised by pid (\d+)", started.stdout)
+    assert run_id, started.stdout
+    rid, pid = run_id.group(1), int(run_id.group(2))
+    assert os.getsid(pid) == pid          # a session of its own
+    attached = clusterctl("attach", rid)
+    assert attached.returncode == 0, attached.stderr
+    assert "attempt 1 rank 1 FOO=bar" in attached.stdout and "succeeded, exit 0" in attached.stderr
+    assert [a.state for a in records.load(rid).attempts] == ["failed", "succeeded"]
+
+    # 2. the supervisor killed (SIGKILL) mid-attempt: the containers run on, findable; attach
+    # says nobody follows; launch --resume takes the run over and restarts it as it would have
+    started = clusterctl("launch", str(job), "--nodes", str(inv), "--image", cpu_image,
+                         "--set", "FOO=bar", "--detach")
+    rid, pid = re.search(r"run (\S+) is running detached, supervised by pid (\d+)", started.stdout).groups()
+    os.kill(int(pid), signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while records.launcher_gone(records.load(rid).launcher) is not True and time.monotonic() < deadline:
+        time.sleep(0.1)
+    lost = clusterctl("attach", rid)
+    assert lost.returncode == 1 and f"launch --resume {rid}" in lost.stderr, lost.stderr
+    resumed = clusterctl("launch", "--resume", rid)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    rec = records.load(rid)
+    assert [a.state for a in rec.attempts] == ["failed", "succeeded"] and rec.state == "succeeded"
+    assert "attempt 1 rank 1 FOO=bar" in resumed.stdout       # its --set carried over
+    # the adopted attempt's log was rewritten whole from the containers
+    assert "attempt 0 rank 1 FOO=bar" in (rec.dir / "merged.log").read_text()

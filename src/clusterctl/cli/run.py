@@ -40,9 +40,9 @@ from clusterctl.core.durations import DURATION_HELP, parse_duration
 from clusterctl.core.errors import ClusterctlError, UserError, one_of
 from clusterctl.core.tools import require_binaries
 from clusterctl.image.codeimage import code_tag
+from clusterctl.run import detached, plan, records, supervise
 from clusterctl.run import launch as launching
 from clusterctl.run import logs as logs_mod
-from clusterctl.run import plan, records, supervise
 from clusterctl.run import workspace as workspaces
 from clusterctl.run.jobs import escape_braces, inline_job, is_secret_name, job_path, load_job
 from clusterctl.run.slurm import conf as slurm_conf
@@ -161,6 +161,11 @@ def launch(
         help="A directory every node shares (a host path in the sandbox), mounted at the same "
              "path in every container as CLUSTERCTL_CHECKPOINT_DIR, to save to and resume "
              "from. Job key: checkpoint.")] = None,
+    resume: Annotated[str | None, typer.Option(
+        "--resume", metavar="RUN_ID",
+        help="Take over a run whose launch or supervisor died (its containers keep running): "
+             "follow its attempt again, then restart it as it would have (--detach: in a new "
+             "supervisor).")] = None,
     rerun: Annotated[str | None, typer.Option(
         "--rerun", metavar="RUN_ID",
         help="Run a recorded run again: the same job and exactly the code it ran (from this "
@@ -190,6 +195,14 @@ def launch(
         given["checkpoint"] = checkpoint
     if job is None and image is not None and command is not None:
         given["image"] = image               # the job made of flags runs this image
+    if resume is not None:
+        if job is not None or given or rerun is not None:
+            raise UserError(f"--resume {resume}: goes on with the recorded run as it was; give no "
+                            "JOB, job flags, command or --rerun with it (--nodes, --set and "
+                            "--detach are fine).")
+        _resume(resume, nodes, set_ or [], json_=json_, detach=detach,
+                accept_new_host_keys=accept_new_host_keys, hang=hang, fail_grace=fail_grace)
+        return
     if rerun is not None:
         if job is not None or given:
             raise UserError(f"--rerun {rerun}: runs the recorded job as it ran; give no JOB, job "
@@ -229,7 +242,7 @@ def launch(
 
 
 def _run(spec, inventory, sets, *, image, dry_run, json_, detach, run_id, accept_new_host_keys,
-         hang, fail_grace, record_spec, workspace=None) -> None:
+         hang, fail_grace, record_spec, workspace=None, resume=None) -> None:
     """An SSH launch of a loaded job: the dry run's plan, or the run and its outcome."""
     overrides = plan.parse_sets(sets)
     if run_id:
@@ -239,12 +252,55 @@ def _run(spec, inventory, sets, *, image, dry_run, json_, detach, run_id, accept
                                   hang_timeout=hang, on_code=None if json_ else _show_code)
         typer.echo(plan.render_dry_run(plans, json=json_), nl=False)
         return
+    settings = supervise.Settings(fail_grace=fail_grace)
+    if detach and (launching.hang_timeout_of(spec, hang) or spec.max_restarts or spec.retry_on_exit
+                   or resume is not None):
+        _supervised(spec, inventory, overrides, image=image, run_id=run_id, json_=json_,
+                    accept_new_host_keys=accept_new_host_keys, hang=hang, settings=settings,
+                    workspace=workspace, record_spec=record_spec, resume=resume)
+        return
     result = _launch(spec, inventory, overrides, image=image, detach=detach, run_id=run_id,
                      accept_new_host_keys=accept_new_host_keys, json_=json_, hang_timeout=hang,
-                     settings=supervise.Settings(fail_grace=fail_grace), workspace=workspace,
-                     spec=record_spec)
+                     settings=settings, workspace=workspace, spec=record_spec, resume=resume)
     _report(result, detach=detach, json_=json_)
     raise typer.Exit(result.exit_code)
+
+
+def _supervised(spec, inventory, overrides, *, image, run_id, json_, accept_new_host_keys, hang,
+                settings, workspace, record_spec, resume=None) -> None:
+    """``launch --detach`` of a run clusterctl must keep watching (restarts, a hang watchdog):
+    a supervisor process of its own follows it (:mod:`clusterctl.run.detached`); this process
+    shows its log until the containers run, then returns."""
+    run_id = run_id or records.new_run_id(spec.name)
+    if resume is None and records.run_path(run_id).exists():
+        raise UserError(f"run id {run_id!r} is already recorded in {records.run_path(run_id)}; "
+                        "choose another --run-id (or leave it out for a new one).")
+
+    def follow() -> int:
+        try:
+            result = _launch(spec, inventory, overrides, image=image, detach=False, run_id=run_id,
+                             accept_new_host_keys=accept_new_host_keys, json_=False,
+                             hang_timeout=hang, settings=settings, workspace=workspace,
+                             spec=record_spec, supervised=True, resume=resume)
+        except ClusterctlError as e:
+            err.print(f"error: {e}", markup=False)
+            return e.exit_code
+        _report(result, detach=False, json_=False)
+        return result.exit_code
+
+    started = detached.start(run_id, follow, show=lambda line: err.print(line, markup=False,
+                                                                          highlight=False))
+    if started.exit_code is not None:
+        err.print(f"run {run_id}: the supervisor ended (exit {started.exit_code}) before the run "
+                  f"ran; its log: {started.log}", markup=False)
+        raise typer.Exit(started.exit_code)
+    rec = started.record
+    if json_:
+        typer.echo(records.dump(rec))
+        return
+    out.print(f"run {run_id} is {rec.state} detached, supervised by pid {started.pid} (restarts "
+              f"and checks go on with this terminal closed; its log: {started.log}); follow it with "
+              f"`clusterctl attach {run_id}`, stop it with `clusterctl stop {run_id}`", markup=False)
 
 
 def _show_code(snap) -> None:
@@ -324,12 +380,49 @@ def _secret_env_again(run_id_of: str, names: list[str], sets: list[str]) -> dict
     return found
 
 
-def _rerun(run_id_of: str, nodes, sets, *, image, dry_run, json_, detach, run_id,
-           accept_new_host_keys, hang, fail_grace) -> None:
-    """``launch --rerun RUN_ID``: the recorded job and exactly its code, on its nodes."""
+def _resume(run_id_of: str, nodes, sets, *, json_, detach, accept_new_host_keys, hang,
+            fail_grace) -> None:
+    """``launch --resume RUN_ID``: follow a run whose follower died, and go on with it."""
     record = records.load(run_id_of)
+    if record.state not in ("starting", "running", "restarting", "unknown"):
+        raise UserError(f"run {run_id_of} has ended ({run_outcome(record)}): nothing to resume; "
+                        f"`clusterctl launch --rerun {run_id_of}` runs it again.")
+    if records.launcher_gone(record.launcher) is False:
+        raise UserError(f"run {run_id_of} is followed by pid {record.launcher.pid} on this machine: "
+                        f"`clusterctl attach {run_id_of}` follows it too.")
+    if record.detached and not record.attempts:
+        raise UserError(f"run {run_id_of} was started with --detach and nothing follows it by design; "
+                        f"`clusterctl logs {run_id_of} --follow` follows it.")
+    sets = _recorded_sets(record, sets)
+    spec, inventory, ws = _recorded_job(record, nodes, sets, what="resumed")
+    if record.state == "unknown":        # `runs` marked it when it found its launch gone
+        record.state = "running"
+    _run(spec, inventory, sets, image=record.image, dry_run=False, json_=json_, detach=detach,
+         run_id=record.run_id, accept_new_host_keys=accept_new_host_keys, hang=hang,
+         fail_grace=fail_grace, record_spec=record.spec, workspace=ws, resume=record)
+
+
+def _recorded_sets(record: records.RunRecord, sets: list[str]) -> list[str]:
+    """The run's own ``--set`` items (from its recorded command line) with ``sets`` over them;
+    a masked (secret) one must be given again.  UserError naming those missing."""
+    given = {item.partition("=")[0] for item in sets}
+    found, hidden = [], []
+    argv = list(record.argv)
+    for flag, item in zip(argv, argv[1:], strict=False):
+        if flag == "--set" and item.partition("=")[0] not in given:
+            (hidden if plan.MASK in item.partition("=")[2] else found).append(item)
+    if hidden:
+        names = ", ".join(h.partition("=")[0] for h in hidden)
+        raise UserError(f"run {record.run_id} was given {names} with --set, and secret values are "
+                        "never recorded: give them again (--set NAME=...). Nothing was started.")
+    return [*found, *sets]
+
+
+def _recorded_job(record: records.RunRecord, nodes, sets, *, what: str):
+    """The job, inventory and code a recorded run ran (``--rerun``, ``--resume``)."""
+    run_id_of = record.run_id
     if record.spec is None or record.scheduler != "ssh":
-        raise UserError(f"run {run_id_of} cannot be run again: it was made by an older clusterctl or "
+        raise UserError(f"run {run_id_of} cannot be {what}: it was made by an older clusterctl or "
                         "through Slurm (its record keeps no job spec); launch the job again instead.")
     flags = dict(record.spec.get("flags") or {})
     secret_env = _secret_env_again(run_id_of, list(record.spec.get("secret_env") or []), sets)
@@ -349,6 +442,14 @@ def _rerun(run_id_of: str, nodes, sets, *, image, dry_run, json_, detach, run_id
         spec = replace(spec, requirements=None)
     inventory = load_inventory(nodes or record.inventory)
     ws = workspaces.rerun(record.code) if record.code is not None else None
+    return spec, inventory, ws
+
+
+def _rerun(run_id_of: str, nodes, sets, *, image, dry_run, json_, detach, run_id,
+           accept_new_host_keys, hang, fail_grace) -> None:
+    """``launch --rerun RUN_ID``: the recorded job and exactly its code, on its nodes."""
+    record = records.load(run_id_of)
+    spec, inventory, ws = _recorded_job(record, nodes, sets, what="run again")
     if ws is not None:
         _note(f"rerun of {run_id_of}: code {record.code.digest} from this machine's store"
               + (f" (git {ws.git.commit[:7]})" if ws.git.commit else ""))
@@ -449,7 +550,8 @@ def _duration(option: str, text: str | None) -> float | None:
 
 
 def _launch(job, inventory, overrides, *, image, detach, run_id, accept_new_host_keys, json_,
-            hang_timeout=None, settings=None, workspace=None, spec=None):
+            hang_timeout=None, settings=None, workspace=None, spec=None, supervised=False,
+            resume=None):
     def started(record: records.RunRecord) -> None:
         err.print(f"run {record.run_id}: {len(record.nodes)} containers running "
                   f"(logs in {record.dir})", markup=False)
@@ -460,7 +562,7 @@ def _launch(job, inventory, overrides, *, image, detach, run_id, accept_new_host
             accept_new_host_keys=accept_new_host_keys or None, handle_signals=True,
             stream=sys.stderr if json_ else sys.stdout, progress=PlainProgress(err),
             argv=["clusterctl", *sys.argv[1:]], on_started=started, hang_timeout=hang_timeout,
-            settings=settings, workspace=workspace, spec=spec,
+            settings=settings, workspace=workspace, spec=spec, supervised=supervised, resume=resume,
             on_note=_note,
             on_warning=lambda node, text: err.print(f"{node}: warning: {text}", markup=False))
     except launching.PreflightFailed as e:
@@ -575,6 +677,28 @@ def _slurm_logs(record: records.RunRecord, *, node: str | None, follow: bool, ta
         raise typer.Exit(record.exit_code or 0)
 
 
+# --------------------------------------------------------------------------- attach
+
+def attach(run: RunArg = None) -> None:
+    """Follow a run again: its merged output, attempt after attempt, to its end; exits with
+    the run's exit status (Ctrl-C stops following only, the run goes on)."""
+    record = records.resolve(run)
+    if record.scheduler == "slurm":
+        raise UserError(f"run {record.run_id} went through Slurm: follow it with "
+                        f"`clusterctl logs {record.run_id} --follow`.")
+    try:
+        final = detached.attach(record.run_id, sys.stdout,
+                                note=lambda text: err.print(text, markup=False, highlight=False))
+    except KeyboardInterrupt:
+        err.print(f"stopped following; run {record.run_id} goes on (`clusterctl attach "
+                  f"{record.run_id}` again)", markup=False)
+        raise typer.Exit(supervise.INTERRUPTED_EXIT) from None
+    for line in records.attempt_lines(final):
+        err.print(line, markup=False, highlight=False)
+    err.print(f"run {final.run_id}: {run_outcome(final)}", markup=False)
+    raise typer.Exit(final.exit_code or 0)
+
+
 # --------------------------------------------------------------------------- status
 
 def status(run: RunArg = None, nodes: RunNodesOption = None,
@@ -667,6 +791,10 @@ def stop(run: RunArg = None, nodes: RunNodesOption = None,
         out.print(f"run {record.run_id}: {run_outcome(records.load(record.run_id))}", markup=False)
         return
     by = f"clusterctl stop ({records.who()})"
+    if (record.supervised or record.attempts) and detached.ask_to_stop(record, timeout=grace + 60.0):
+        out.print(f"run {record.run_id}: its supervisor (pid {record.launcher.pid}) stopped it",
+                  markup=False)     # no restart follows; what is left is cleaned up below
+        record = records.load(record.run_id)
     with _cluster(nodes, record) as cluster:
         results = supervise.stop_run(cluster, record, grace=grace, by=by)
     rows, failed = [], []
@@ -725,6 +853,7 @@ def runs(json_: Annotated[bool, typer.Option("--json", help="The run records as 
 def register(app: typer.Typer) -> None:
     app.command("launch", cls=CommandAfterDashes)(launch)
     app.command("logs")(logs)
+    app.command("attach")(attach)
     app.command("status")(status)
     app.command("stop")(stop)
     app.command("runs")(runs)

@@ -72,29 +72,29 @@ EXIT_STATUSES: tuple[ExitStatus, ...] = (
                "was started or changed."),
     ExitStatus(RESTARTS_EXHAUSTED, "restarts exhausted", "The run failed after using every "
                "restart `--max-restarts` (the job's `max_restarts`) allowed; `runs`, `status` and "
-               "run.json say why each attempt ended.", ("launch",)),
+               "run.json say why each attempt ended.", ("launch", "attach")),
     ExitStatus(CRASH_LOOP, "crash loop", "The run stopped itself: the same failure (node, exit "
                "code, last line) `exclude_after` times in a row, or 3 attempts in a row without a "
-               "new file in the checkpoint directory.", ("launch",)),
+               "new file in the checkpoint directory.", ("launch", "attach")),
     ExitStatus(NOT_ENOUGH_NODES, "not enough nodes", "Nodes were excluded (lost, failing their "
                "checks, or blamed too often) and no spare was left to take their ranks, and the "
-               "job's `nnodes: MIN:MAX` does not allow fewer nodes.", ("launch",)),
+               "job's `nnodes: MIN:MAX` does not allow fewer nodes.", ("launch", "attach")),
     ExitStatus(HUNG, "hung", "The hang watchdog (`--hang-timeout`, the job's `hang_timeout`) "
                "saw no output from any rank for that long: the stacks were dumped to "
-               "`runs/<run-id>/stacks/` and the run was stopped.", ("launch",)),
+               "`runs/<run-id>/stacks/` and the run was stopped.", ("launch", "attach")),
     ExitStatus(SUSPICIOUS, "suspicious", "Every container exited 0, but the output shows a "
                "collective-library error (NCCL, gloo, oneCCL, ...): not a clean success.",
-               ("launch",)),
+               ("launch", "attach")),
     ExitStatus(INTERRUPTED, "interrupted", "Ctrl-C (SIGINT): `launch` stopped every container "
-               "of the run first; `logs --follow` just stops following.", ("launch", "logs")),
+               "of the run first; `logs --follow` and `attach` just stop following.", ("launch", "logs", "attach")),
     ExitStatus(TERMINATED, "terminated", "SIGTERM: `launch` stopped every container of the run "
                "first. Also the exit status recorded for a run `clusterctl stop` stopped.",
-               ("launch",)),
+               ("launch", "attach")),
     ExitStatus(NODE_LOST, "node lost", "The first failure of the run was a node that stopped "
-               "answering (15 s without an answer from its sshd).", ("launch",)),
+               "answering (15 s without an answer from its sshd).", ("launch", "attach")),
     ExitStatus(None, "the container's exit code", "Any other status: the exit code of the run's first "
                "failed container, by finish time on its node (`logs --follow` of a Slurm run "
-               "ends with the run's exit status).", ("launch", "logs")),
+               "ends with the run's exit status).", ("launch", "logs", "attach")),
 )
 
 

@@ -28,6 +28,7 @@ logs into ``runs/<run-id>/`` before removing them).
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 import json
 import os
@@ -341,7 +342,8 @@ def launch(job, inventory, *, image: str | None = None, overrides: Mapping[str, 
            workspace: workspaces.Workspace | None = None,
            on_note: Callable[[str], None] | None = None,
            spec: dict | None = None, max_restarts: int | None = None,
-           checkpoint: str | None = None) -> RunResult:
+           checkpoint: str | None = None, supervised: bool = False,
+           resume: records.RunRecord | None = None) -> RunResult:
     """Run ``job`` on every node of ``inventory``; see the module docstring for the steps.
 
     ``stream``: where the merged log goes (default stdout; pass an
@@ -359,6 +361,10 @@ def launch(job, inventory, *, image: str | None = None, overrides: Mapping[str, 
     job as given, kept in run.json for ``launch --rerun``.  ``max_restarts`` and
     ``checkpoint`` win over the job's keys: with restarts, a failed attempt is followed by
     another (:mod:`clusterctl.run.recovery` decides; spares replace excluded nodes).
+    ``supervised``: this process is a detached run's supervisor (:mod:`clusterctl.run.detached`).
+    ``resume``: the record of a run whose launch or supervisor died: its running attempt is
+    followed again (its containers adopted, its logs rewritten whole from them) or, when it
+    died between attempts, the next attempt starts; then as any run.
     Returns a RunResult whose ``exit_code`` is the job's true outcome.
     """
     hang = hang_timeout_of(job, hang_timeout)
@@ -372,12 +378,15 @@ def launch(job, inventory, *, image: str | None = None, overrides: Mapping[str, 
     settings = replace(settings or supervise.Settings(), hang_timeout=hang)
     if policy.recovers:         # a lost node is noticed within seconds (issue 22: <= 10 s)
         settings = replace(settings, **RECOVERY_PROBES)
-    run_id = _fresh_run_id(run_id, job)
+    run_id = resume.run_id if resume is not None else _fresh_run_id(run_id, job)
     inventory = with_job_port(job, inventory)
     try:
-        nodes_now, spares = recovery.initial_nodes([n.name for n in inventory.active],
-                                                   [n.name for n in inventory.spares],
-                                                   max_nodes=job.max_nodes, min_nodes=job.min_nodes)
+        if resume is not None:
+            nodes_now, spares = resumed_nodes(resume), list(resume.spares)
+        else:
+            nodes_now, spares = recovery.initial_nodes([n.name for n in inventory.active],
+                                                       [n.name for n in inventory.spares],
+                                                       max_nodes=job.max_nodes, min_nodes=job.min_nodes)
     except recovery.NotEnoughNodes as e:
         raise UserError(f"{inventory.path}: {e}; nothing was started.") from None
     stop_event = stop_event or threading.Event()
@@ -398,23 +407,32 @@ def launch(job, inventory, *, image: str | None = None, overrides: Mapping[str, 
     run = _Run(job=job, inventory=inventory, policy=policy, run_id=run_id, image=image, ref=ref,
                image_id=image_id, overrides=overrides, hang=hang, push=push, progress=progress,
                workspace=workspace, note=note, on_warning=on_warning,
-               accept_new_host_keys=accept_new_host_keys, nodes=nodes_now, spares=spares)
-    if policy.checkpoint and policy.recovers:
+               accept_new_host_keys=accept_new_host_keys, nodes=nodes_now, spares=spares,
+               supervised=supervised)
+    adopt = False
+    if resume is not None:
+        adopt = _take_over(run, resume)
+    elif policy.checkpoint and policy.recovers:
         with Cluster(first, accept_new_host_keys=accept_new_host_keys) as c:
             run.marks.append(checkpoint_mark(c, policy.checkpoint))
     caught: list[str] = []
     with ExitStack() as signals:
         while True:
-            prepared = _prepare_attempt(run)
-            if prepared is None:                 # not enough nodes passed their checks
-                return _end_without_attempt(run)
-            cluster, plans = prepared
+            if adopt:          # the running attempt of a resumed run: its containers run already
+                cluster, plans = _adopted(run, resume)
+            else:
+                prepared = _prepare_attempt(run)
+                if prepared is None:                 # not enough nodes passed their checks
+                    return _end_without_attempt(run)
+                cluster, plans = prepared
             with cluster:
-                record = _record_attempt(run, plans, detach=detach, argv=argv, spec=spec)
+                record = run.record if adopt else _record_attempt(run, plans, detach=detach, argv=argv,
+                                                                  spec=spec)
                 if handle_signals and not signals._exit_callbacks:
                     signals.enter_context(stop_on_signals(stop_event, caught.append))
                 try:
-                    start_recorded(cluster, plans, record)
+                    if not adopt:
+                        start_recorded(cluster, plans, record)
                 except StartFailed as e:
                     if run.attempt == 0 or not policy.recovers:
                         raise
@@ -434,9 +452,51 @@ def launch(job, inventory, *, image: str | None = None, overrides: Mapping[str, 
                     end = attempt_end(run.attempt, outcome)
                     if policy.checkpoint and policy.recovers and outcome.state not in ("succeeded",):
                         end = replace(end, checkpoint=checkpoint_mark(cluster, policy.checkpoint, outcome.lost))
+            adopt = False
             result = _after_attempt(run, record, outcome, end)
             if result is not None:
                 return result
+
+
+def resumed_nodes(record: records.RunRecord) -> list[str]:
+    """The nodes a resumed run goes on with: its attempt's, or, when it died between
+    attempts, the next attempt's (the excluded ones replaced as recorded)."""
+    if record.state == "restarting" and record.next_nodes:
+        return list(record.next_nodes)
+    return [n.node for n in record.nodes]
+
+
+def _take_over(run: _Run, record: records.RunRecord) -> bool:
+    """Fill ``run`` from a resumed record; True when its attempt is to be followed again
+    (False: it died between attempts, the next one starts)."""
+    run.record = record
+    run.attempt = record.attempt
+    run.excluded = dict(record.excluded)
+    run.history = [recovery.AttemptEnd(**a.end) for a in record.attempts if a.end]
+    run.marks = [record.checkpoint_start] if record.checkpoint_start is not None else []
+    record.launcher = records.this_launcher()
+    record.supervised = run.supervised
+    if record.state == "restarting":
+        run.attempt += 1
+        run.note(f"resume {record.run_id}: it died between attempts; attempt {run.attempt} starts")
+        return False
+    run.note(f"resume {record.run_id}: following attempt {record.attempt} again")
+    return True
+
+
+def _adopted(run: _Run, record: records.RunRecord):
+    """The open cluster and the plans (names, ranks, secrets to mask) of a running attempt
+    taken over; its logs are rewritten whole from the containers while they are followed."""
+    inv = attempt_inventory(run.inventory, [n.node for n in record.nodes])
+    cluster = Cluster(inv, accept_new_host_keys=run.accept_new_host_keys).__enter__()
+    plans = plan.make_plan(run.job, inv, run_id=run.run_id, image=run.image, overrides=run.overrides,
+                           extra_docker_args=watchdog_options(run.hang), **local_facts(inv),
+                           attempt=plan.Attempt(run.attempt, tuple(run.excluded), run.policy.checkpoint))
+    d = record.attempt_dir()
+    for f in [d / records.MERGED_LOG, *(record.log_path(n.node) for n in record.nodes)]:
+        f.unlink(missing_ok=True)
+    record.save()
+    return cluster, plans
 
 
 #: The supervisor's probes of a run that may restart: a node that stops answering is
@@ -474,6 +534,7 @@ class _Run:
     times: dict[str, float] = field(default_factory=dict)    # phase -> epoch seconds, this attempt
     last_check_failure: dict[str, str] = field(default_factory=dict)
     sent: dict[str, int] = field(default_factory=dict)       # bytes of code sent per node, first attempt
+    supervised: bool = False
 
     def mark(self, phase: str) -> None:
         self.times[phase] = time.time()
@@ -591,6 +652,8 @@ def _record_attempt(run: _Run, plans: Sequence[plan.NodePlan], *, detach: bool, 
         record.spec = spec
         record.max_restarts = run.policy.max_restarts
         record.checkpoint = run.policy.checkpoint
+        record.supervised = run.supervised
+        record.checkpoint_start = run.marks[0] if run.marks else None
     else:
         record.nodes, record.master_addr = fresh.nodes, fresh.master_addr
         record.state, record.exit_code, record.finished, record.first_failure = "starting", None, None, None
@@ -648,6 +711,7 @@ def _after_attempt(run: _Run, record: records.RunRecord, outcome: supervise.Outc
         a.then = decision.reason if decision.action == "end" else decision.reason
         a.excluded, a.replaced, a.checkpoint = dict(decision.exclude), swaps, end.checkpoint
         a.timings = _timings(end, outcome)
+        a.end = dataclasses.asdict(end)
     record.excluded = dict(run.excluded)
     record.spares = list(run.spares)
     if decision.action == "end":
@@ -661,6 +725,8 @@ def _after_attempt(run: _Run, record: records.RunRecord, outcome: supervise.Outc
         if run.attempt or run.policy.recovers:
             run.note(f"run {run.run_id}: {decision.reason} (exit {decision.exit_code})")
         return RunResult(run.run_id, decision.exit_code, record, outcome)
+    record.state = "restarting"      # between attempts: nothing runs, the run goes on
+    record.next_nodes = list(run.nodes)
     record.save()
     run.attempt += 1
     run.times = {}
@@ -736,7 +802,7 @@ def checkpoint_mark(cluster: Cluster, directory: str, skip: Sequence[str] = ()) 
 def _fresh_run_id(run_id: str | None, job) -> str:
     """A valid run id not recorded yet (the given one, checked, or a new one)."""
     run_id = records.check_run_id(run_id) if run_id else records.new_run_id(job.name)
-    if records.run_path(run_id).exists():
+    if (records.run_path(run_id) / records.RECORD_NAME).exists():
         raise UserError(f"run id {run_id!r} is already recorded in {records.run_path(run_id)}; "
                         "choose another --run-id (or leave it out for a new one).")
     return run_id

@@ -199,6 +199,7 @@ class AttemptRecord(BaseModel):
     # seconds, for `runs --json` and the benchmark: failure noticed, containers stopped,
     # nodes checked again, every container of the next attempt running
     timings: dict[str, float] = Field(default_factory=dict)
+    end: dict | None = None           # how it ended, as recovery.AttemptEnd (launch --resume reads it)
 
 
 class RunRecord(BaseModel):
@@ -212,8 +213,8 @@ class RunRecord(BaseModel):
     master_addr: str | None = None
     master_port: int | None = None
     detached: bool = False
-    # starting | running | succeeded | failed | hung | suspicious | interrupted | start-failed
-    # | stopped | unknown
+    # starting | running | restarting (between attempts) | succeeded | failed | hung | suspicious
+    # | interrupted | start-failed | stopped | unknown
     state: str = "starting"
     exit_code: int | None = None
     started: datetime = Field(default_factory=utcnow)
@@ -240,6 +241,9 @@ class RunRecord(BaseModel):
     excluded: dict[str, str] = Field(default_factory=dict)   # node -> why
     spares: list[str] = Field(default_factory=list)          # spares not used (yet)
     checkpoint: str | None = None
+    supervised: bool = False   # followed by a supervisor of its own (launch --detach with restarts/hangs)
+    next_nodes: list[str] = Field(default_factory=list)   # while restarting: the next attempt's nodes
+    checkpoint_start: str | None = None    # the checkpoint directory's newest file when the run began
 
     @property
     def dir(self) -> Path:
@@ -423,7 +427,7 @@ def may_have_containers(record: RunRecord) -> bool:
     A followed run that ended had its containers removed by launch; a detached
     run, one still starting or running, or one with a lost node may still have some.
     """
-    return record.detached or record.state in ("starting", "running", "unknown") or any(
+    return record.detached or record.state in ("starting", "running", "restarting", "unknown") or any(
         n.state in ("lost", "unknown") for n in record.nodes)
 
 
@@ -479,7 +483,7 @@ def settle_ended(record: RunRecord) -> None:
 def launcher_died(record: RunRecord) -> bool:
     """The record says a followed run is going, but the launch that followed it is gone
     (killed: SIGKILL, a crash, the machine rebooted): nobody will record its outcome."""
-    return (not record.detached and record.state in ("starting", "running")
+    return (not record.detached and record.state in ("starting", "running", "restarting")
             and launcher_gone(record.launcher) is True)
 
 
@@ -555,7 +559,8 @@ def containers_ended(record: RunRecord, rows: list[NodeStatus]) -> bool:
     """Every container of a run the record still calls starting/running/unknown has ended on
     its node (as the nodes say now): its outcome can be recorded."""
     return record.state in ("starting", "running", "unknown") and bool(rows) and all(
-        r.source == "node" and r.state in ("exited", "dead") for r in rows)
+        r.source == "node" and r.state in ("exited", "dead") for r in rows) and (
+        launcher_gone(record.launcher) is not False)    # a live launch records it itself
 
 
 def record_ended(record: RunRecord, rows: list[NodeStatus]) -> bool:
