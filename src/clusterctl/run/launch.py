@@ -715,6 +715,7 @@ def _after_attempt(run: _Run, record: records.RunRecord, outcome: supervise.Outc
     record.excluded = dict(run.excluded)
     record.spares = list(run.spares)
     if decision.action == "end":
+        _clean_excluded(run)
         if run.policy.recovers and decision.exit_code != record.exit_code:
             record.state = "failed"
         record.exit_code = decision.exit_code
@@ -735,8 +736,28 @@ def _after_attempt(run: _Run, record: records.RunRecord, outcome: supervise.Outc
     return None
 
 
+def _clean_excluded(run: _Run) -> None:
+    """At the end of a run: what it left on the nodes it excluded while their containers ran
+    (a link cut, an engine dead; such a node may answer again by now) is removed, best
+    effort and bounded; what could not be is named (``clusterctl stop RUN`` later)."""
+    known = {n.name for n in run.inventory.nodes}
+    nodes = [n for n in run.excluded if n in known]
+    if not nodes:
+        return
+    try:
+        with Cluster(attempt_inventory(run.inventory, nodes), connect_timeout=5.0,
+                     accept_new_host_keys=run.accept_new_host_keys) as c:
+            left = containers.remove_run_containers(c, run.run_id, nodes, timeout=5.0)
+    except ClusterctlError as e:
+        left = dict.fromkeys(nodes, str(e))
+    for node, why in left.items():
+        run.note(f"{node} (excluded): this run's containers there could not be removed now "
+                 f"({why}); `clusterctl stop {run.run_id} --nodes ...` removes them when it answers")
+
+
 def _end_without_attempt(run: _Run) -> RunResult:
     """The run ends because the nodes left after a failure did not pass their checks."""
+    _clean_excluded(run)
     record = run.record
     reason = "not enough nodes: " + run.last_check_failure.get("reason", "")
     if record.attempts:
