@@ -592,13 +592,13 @@ def _check_and_plan(run: _Run, cluster: Cluster) -> list[plan.NodePlan]:
     and the image pushed where it is missing."""
     job, inv = run.job, cluster.inventory
     extra = plan.job_devices(job)
-    warm = (run.attempt == 0 and run.policy.recovers and run.spares)
+    warm = bool(run.attempt == 0 and run.policy.recovers and run.spares)
     # the code travels while preflight checks the nodes (a copy on a node is a cache:
     # when preflight fails, nothing was started all the same)
     # (leaving the pool waits for the sync, also when preflight raises)
     with ThreadPoolExecutor(max_workers=2, thread_name_prefix="ship-code") as pool:
         shipping = pool.submit(ship_code, cluster, run.workspace, run.note) if run.workspace else None
-        warming = pool.submit(_ready_spares, run) if warm else None
+        warming = pool.submit(_spares_code, run) if warm and run.workspace else None
         # with push, preflight's docker channel also reads each node's ID of the image, so
         # push skips the nodes that have it without a channel of its own (issue 12)
         interfaces, init_nodes, node_ids = preflight(
@@ -616,24 +616,38 @@ def _check_and_plan(run: _Run, cluster: Cluster) -> list[plan.NodePlan]:
                            init_nodes=init_nodes, code=code, **facts,
                            attempt=plan.Attempt(run.attempt, tuple(run.excluded), run.policy.checkpoint))
     if run.push:
-        push_image(cluster, plans[0].image, run.progress,
-                   have=[n for n, i in node_ids.items() if i is not None and i == run.image_id])
+        have = [n for n, i in node_ids.items() if i is not None and i == run.image_id]
+        if warm:     # the spares get the image in the same relay chain, so they are hot spares
+            _push_with_spares(run, plans[0].image, have)
+        else:
+            push_image(cluster, plans[0].image, run.progress, have=have)
     return plans
 
 
-def _ready_spares(run: _Run) -> None:
-    """Give the spares the image and the code before they are needed (best effort: a spare
-    that cannot take them now is checked again when it must take a rank)."""
-    inv = attempt_inventory(run.inventory, run.spares)
-    with Cluster(inv, accept_new_host_keys=run.accept_new_host_keys) as spares:
+def _spares_code(run: _Run) -> None:
+    """Give the spares the code before they are needed (best effort: a spare that cannot take
+    it now gets it when it must take a rank)."""
+    with Cluster(attempt_inventory(run.inventory, run.spares),
+                 accept_new_host_keys=run.accept_new_host_keys) as spares:
+        failed = {n: r.reason for n, r in code_sync.sync(spares, run.workspace.tree).items()
+                  if isinstance(r, NodeError)}
+    for node, why in failed.items():
+        run.note(f"spare {node}: the code could not be put there now ({why}); it is when needed")
+
+
+def _push_with_spares(run: _Run, ref: str, have: Sequence[str]) -> None:
+    """Push to the run's nodes and its spares at once; a spare that fails is only named
+    (it is checked again when it must take a rank), a run's node that fails fails the push."""
+    inv = attempt_inventory(run.inventory, [*run.nodes, *run.spares])
+    with Cluster(inv, accept_new_host_keys=run.accept_new_host_keys) as both:
         try:
-            if run.workspace is not None:
-                code_sync.sync(spares, run.workspace.tree)
-            if run.push:
-                push_image(spares, run.ref, run.progress)
-            run.note(f"spares ready: {', '.join(run.spares)}")
-        except ClusterctlError as e:
-            run.note(f"spares not readied now ({e}); each is checked when it must take a rank")
+            push_image(both, ref, run.progress, have=have)
+        except PushFailed as e:
+            mine = {n: why for n, why in e.failures.items() if n not in set(run.spares)}
+            if mine:
+                raise PushFailed(mine) from None
+            for node, why in e.failures.items():
+                run.note(f"spare {node}: the image could not be put there now ({why}); it is when needed")
 
 
 def _record_attempt(run: _Run, plans: Sequence[plan.NodePlan], *, detach: bool, argv: Sequence[str],
