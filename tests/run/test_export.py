@@ -333,3 +333,100 @@ def test_unknown_docker_flag_is_refused():
     pod = pod_settings(["--ulimit", "stack=67108864", "--cap-add=sys_ptrace", "--gpus", "2"], [], slots=8)
     assert pod.capabilities == ["SYS_PTRACE"] and pod.resources == {"nvidia.com/gpu": "2"}
     assert any("stack=67108864" in n for n in pod.notes)
+
+
+# --------------------------------------------------------------------------- recovery (issue 22)
+
+def _recovering(tmp_path, keys: str):
+    return load_job(_job(tmp_path, "image: reg/app:1\ncommand: [run]\n" + keys))
+
+
+def _replicas(body: dict) -> dict:
+    return body["spec"]["pytorchReplicaSpecs"]
+
+
+def test_no_recovery_keys_keep_never_and_backoff_0_and_the_run_id_is_the_name():
+    body = _manifest("ddp-smoke", "pytorchjob", {"nnodes": 3}).body
+    assert {r["restartPolicy"] for r in _replicas(body).values()} == {"Never"}
+    assert body["spec"]["runPolicy"]["backoffLimit"] == 0
+    env = {e["name"]: e for e in _container(body)["env"]}
+    assert env["CLUSTERCTL_RUN_ID"] == {"name": "CLUSTERCTL_RUN_ID", "value": "ddp-smoke"}
+    assert "CLUSTERCTL_ATTEMPT" not in env and "CLUSTERCTL_EXCLUDED_NODES" not in env
+
+
+def test_max_restarts_becomes_on_failure_and_backoff_limit(tmp_path):
+    m = build_manifest(_recovering(tmp_path, "max_restarts: 3\n"), kind="pytorchjob", nnodes=4)
+    assert {r["restartPolicy"] for r in _replicas(m.body).values()} == {"OnFailure"}
+    assert m.body["spec"]["runPolicy"] == {"backoffLimit": 3, "cleanPodPolicy": "None"}
+    text = " ".join(m.notes)     # the YAML header says them
+    assert "restartPolicy OnFailure, runPolicy.backoffLimit 3" in text
+    assert "counts up to 4 (one per pod) against the 3" in text
+    assert "CLUSTERCTL_ATTEMPT is not set" in text
+    assert "CLUSTERCTL_ATTEMPT" not in {e["name"] for e in _container(m.body)["env"]}
+
+
+def test_exit_code_lists_become_exit_code_and_what_cannot_map_is_said(tmp_path):
+    m = build_manifest(_recovering(tmp_path, "max_restarts: 2\nretry_on_exit: [138, 75]\n"
+                                              "fatal_on_exit: [2, 143]\n"),
+                       kind="pytorchjob", nnodes=2)
+    assert {r["restartPolicy"] for r in _replicas(m.body).values()} == {"ExitCode"}
+    assert m.body["spec"]["runPolicy"]["backoffLimit"] == 2
+    text = " ".join(m.notes)     # the YAML header says them
+    assert "recreates a pod that exited 130, 137, 138, 143 and fails the job on any other code" in text
+    assert ("Not expressible under ExitCode: retry_on_exit 75 (the operator fails the job on it; "
+            "exit 138 to be retried); fatal_on_exit 143 (the operator retries it)") in text
+    assert "kubeflow/trainer#2045" in text
+    assert "retry_on_exit 138" not in text.split("Not expressible")[1]     # 138 maps
+    # retry codes alone (no counted restarts): no backoffLimit of 0 that would end it at once
+    only = build_manifest(_recovering(tmp_path, "retry_on_exit: [137]\n"), kind="pytorchjob", nnodes=2)
+    assert only.body["spec"]["runPolicy"]["backoffLimit"] == 100
+    assert {r["restartPolicy"] for r in _replicas(only.body).values()} == {"ExitCode"}
+
+
+def test_trainjob_restarts_are_the_runtimes_the_attempt_is_jobsets(tmp_path):
+    m = build_manifest(_recovering(tmp_path, "max_restarts: 2\nfatal_on_exit: [3]\n"),
+                       kind="trainjob", nnodes=2, runtime="torch-hostnet")
+    spec = m.body["spec"]
+    assert set(spec) == {"runtimeRef", "trainer"}             # no field of its own for restarts
+    text = " ".join(m.notes)     # the YAML header says them
+    assert ("set spec.template.spec.failurePolicy.maxRestarts: 2 in the ClusterTrainingRuntime "
+            "torch-hostnet") in text
+    assert "podFailurePolicy rule (onExitCodes, action FailJob)" in text
+    env = {e["name"]: e for e in spec["trainer"]["env"]}
+    assert env["CLUSTERCTL_ATTEMPT"]["valueFrom"] == {"fieldRef": {
+        "fieldPath": "metadata.annotations['jobset.sigs.k8s.io/restart-attempt']"}}
+
+
+@pytest.mark.parametrize("kind", ["pytorchjob", "trainjob"])
+def test_checkpoint_is_a_host_path_at_the_same_path_and_named(tmp_path, kind):
+    m = build_manifest(_recovering(tmp_path, "checkpoint: /shared/ckpt\n"), kind=kind, nnodes=2)
+    if kind == "pytorchjob":
+        pod = _replicas(m.body)["Worker"]["template"]["spec"]
+        mounts = pod["containers"][0]["volumeMounts"]
+    else:
+        pod = m.body["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"][
+            "replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+        mounts = pod["containers"][0]["volumeMounts"]
+    assert {"name": "checkpoint", "hostPath": {"path": "/shared/ckpt"}} in pod["volumes"]
+    assert {"name": "checkpoint", "mountPath": "/shared/ckpt"} in mounts
+    assert {"name": "CLUSTERCTL_CHECKPOINT_DIR", "value": "/shared/ckpt"} in _container(m.body)["env"]
+    assert "every Kubernetes node needs the same shared storage there" in " ".join(m.notes)
+
+
+def test_a_checkpoint_where_a_mount_is_is_refused(tmp_path):
+    job = _recovering(tmp_path, "checkpoint: /data\nmounts: ['/srv/data:/data']\n")
+    with pytest.raises(UserError, match="checkpoint: /data is also the container path of a mount") as e:
+        build_manifest(job, kind="pytorchjob", nnodes=1)
+    assert e.value.exit_code == 2
+
+
+@pytest.mark.parametrize("kind", ["pytorchjob", "trainjob"])
+def test_recovery_manifests_validate_against_the_models_no_cluster(tmp_path, kind):
+    from kubeflow.training import ApiClient as TrainingClient
+    from kubeflow_trainer_api.models import TrainerV1alpha1TrainJob
+    job = _recovering(tmp_path, "max_restarts: 2\nretry_on_exit: [138]\ncheckpoint: /shared/ckpt\n")
+    body = yaml.safe_load(build_manifest(job, kind=kind, nnodes=3).text())
+    if kind == "pytorchjob":
+        assert _round_trip_kubernetes(TrainingClient(), body, "KubeflowOrgV1PyTorchJob") == body
+    else:
+        assert TrainerV1alpha1TrainJob.from_dict(body).to_dict() == body

@@ -213,3 +213,43 @@ def test_every_shipped_job_applies_with_kubectl_server_dry_run(tmp_path):
             if done.returncode != 0 or "Warning: unknown field" in done.stderr:
                 failures.append(f"{job} --to {kind}: {done.stderr.strip()}")
     assert not failures, "\n".join(failures)
+
+
+# --------------------------------------------------------------------------- recovery (issue 22)
+
+RECOVERY = {"max_restarts": 2, "retry_on_exit": [138, 75], "fatal_on_exit": [3],
+            "checkpoint": "/shared/ckpt"}
+
+
+@pytest.mark.parametrize("keys", [{"max_restarts": 2}, RECOVERY], ids=["restarts", "all-keys"])
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("job", SHIPPED)
+def test_every_shipped_job_with_recovery_keys_validates_against_the_crd(job, kind, keys):
+    body = yaml.safe_load(build_manifest(load_job(job, keys), kind=kind, nnodes=3, slots=2).text())
+    assert schema_errors(body) == []
+    if kind == "pytorchjob":
+        policies = {r["restartPolicy"] for r in body["spec"]["pytorchReplicaSpecs"].values()}
+        assert policies == ({"ExitCode"} if "retry_on_exit" in keys else {"OnFailure"})
+        assert body["spec"]["runPolicy"]["backoffLimit"] == 2
+
+
+def test_the_runtime_fields_the_trainjob_notes_name_are_the_runtimes():
+    """What a TrainJob's notes ask of the ClusterTrainingRuntime (JobSet failurePolicy
+    maxRestarts and a rule on PodFailurePolicy failures; a podFailurePolicy on exit codes in
+    the node job) is a valid runtime, and a TrainJob itself has none of it."""
+    runtime = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "ClusterTrainingRuntime",
+               "metadata": {"name": "torch-restarts"},
+               "spec": {"mlPolicy": {"numNodes": 1, "torch": {}},
+                        "template": {"spec": {
+                            "failurePolicy": {"maxRestarts": 2, "rules": [
+                                {"name": "fatalExitCodes", "action": "FailJobSet",
+                                 "onJobFailureReasons": ["PodFailurePolicy"]}]},
+                            "replicatedJobs": [{"name": "node", "template": {"spec": {
+                                "podFailurePolicy": {"rules": [{"action": "FailJob", "onExitCodes": {
+                                    "containerName": "node", "operator": "In", "values": [3]}}]},
+                                "template": {"spec": {"restartPolicy": "Never", "containers": [
+                                    {"name": "node", "image": "x"}]}}}}}]}}}}
+    assert schema_errors(runtime) == []
+    body = _body("ddp-smoke", "trainjob", {"nnodes": 2})
+    body["spec"]["failurePolicy"] = {"maxRestarts": 2}
+    assert any("'failurePolicy' was unexpected" in e for e in schema_errors(body))

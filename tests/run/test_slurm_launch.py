@@ -20,6 +20,7 @@ import re
 import signal
 import subprocess
 import sys
+import textwrap
 import time
 from pathlib import Path
 
@@ -228,3 +229,59 @@ def test_launch_finds_the_sandboxs_own_slurm_without_slurm_conf(slurm3, cpu_imag
     assert st.returncode == 0 and json.loads(st.stdout)["state"] == "succeeded", st.stdout + st.stderr
     assert f'using the Slurm of sandbox "{slurm3.name}"' in st.stderr
     _nothing_left(slurm3, "sl-noconf")
+
+
+def test_a_failed_attempt_requeues_the_job_and_the_run_ends_succeeded(slurm3, cpu_image, slurm_env,
+                                                                      tmp_path):
+    """max_restarts 1: attempt 0 fails on every node (CLUSTERCTL_ATTEMPT is 0), the script
+    requeues its own job, launch follows it through PENDING, attempt 1 (SLURM_RESTART_COUNT 1)
+    succeeds; run.json lists both attempts.  Slurm holds a requeued job for cred_expire
+    (120 s here): the test starts it sooner (scontrol update StartTime=now, as root), but
+    not within the second of the requeue: slurmctld kills a batch job whose new credential is
+    not newer than the revoked one ("Job credential revoked")."""
+    job = tmp_path / "requeue.yaml"
+    job.write_text(textwrap.dedent("""\
+        description: test job - fails in attempt 0, succeeds once requeued
+        target: cpu
+        nproc_per_node: 1
+        max_restarts: 1
+        command: [sh, -c, 'echo "attempt $CLUSTERCTL_ATTEMPT of $CLUSTERCTL_RUN_ID"; test "$CLUSTERCTL_ATTEMPT" -ge 1']
+        """))
+    proc = subprocess.Popen([*CLI, "launch", str(job), "--image", cpu_image, "--scheduler", "slurm",
+                             "--nodes", str(slurm3.inventory_path), "--run-id", "sl-rq"],
+                            env=slurm_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            stdin=subprocess.DEVNULL)
+    started = None
+    try:
+        deadline = time.monotonic() + 600          # the first launch of a session pushes the image
+        while time.monotonic() < deadline and proc.poll() is None:
+            rec_path = Path(slurm_env["CLUSTERCTL_RUNS"]) / "sl-rq" / "run.json"
+            job_id = json.loads(rec_path.read_text()).get("slurm_job") if rec_path.exists() else None
+            if job_id:
+                shown = slurm3.slurm("scontrol", "-o", "show", "job", job_id).stdout
+                if "Restarts=1" in shown and "JobState=PENDING" in shown:
+                    started = started or time.monotonic()
+                    if time.monotonic() - started > 3:
+                        slurm3.slurm("scontrol", "update", f"JobId={job_id}", "StartTime=now")
+            time.sleep(0.5)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            slurm3.slurm("scancel", "--name", "sl-rq")
+    assert proc.returncode == 0, out[-3000:] + err[-3000:]
+    assert started is not None, "the job was never requeued"
+    for node, rank in (("node1", 0), ("node2", 1), ("node3", 2)):
+        assert f"{node}[{rank}]| attempt 1 of sl-rq" in out, out[-3000:]
+    assert "attempt 0 of sl-rq" in out              # launch followed attempt 0 too, and went on
+    rec = _record(slurm_env, "sl-rq")
+    assert (rec["state"], rec["exit_code"], rec["attempt"], rec["max_restarts"]) == ("succeeded", 0, 1, 1)
+    first, last = rec["attempts"]
+    assert (first["attempt"], first["state"], first["exit_code"]) == (0, "failed", 1), first
+    assert first["then"] == "requeued: restart 1/1"
+    assert (last["attempt"], last["state"], last["exit_code"]) == (1, "succeeded", 0), last
+    assert [n["exit_code"] for n in rec["nodes"]] == [0, 0, 0]
+    assert "Restarts=1" in slurm3.slurm("scontrol", "-o", "show", "job", rec["slurm_job"]).stdout
+    said = _job_output(slurm_env, "sl-rq")         # srun's status: the highest code, here 143
+    assert re.search(r"^\[clusterctl\] requeue: attempt 0 failed \(exit \d+\), restart 1/1$", said, re.M), said
+    _nothing_left(slurm3, "sl-rq")

@@ -20,7 +20,7 @@ from clusterctl.cluster.inventory import load_inventory
 from clusterctl.core.errors import UserError
 from clusterctl.run.jobs import load_job
 from clusterctl.run.slurm.options import check_options
-from clusterctl.run.slurm.script import render_script, shell_word
+from clusterctl.run.slurm.script import parse_attempt_mark, render_script, shell_word
 from tests.fixtures.golden import matches_golden
 
 GOLDEN_DIR = Path(__file__).parent / "golden"
@@ -142,3 +142,146 @@ def test_good_times(time):
 def test_shell_word_quotes_plain_values():
     assert shell_word("a b") == shlex.quote("a b")
     assert shell_word("plain") == "plain"
+
+
+# --------------------------------------------------------------------------- recovery (issue 22)
+
+RESTARTS = {"max_restarts": 2, "retry_on_exit": [75], "fatal_on_exit": [3, 7],
+            "checkpoint": "/shared/ckpt"}
+
+
+def _render_job(job: str, container: str, given: dict | None = None, **kw):
+    options = check_options(nnodes=kw.pop("nnodes", 3), partition=kw.pop("partition", "debug"),
+                            time=kw.pop("time", "30:00"), container=container)
+    return render_script(load_job(job, given), options, run_id="golden-run",
+                         run_dir=kw.pop("run_dir", RUN_DIR), **kw)
+
+
+def test_restarts_script_matches_golden():
+    """max_restarts, retry_on_exit, fatal_on_exit and checkpoint: --requeue, the requeue step."""
+    _golden("slurm-ddp-smoke-restarts-docker.sbatch", _render_job("ddp-smoke", "docker", RESTARTS).text)
+
+
+@pytest.mark.parametrize("container", ["docker", "pyxis"])
+def test_attempt_is_slurms_restart_count_in_every_task_not_a_fixed_zero(container):
+    text = _render_job("ddp-smoke", container).text
+    assert 'CLUSTERCTL_ATTEMPT="${SLURM_RESTART_COUNT:-0}"' in text
+    assert "CLUSTERCTL_ATTEMPT=0" not in text
+    assert ('-e CLUSTERCTL_ATTEMPT="${CLUSTERCTL_ATTEMPT}"' if container == "docker"
+            else 'export CLUSTERCTL_ATTEMPT="${CLUSTERCTL_ATTEMPT}"') in text
+    assert "CLUSTERCTL_RUN_ID=golden-run" in text
+    # no restarts asked: no --requeue, and the script ends with srun's own status
+    assert "--requeue" not in text and "scontrol requeue" not in text
+    assert text.rstrip().endswith('"$CLUSTERCTL_TASK"')
+
+
+@pytest.mark.parametrize("container", ["docker", "pyxis"])
+def test_checkpoint_is_mounted_at_its_own_path_and_named(container):
+    text = _render_job("ddp-smoke", container, {"checkpoint": "/shared/ckpt"}).text
+    assert ("-v /shared/ckpt:/shared/ckpt" if container == "docker"
+            else "--container-mounts=/srv/clusterctl/runs/golden-run:/srv/clusterctl/runs/golden-run,"
+                 "/shared/ckpt:/shared/ckpt") in text
+    assert "CLUSTERCTL_CHECKPOINT_DIR=/shared/ckpt" in text
+
+
+def test_restarts_in_pyxis_mode_too():
+    text = _render_job("ddp-smoke", "pyxis", RESTARTS).text
+    assert "#SBATCH --requeue\n#SBATCH --open-mode=append\n" in text
+    assert 'sh -c "$CLUSTERCTL_TASK" && code=0 || code=$?\n' in text
+    assert 'scontrol requeue "$SLURM_JOB_ID"' in text
+
+
+def test_parse_attempt_mark():
+    assert parse_attempt_mark("[clusterctl] attempt 2 on node1,node3") == (2, ["node1", "node3"])
+    assert parse_attempt_mark("[clusterctl] requeue: attempt 0 failed (exit 1), restart 1/2") is None
+    assert parse_attempt_mark("0: [clusterctl] attempt 1 on x") is None
+
+
+# The batch script run by a real bash with stand-ins for srun and scontrol (no Slurm needed
+# for its control flow; tests/run/test_slurm_launch.py runs it on a real Slurm).
+FAKE_SRUN = """#!/bin/sh
+# stand-in srun: the tasks' records of this scenario, then its exit status
+echo "$CLUSTERCTL_ATTEMPT" > "$FAKE_DIR/srun-attempt"
+[ -n "$FAKE_RECORDS" ] && printf '%s\\n' "$FAKE_RECORDS" | while IFS='|' read -r node code stopped; do
+  printf '{"node": "%s", "rank": 0, "exit_code": %s, "finished": "2026-11-26T06:00:00Z", "stopped": %s, "slurm_job": "42", "attempt": %s}\\n' \\
+    "$node" "$code" "$stopped" "$CLUSTERCTL_ATTEMPT" > "$CLUSTERCTL_RUN_DIR/slurm/$node.json"
+done
+exit "$FAKE_SRUN_EXIT"
+"""
+FAKE_SCONTROL = """#!/bin/sh
+case "$1 $2" in
+  "show hostnames") printf 'node1\\nnode2\\n' ;;
+  "-o show") echo "NodeName=$4 NodeAddr=10.0.0.1 State=IDLE" ;;
+  "requeue "*) echo "$2" >> "$FAKE_DIR/requeued" ;;
+esac
+"""
+
+
+def _run_batch(tmp_path, *, restart_count: int, srun_exit: int, records: str,
+               stop_request: bool = False) -> tuple[subprocess.CompletedProcess, list[str]]:
+    run_dir = tmp_path / "run"
+    (run_dir / "slurm").mkdir(parents=True, exist_ok=True)
+    if stop_request:
+        (run_dir / "stop-request.json").write_text("{}")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    for name, text in (("srun", FAKE_SRUN), ("scontrol", FAKE_SCONTROL)):
+        (bin_dir / name).write_text(text)
+        (bin_dir / name).chmod(0o755)
+    script = tmp_path / "sbatch.sh"
+    script.write_text(_render_job("ddp-smoke", "docker", RESTARTS, run_dir=str(run_dir)).text)
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "FAKE_DIR": str(tmp_path), "FAKE_RECORDS": records,
+           "FAKE_SRUN_EXIT": str(srun_exit), "SLURM_JOB_ID": "42", "SLURM_NNODES": "2",
+           "SLURM_JOB_NODELIST": "node[1-2]"}
+    if restart_count:
+        env["SLURM_RESTART_COUNT"] = str(restart_count)
+    res = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=30)
+    requeued = tmp_path / "requeued"
+    return res, requeued.read_text().split() if requeued.exists() else []
+
+
+def test_a_failed_attempt_requeues_its_own_job(tmp_path):
+    res, requeued = _run_batch(tmp_path, restart_count=0, srun_exit=143,
+                               records="node1|1|false\nnode2|143|true")
+    assert requeued == ["42"], res.stdout + res.stderr
+    assert res.returncode == 143
+    assert "[clusterctl] attempt 0 on node1,node2\n" in res.stdout
+    assert "[clusterctl] requeue: attempt 0 failed (exit 143), restart 1/2" in res.stdout
+    assert (tmp_path / "srun-attempt").read_text().strip() == "0"
+
+
+def test_the_next_attempt_moves_the_last_ones_records_aside_and_knows_its_number(tmp_path):
+    _run_batch(tmp_path, restart_count=0, srun_exit=143, records="node1|1|false\nnode2|143|true")
+    res, requeued = _run_batch(tmp_path, restart_count=1, srun_exit=0,
+                               records="node1|0|false\nnode2|0|false")
+    assert res.returncode == 0 and requeued == ["42"]          # only attempt 0's requeue
+    assert (tmp_path / "srun-attempt").read_text().strip() == "1"
+    assert "[clusterctl] attempt 1 on node1,node2\n" in res.stdout
+    slurm = tmp_path / "run" / "slurm"
+    assert sorted(p.name for p in (slurm / "attempt-0").iterdir()) == ["node1.json", "node2.json"]
+    assert '"exit_code": 1,' in (slurm / "attempt-0" / "node1.json").read_text()
+    assert '"attempt": 1}' in (slurm / "node1.json").read_text()
+
+
+@pytest.mark.parametrize(("case", "kw", "said"), [
+    ("fatal code", {"restart_count": 0, "srun_exit": 143, "records": "node1|143|true\nnode2|7|false"},
+     "[clusterctl] no requeue: a rank exited with a code of fatal_on_exit (3, 7)"),
+    ("restarts used up", {"restart_count": 2, "srun_exit": 1, "records": "node1|1|false"},
+     "[clusterctl] no requeue: attempt 2 failed (exit 1), restarts used up (2/2)"),
+    ("clusterctl stop", {"restart_count": 0, "srun_exit": 143, "records": "node1|143|true",
+                         "stop_request": True}, "[clusterctl] no requeue: clusterctl stop ended the run"),
+    ("success", {"restart_count": 0, "srun_exit": 0, "records": "node1|0|false"}, ""),
+])
+def test_no_requeue_when_fatal_used_up_stopped_or_succeeded(tmp_path, case, kw, said):
+    res, requeued = _run_batch(tmp_path, **kw)
+    assert requeued == [], case
+    assert res.returncode == kw["srun_exit"]
+    assert said in res.stdout
+    assert "] requeue: attempt" not in res.stdout
+
+
+def test_a_fatal_code_of_a_stopped_rank_is_not_its_own(tmp_path):
+    """Ranks that srun stopped (137/143, "stopped": true) say nothing about fatal_on_exit."""
+    res, requeued = _run_batch(tmp_path, restart_count=0, srun_exit=143,
+                               records="node1|3|true\nnode2|1|false")
+    assert requeued == ["42"], res.stdout + res.stderr

@@ -105,3 +105,91 @@ def test_a_too_old_slurm_is_refused_before_anything_fake_sbatch_no_old_slurm_her
         submit.check_cluster(options, {"PATH": str(tmp_path)})
     assert e.value.exit_code == 2
     assert "19.05 is too old" in e.value.message and "20.11 or newer" in e.value.message
+
+
+# --------------------------------------------------------------------------- a requeued job (issue 22)
+
+def _attempt_record(d, node, rank, code, finished, stopped, attempt):
+    d.mkdir(parents=True, exist_ok=True)
+    (d / f"{node}.json").write_text(json.dumps(
+        {"node": node, "rank": rank, "exit_code": code, "finished": finished, "stopped": stopped,
+         "slurm_job": "7", "attempt": attempt}))
+
+
+def _slurm_record(tmp_path, monkeypatch, **kw) -> records.RunRecord:
+    monkeypatch.setenv("CLUSTERCTL_RUNS", str(tmp_path / "runs"))
+    rec = records.RunRecord(run_id="rq1", job="j", inventory="", image="img", scheduler="slurm",
+                            slurm_job="7", state="running", **kw)
+    rec.save()
+    return rec
+
+
+def test_output_of_every_attempt_goes_to_that_attempts_nodes(tmp_path, monkeypatch):
+    """Each attempt's first line names its nodes in task order: task 0 is node1 in attempt
+    0 and node3 in attempt 1 (Slurm chose other nodes after the requeue)."""
+    from clusterctl.run import logs
+    from clusterctl.run.slurm import track
+    rec = _slurm_record(tmp_path, monkeypatch)
+    text = ("[clusterctl] attempt 0 on node1,node2\n0: first try\n1: failing\n"
+            "[clusterctl] requeue: attempt 0 failed (exit 1), restart 1/2\n"
+            "[clusterctl] attempt 1 on node3,node2\n0: second try\n")
+    track.output_path(rec).write_text(text)
+    assert list(track.output_lines(rec)) == [("node1", "first try"), ("node2", "failing"),
+                                             ("node3", "second try")]
+    sink = logs.LogSink({"node1": 0, "node2": 1, "node3": 0}, run_dir=tmp_path / "out")
+    seen = []
+    tail = track.OutputTail(track.output_path(rec), sink, on_attempt=lambda a, n: seen.append((a, n)))
+    tail.read(final=True)
+    sink.close()
+    assert seen == [(0, ["node1", "node2"]), (1, ["node3", "node2"])]
+    merged = (tmp_path / "out" / logs.MERGED_LOG).read_text().splitlines()
+    assert [(p[0], p[2]) for p in map(logs.parse_prefixed, merged)] == [
+        ("node1", "first try"), ("node2", "failing"), ("node3", "second try")]
+
+
+def test_a_requeued_run_records_every_attempt_and_ends_as_its_last(tmp_path, monkeypatch):
+    from clusterctl.run.slurm import track
+    rec = _slurm_record(tmp_path, monkeypatch, max_restarts=2)
+    slurm = rec.dir / "slurm"
+    _attempt_record(slurm / "attempt-0", "node1", 0, 3, "2026-11-26T06:00:01Z", False, 0)
+    _attempt_record(slurm / "attempt-0", "node2", 1, 143, "2026-11-26T06:00:02Z", True, 0)
+    _attempt_record(slurm, "node1", 0, 0, "2026-11-26T06:03:01Z", False, 1)
+    _attempt_record(slurm, "node2", 1, 0, "2026-11-26T06:03:02Z", False, 1)
+    info = track.JobInfo(source="scontrol", state="COMPLETED", exit_code=0, nodes=["node1", "node2"])
+    monkeypatch.setattr(track, "job_info", lambda *_a, **_k: info)
+    assert track.settle(rec, {}, grace=0)
+    done = records.load("rq1")
+    assert (done.state, done.exit_code, done.attempt) == ("succeeded", 0, 1)
+    first, last = done.attempts
+    assert (first.attempt, first.state, first.exit_code) == (0, "failed", 3)
+    assert (first.first_failure.node, first.ended, first.then) == ("node1", "node1 exited 3",
+                                                                   "requeued: restart 1/2")
+    assert [(n.node, n.exit_code, n.state) for n in first.nodes] == [("node1", 3, "exited"),
+                                                                     ("node2", 143, "stopped")]
+    assert (last.attempt, last.state, last.exit_code, last.then) == (1, "succeeded", 0, "end")
+    assert [n.exit_code for n in done.nodes] == [0, 0]       # the stale records of attempt 0 are not read
+
+
+def test_restarts_used_up_on_slurm_is_said_in_the_last_attempt(tmp_path, monkeypatch):
+    from clusterctl.run.slurm import track
+    rec = _slurm_record(tmp_path, monkeypatch, max_restarts=1)
+    slurm = rec.dir / "slurm"
+    _attempt_record(slurm / "attempt-0", "node1", 0, 1, "2026-11-26T06:00:01Z", False, 0)
+    _attempt_record(slurm, "node1", 0, 1, "2026-11-26T06:03:01Z", False, 1)
+    info = track.JobInfo(source="none", why="forgotten")      # Slurm forgot it: the records tell
+    monkeypatch.setattr(track, "job_info", lambda *_a, **_k: info)
+    assert track.settle(rec, {}, grace=0)
+    done = records.load("rq1")
+    assert (done.state, done.exit_code, done.attempt, len(done.attempts)) == ("failed", 1, 1, 2)
+    assert done.attempts[-1].then == "restarts used up (1/1)"
+    assert [n.node for n in done.nodes] == ["node1"]
+
+
+def test_a_run_without_restarts_records_no_attempts(tmp_path, monkeypatch):
+    from clusterctl.run.slurm import track
+    rec = _slurm_record(tmp_path, monkeypatch)
+    _attempt_record(rec.dir / "slurm", "node1", 0, 0, "2026-11-26T06:03:01Z", False, 0)
+    monkeypatch.setattr(track, "job_info", lambda *_a, **_k: track.JobInfo(source="none"))
+    assert track.settle(rec, {}, grace=0)
+    done = records.load("rq1")
+    assert (done.state, done.attempt, done.attempts) == ("succeeded", 0, [])

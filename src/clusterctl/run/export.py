@@ -50,6 +50,25 @@ What an SSH launch gives a container, and where it goes here
   patch takes env, securityContext, volumeMounts only): the wrapper ``cd``s there first
   and fails if it cannot;
 * mounts -> ``hostPath`` volumes.
+
+Recovery (the job's ``max_restarts``, ``retry_on_exit``, ``fatal_on_exit``, ``checkpoint``;
+an SSH launch: :mod:`clusterctl.run.recovery`), see :func:`recovery_settings`:
+
+* PyTorchJob: ``max_restarts`` N > 0 -> ``restartPolicy: OnFailure`` for every replica and
+  ``runPolicy.backoffLimit: N``; a job that lists ``retry_on_exit``/``fatal_on_exit`` gets
+  ``restartPolicy: ExitCode``, whose classes are the operator's, not the job's (see
+  :data:`KUBEFLOW_RETRYABLE`); what does not map is said in the notes.  Nothing set:
+  ``Never`` and ``backoffLimit: 0``, the run ends at its first failure, as before;
+* TrainJob: restarts belong to the runtime (JobSet ``failurePolicy.maxRestarts`` in the
+  ClusterTrainingRuntime); a TrainJob has no field for them (nor a runtime patch), so the
+  notes name the runtime's fields to set and nothing else is written;
+* the resume contract (:data:`clusterctl.run.recovery.RESUME_ENV`): ``CLUSTERCTL_RUN_ID``
+  is the object's name (the same in every pod and restart); ``CLUSTERCTL_ATTEMPT`` only in a
+  TrainJob, from the JobSet restart count every pod carries (the annotation
+  :data:`JOBSET_RESTART_ANNOTATION`, downward API): a PyTorchJob's pods are not told how
+  often they were restarted, so it is left out there; ``CLUSTERCTL_EXCLUDED_NODES`` is left
+  out (the scheduler picks the nodes); ``checkpoint`` -> a ``hostPath`` volume mounted at
+  the same path, as mounts are, and ``CLUSTERCTL_CHECKPOINT_DIR``.
 """
 
 from __future__ import annotations
@@ -65,7 +84,7 @@ import yaml
 from clusterctl.cluster.containers import JOB_LABEL
 from clusterctl.core.errors import UserError, did_you_mean, one_of
 from clusterctl.image import targets
-from clusterctl.run import mpi
+from clusterctl.run import mpi, recovery
 from clusterctl.run.jobs import (
     BASE_ENV,
     CONTRACTS,
@@ -119,6 +138,17 @@ PET_SOURCES: dict[str, str] = {
 }
 #: ``$0`` of the contract wrapper (shows in ``ps`` and in the shell's own messages).
 CONTRACT_WRAPPER = "clusterctl-contract"
+
+#: The exit codes the training operator retries under ``restartPolicy: ExitCode``
+#: (kubeflow/trainer v1 ``pkg/util/train/train_util.go`` IsRetryableExitCode: SIGINT, SIGKILL,
+#: SIGUSR1 (the code Kubeflow reserves for "retry me"), SIGTERM); every other non-zero code
+#: fails the job at once.  Kubeflow's docs say "1-127 permanent, 128-255 retryable"; the code
+#: is narrower (128 and 139, SIGSEGV, are permanent too; kubeflow/website#443).
+KUBEFLOW_RETRYABLE: tuple[int, ...] = (130, 137, 138, 143)
+#: The JobSet restart count on every pod of a TrainJob (JobSet's RestartsKey, a label and
+#: an annotation), 0 before the first restart.
+JOBSET_RESTART_ANNOTATION = "jobset.sigs.k8s.io/restart-attempt"
+CHECKPOINT_VOLUME = "checkpoint"
 
 
 def derived_variables(contract: str, kind: str) -> dict[str, str]:
@@ -319,15 +349,21 @@ def build_manifest(job: Job, *, kind: str, nnodes: int, slots: int = 1, image: s
                      spawn=nproc if job.contract == "mpi" else None)
     if any(POD_NAME_VAR in a for a in args):
         env.insert(0, {"name": POD_NAME_VAR, "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}})
+    resume = resume_env(job, kind, name)      # after the values, before the secrets' references
+    env = [e for e in env if e["name"] not in {r["name"] for r in resume}]
+    at = next((i for i, e in enumerate(env) if "secretKeyRef" in e.get("valueFrom", {})), len(env))
+    env[at:at] = resume
     volumes, mounts = _volumes(job, values, pod)
-    notes = _notes(job, kind, nnodes, nproc, pod, runtime, per_pod)
+    restart_policy, backoff, recovery_notes = recovery_settings(job, kind, nnodes, runtime)
+    notes = _notes(job, kind, nnodes, nproc, pod, runtime, per_pod) + recovery_notes
     container = {"name": CONTAINER[kind], "image": image, "args": args, "env": env}
     if pod.workdir and kind == "pytorchjob":
         container["workingDir"] = pod.workdir
     metadata = {"name": name, **({"namespace": namespace} if namespace else {}),
                 "labels": {"app.kubernetes.io/managed-by": "clusterctl", JOB_LABEL: name}}
     if kind == "pytorchjob":
-        body = _pytorchjob(job, metadata, container, pod, volumes, mounts, nnodes, nproc, notes)
+        body = _pytorchjob(job, metadata, container, pod, volumes, mounts, nnodes, nproc, notes,
+                           restart_policy=restart_policy, backoff=backoff)
     else:
         body = _trainjob(job, metadata, container, pod, volumes, mounts, nnodes, nproc, runtime)
     manifest = Manifest(kind=kind, name=job.name, body=body, notes=notes,
@@ -342,7 +378,8 @@ def build_manifest(job: Job, *, kind: str, nnodes: int, slots: int = 1, image: s
     return manifest
 
 
-def _pytorchjob(job, metadata, container, pod, volumes, mounts, nnodes, nproc, notes) -> dict:
+def _pytorchjob(job, metadata, container, pod, volumes, mounts, nnodes, nproc, notes, *,
+                restart_policy: str = "Never", backoff: int | None = 0) -> dict:
     container = {**container, "ports": [{"name": "pytorchjob-port", "containerPort": PYTORCHJOB_PORT}]}
     if pod.resources:
         container["resources"] = {"limits": dict(pod.resources)}
@@ -364,13 +401,14 @@ def _pytorchjob(job, metadata, container, pod, volumes, mounts, nnodes, nproc, n
         notes.append(f"contract {job.contract}: WORLD_SIZE counts nodes, so nprocPerNode is 1 (the "
                      f"operator sets WORLD_SIZE = replicas x nprocPerNode = {nnodes}) and "
                      f"NPROC_PER_NODE={nproc} carries the processes the program starts per node.")
-    replicas = {"Master": {"replicas": 1, "restartPolicy": "Never", "template": template}}
+    replicas = {"Master": {"replicas": 1, "restartPolicy": restart_policy, "template": template}}
     if nnodes > 1:
-        replicas["Worker"] = {"replicas": nnodes - 1, "restartPolicy": "Never",
+        replicas["Worker"] = {"replicas": nnodes - 1, "restartPolicy": restart_policy,
                               "template": copy.deepcopy(template)}   # a copy: no YAML alias
     return {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": metadata,
             "spec": {"nprocPerNode": "1" if counts_nodes else str(nproc),
-                     "runPolicy": {"backoffLimit": 0, "cleanPodPolicy": "None"},
+                     "runPolicy": {**({"backoffLimit": backoff} if backoff is not None else {}),
+                                   "cleanPodPolicy": "None"},
                      "pytorchReplicaSpecs": replicas}}
 
 
@@ -601,7 +639,101 @@ def _volumes(job: Job, values: Mapping[str, str], pod: PodSettings) -> tuple[lis
         volumes.append({"name": f"mount-{i}", "hostPath": {"path": host}})
         mounts.append({"name": f"mount-{i}", "mountPath": container,
                        **({"readOnly": True} if mode == ["ro"] else {})})
+    if job.checkpoint:       # as an SSH launch mounts it: the same path on the node and inside
+        if any(m["mountPath"].rstrip("/") == job.checkpoint.rstrip("/") for m in mounts):
+            raise UserError(f"{job.where('checkpoint')}: {job.checkpoint} is also the container path "
+                            "of a mount (or /dev/shm); valid: a checkpoint directory no mount uses.")
+        volumes.append({"name": CHECKPOINT_VOLUME, "hostPath": {"path": job.checkpoint}})
+        mounts.append({"name": CHECKPOINT_VOLUME, "mountPath": job.checkpoint})
     return volumes, mounts
+
+
+# --------------------------------------------------------------------------- recovery
+
+def resume_env(job: Job, kind: str, name: str) -> list[dict]:
+    """The resume contract's variables a pod of ``kind`` can be given (module docstring):
+    the run id (the object's name), the attempt (TrainJob: JobSet's restart count), the
+    checkpoint directory.  Pure."""
+    env = [{"name": "CLUSTERCTL_RUN_ID", "value": _escape(name)}]
+    if kind == "trainjob":
+        env.append({"name": "CLUSTERCTL_ATTEMPT", "valueFrom": {"fieldRef": {
+            "fieldPath": f"metadata.annotations['{JOBSET_RESTART_ANNOTATION}']"}}})
+    if job.checkpoint:
+        env.append({"name": "CLUSTERCTL_CHECKPOINT_DIR", "value": _escape(job.checkpoint)})
+    assert {e["name"] for e in env} <= set(recovery.RESUME_ENV)
+    return env
+
+
+def recovery_settings(job: Job, kind: str, nnodes: int, runtime: str
+                      ) -> tuple[str, int | None, list[str]]:
+    """(a PyTorchJob's replica ``restartPolicy``, its ``runPolicy.backoffLimit`` (None: not
+    written), the notes on what maps and what cannot) for the job's recovery keys.  Pure.
+
+    PyTorchJob (training operator v1): OnFailure restarts a failed pod's container in place
+    (kubelet) and the operator fails the job once the container restarts of its running pods
+    add up to backoffLimit.  ExitCode recreates a pod whose container exited with a code of
+    :data:`KUBEFLOW_RETRYABLE` and fails the job on any other non-zero code; the recreations
+    are not container restarts, so backoffLimit does not bound them (kubeflow/trainer#2045,
+    "a specification, not a bug")."""
+    n, retry, fatal = job.max_restarts, sorted(set(job.retry_on_exit)), sorted(set(job.fatal_on_exit))
+    notes: list[str] = []
+    if kind == "trainjob":
+        if n:
+            notes.append(f"Restarts (max_restarts {n}): a TrainJob has no field for them; the "
+                         f"runtime has: set spec.template.spec.failurePolicy.maxRestarts: {n} in the "
+                         f"ClusterTrainingRuntime {runtime} (JobSet restarts every node's pod; "
+                         "CLUSTERCTL_ATTEMPT is its restart count).")
+        if retry or fatal:
+            notes.append(_codes(retry, fatal) + ": a TrainJob cannot say them. In the runtime, "
+                         "fatal codes are a podFailurePolicy rule (onExitCodes, action FailJob) of "
+                         "the node job's template with a JobSet failurePolicy rule "
+                         "(onJobFailureReasons: [PodFailurePolicy], action FailJobSet); every "
+                         "JobSet restart counts against maxRestarts, retryable codes too.")
+        if job.checkpoint:
+            notes.append(_checkpoint_note(job.checkpoint))
+        return "Never", 0, notes
+    if retry or fatal:
+        policy, backoff = "ExitCode", n if n else recovery.MAX_ATTEMPTS
+        words = ", ".join(map(str, KUBEFLOW_RETRYABLE))
+        notes.append(f"{_codes(retry, fatal)}: restartPolicy ExitCode, whose classes are the "
+                     f"training operator's: it recreates a pod that exited {words} and fails the "
+                     "job on any other code.")
+        cannot = [f"retry_on_exit {c} (the operator fails the job on it; exit 138 to be retried)"
+                  for c in retry if c not in KUBEFLOW_RETRYABLE]
+        cannot += [f"fatal_on_exit {c} (the operator retries it)" for c in fatal if c in KUBEFLOW_RETRYABLE]
+        if cannot:
+            notes.append("Not expressible under ExitCode: " + "; ".join(cannot) + ".")
+        notes.append(f"The operator does not count ExitCode's pod re-creations against "
+                     f"backoffLimit ({backoff}) (kubeflow/trainer#2045)"
+                     + (f", and any other failing code ends the job: max_restarts {n} bounds "
+                        "nothing here." if n else "."))
+    elif n:
+        policy, backoff = "OnFailure", n
+        notes.append(f"Restarts (max_restarts {n}): restartPolicy OnFailure, runPolicy.backoffLimit "
+                     f"{n}: the kubelet restarts a failed container in its pod, not the whole job "
+                     "(the other ranks restart when they fail in turn), and the operator adds up the "
+                     f"container restarts of all {nnodes} pods: a failure that takes every pod down "
+                     f"counts up to {nnodes} (one per pod) against the {n}.")
+    else:
+        policy, backoff = "Never", 0
+    if policy != "Never":
+        notes.append("CLUSTERCTL_ATTEMPT is not set: a PyTorchJob's pods are not told how often "
+                     "they were restarted; resume from what the checkpoint directory holds.")
+    if job.checkpoint:
+        notes.append(_checkpoint_note(job.checkpoint))
+    return policy, backoff, notes
+
+
+def _codes(retry: Sequence[int], fatal: Sequence[int]) -> str:
+    parts = ([f"retry_on_exit {', '.join(map(str, retry))}"] if retry else []) + (
+        [f"fatal_on_exit {', '.join(map(str, fatal))}"] if fatal else [])
+    return " and ".join(parts)
+
+
+def _checkpoint_note(path: str) -> str:
+    return (f"checkpoint {path}: a hostPath volume at the same path (as mounts are), named by "
+            "CLUSTERCTL_CHECKPOINT_DIR: every Kubernetes node needs the same shared storage there "
+            "(or replace the volume by a PersistentVolumeClaim every pod can write).")
 
 
 def _dns_name(name: str) -> str:
@@ -670,5 +802,6 @@ def _wrap(text: str, width: int = 96) -> list[str]:
     return [*lines, line] if line else lines
 
 
-__all__ = ["IMAGE_ENTRYPOINT", "KINDS", "Manifest", "OPERATOR_ENV", "build_manifest", "docker_size",
-           "pod_settings", "shell_word", "wrap_args"]
+__all__ = ["IMAGE_ENTRYPOINT", "KINDS", "KUBEFLOW_RETRYABLE", "Manifest", "OPERATOR_ENV",
+           "build_manifest", "docker_size", "pod_settings", "recovery_settings", "resume_env",
+           "shell_word", "wrap_args"]

@@ -17,6 +17,8 @@ placeholder / var     at run time
 ``{world_size}``      ``$((SLURM_NNODES * nproc_per_node))``
 (contract ``mpi``)    the node's first rank, ``$((SLURM_NODEID * nproc_per_node))``, set by
                       each task for :func:`clusterctl.run.mpi.spawn_command`
+(resume contract)     ``CLUSTERCTL_ATTEMPT=${SLURM_RESTART_COUNT:-0}``: how often Slurm
+                      requeued the job (0 at first)
 ====================  =====================================================
 
 Every value is quoted with :func:`shlex.quote`; a runtime value is spliced in as
@@ -38,6 +40,21 @@ Pyxis mode (rendered and golden-tested only: enroot/pyxis are not packaged here)
 [--container-workdir=DIR]``; the environment is exported in the task, the run directory
 is mounted so the task records its exit code the same way.  ``docker run`` options with
 no pyxis equivalent are listed in a comment, not applied.
+
+Recovery (the job's recovery keys; :mod:`clusterctl.run.recovery` for an SSH launch): the
+resume contract's ``CLUSTERCTL_ATTEMPT`` is Slurm's restart count, and the job's
+``checkpoint`` directory is mounted and named by ``CLUSTERCTL_CHECKPOINT_DIR`` as in an SSH
+launch.  Each attempt first moves the task records an earlier one left to
+``<run_dir>/slurm/attempt-<K>/`` and prints :data:`ATTEMPT_MARK` with its nodes in task
+order (unlabelled: in ``slurm-<job>.out`` only), so a reader maps each attempt's labels to
+its own nodes.  With ``max_restarts > 0`` the job is submitted ``--requeue
+--open-mode=append`` (one output file for every attempt) and, when its step failed,
+requeues itself (``scontrol requeue``) while ``SLURM_RESTART_COUNT < max_restarts``,
+unless a rank exited by itself with a code of ``fatal_on_exit`` (any rank: srun hides which
+was first) or ``clusterctl stop`` asked for the end (scancel and the time limit kill the
+script first).  Slurm counts every requeue, its own too (node failure, preemption), so a
+code of ``retry_on_exit`` counts like any failure here.  A requeued job waits the site's
+``cred_expire`` (slurm.conf ``AuthInfo``, 120 s by default) before it starts again.
 """
 
 from __future__ import annotations
@@ -45,7 +62,7 @@ from __future__ import annotations
 import re
 import shlex
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from clusterctl.cluster.inventory import Inventory, Node
@@ -58,6 +75,12 @@ from clusterctl.run.slurm.options import SlurmOptions
 #: Where each task records its container's exit code, under the run's directory.
 RECORDS_DIR = "slurm"
 TASK_END = "CLUSTERCTL_TASK_END"
+#: The unlabelled line each attempt prints first: ``[clusterctl] attempt K on node1,node2``.
+ATTEMPT_MARK = "[clusterctl] attempt "
+#: The resume contract's attempt variable: a shell variable of the script, not a fixed value.
+ATTEMPT_VAR = "CLUSTERCTL_ATTEMPT"
+#: What ``clusterctl stop`` leaves in the run directory before scancel (no requeue then).
+STOP_REQUEST = "stop-request.json"
 NOW = "$(date -u +%Y-%m-%dT%H:%M:%S.%NZ)"
 
 _MARK = re.compile("\x00([A-Za-z_][A-Za-z0-9_]*)\x00")
@@ -78,6 +101,16 @@ RUNTIME = {
     "world_size": mark("CLUSTERCTL_WORLD_SIZE"),
     "first_rank": mark("CLUSTERCTL_FIRST_RANK"),     # contract mpi: set by each task
 }
+
+
+def parse_attempt_mark(line: str) -> tuple[int, list[str]] | None:
+    """:data:`ATTEMPT_MARK`'s line -> (the attempt, its nodes in task order); None for any other."""
+    if not line.startswith(ATTEMPT_MARK):
+        return None
+    number, _, nodes = line[len(ATTEMPT_MARK):].partition(" on ")
+    if not number.isdigit():
+        return None
+    return int(number), [n for n in nodes.strip().split(",") if n]
 
 
 @dataclass(frozen=True)
@@ -138,12 +171,18 @@ def render_script(job: Job, options: SlurmOptions, *, run_id: str, run_dir: str 
     inv = template_inventory(options, inventory)
     plans = planning.make_plan(job, inv, run_id=run_id, image=image, overrides=overrides,
                                host_env=host_env, addresses=addresses, runtime=RUNTIME,
-                               flight_recorder=False)  # an SSH launch's (it collects the dumps)
+                               flight_recorder=False,  # an SSH launch's (it collects the dumps)
+                               attempt=planning.Attempt(checkpoint=job.checkpoint))
     template = _uniform(plans, inv)
+    if ATTEMPT_VAR in template.env:    # the resume contract: the attempt is Slurm's to say
+        template = replace(template, env={**template.env, ATTEMPT_VAR: mark(ATTEMPT_VAR)})
     secrets = frozenset(template.secrets)
     environment = {k: template.env[k] for k in sorted(secrets)}
-    body = (_docker_task if options.container == "docker" else _pyxis_task)(template, run_id, run_dir)
-    text = _header(job, options, template, run_id, run_dir) + body
+    # with restarts the script goes on after a failed step (srun's status in $code)
+    after = " && code=0 || code=$?" if job.max_restarts > 0 else ""
+    body = (_docker_task if options.container == "docker" else _pyxis_task)(template, run_id, run_dir,
+                                                                             after)
+    text = _header(job, options, template, run_id, run_dir) + body + _requeue(job)
     return SlurmScript(text=text, run_id=run_id, job=job.name, image=template.image,
                        container=options.container, nnodes=options.nnodes, nproc=template.nproc,
                        run_dir=run_dir, secrets=secrets, environment=environment)
@@ -172,6 +211,8 @@ def _header(job: Job, options: SlurmOptions, template: planning.NodePlan, run_id
     if options.nodelist:
         sb.append(f"--nodelist={','.join(options.nodelist)}")
     sb.append(f"--output={run_dir}/slurm-%j.out")
+    if job.max_restarts > 0:      # one output file for every attempt: the follower reads on
+        sb += ["--requeue", "--open-mode=append"]
     lines = [
         "#!/bin/bash",
         f"# clusterctl run {run_id}: job {job.name} on {options.nnodes} Slurm node(s), "
@@ -188,11 +229,62 @@ def _header(job: Job, options: SlurmOptions, template: planning.NodePlan, run_id
         'CLUSTERCTL_MASTER_PORT="$((SLURM_JOB_ID % 4536 + 61000))"',
         f'CLUSTERCTL_WORLD_SIZE="$((SLURM_NNODES * {template.nproc}))"',
         f"CLUSTERCTL_RUN_DIR={shlex.quote(run_dir)}",
-        "export CLUSTERCTL_MASTER_ADDR CLUSTERCTL_MASTER_PORT CLUSTERCTL_WORLD_SIZE CLUSTERCTL_RUN_DIR",
+        f'{ATTEMPT_VAR}="${{SLURM_RESTART_COUNT:-0}}"   # how often Slurm requeued this job',
+        "export CLUSTERCTL_MASTER_ADDR CLUSTERCTL_MASTER_PORT CLUSTERCTL_WORLD_SIZE CLUSTERCTL_RUN_DIR "
+        + ATTEMPT_VAR,
         f'mkdir -p "$CLUSTERCTL_RUN_DIR/{RECORDS_DIR}"',
         "",
     ]
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n" + _ATTEMPT_START
+
+
+#: Each attempt's start: the task records of earlier attempts (a requeued job) to
+#: slurm/attempt-<K>/, then the attempt and its nodes in task order (:data:`ATTEMPT_MARK`).
+_ATTEMPT_START = (
+    "# A requeued job: the task records of earlier attempts go to slurm/attempt-<K>/.\n"
+    f'for f in "$CLUSTERCTL_RUN_DIR/{RECORDS_DIR}/"*.json; do\n'
+    '  [ -e "$f" ] || continue\n'
+    """  k="$(sed -n 's/.*"attempt": \\([0-9]*\\).*/\\1/p' "$f")"\n"""
+    f'  mkdir -p "$CLUSTERCTL_RUN_DIR/{RECORDS_DIR}/attempt-${{k:-0}}"\n'
+    f'  mv -f "$f" "$CLUSTERCTL_RUN_DIR/{RECORDS_DIR}/attempt-${{k:-0}}/"\n'
+    "done\n"
+    f'echo "{ATTEMPT_MARK}${ATTEMPT_VAR} on $(scontrol show hostnames "$SLURM_JOB_NODELIST" | paste -sd, -)"\n'
+    "\n")
+
+
+def _requeue(job: Job) -> str:
+    """With ``max_restarts``: the script's end, which requeues the job after a failed step
+    (see the module docstring) or says why not; without: nothing (srun's status ends it)."""
+    if job.max_restarts <= 0:
+        return ""
+    n, fatal = job.max_restarts, sorted(set(job.fatal_on_exit))
+    fatal_step = ""
+    if fatal:
+        codes = ", ".join(map(str, fatal))
+        pattern = '"exit_code": (' + "|".join(map(str, fatal)) + '), .*"stopped": false'
+        fatal_step = (f"  elif grep -qsE {shlex.quote(pattern)} "
+                      f'"$CLUSTERCTL_RUN_DIR/{RECORDS_DIR}/"*.json; then\n'
+                      f'    echo "[clusterctl] no requeue: a rank exited with a code of '
+                      f'fatal_on_exit ({codes})"\n')
+    retry = (f"# retry_on_exit ({', '.join(map(str, job.retry_on_exit))}): Slurm counts every "
+             "requeue, so these codes count too.\n" if job.retry_on_exit else "")
+    return (
+        f"# Recovery: a failed attempt requeues this job, up to max_restarts ({n}) times.\n"
+        + retry +
+        'if [ "$code" -ne 0 ]; then\n'
+        f'  if [ -e "$CLUSTERCTL_RUN_DIR/{STOP_REQUEST}" ]; then\n'
+        '    echo "[clusterctl] no requeue: clusterctl stop ended the run"\n'
+        + fatal_step +
+        f'  elif [ "${ATTEMPT_VAR}" -ge {n} ]; then\n'
+        f'    echo "[clusterctl] no requeue: attempt ${ATTEMPT_VAR} failed (exit $code), restarts '
+        f'used up ({n}/{n})"\n'
+        "  else\n"
+        f'    echo "[clusterctl] requeue: attempt ${ATTEMPT_VAR} failed (exit $code), restart '
+        f'$(({ATTEMPT_VAR} + 1))/{n}"\n'
+        '    scontrol requeue "$SLURM_JOB_ID" || echo "[clusterctl] scontrol requeue failed" >&2\n'
+        "  fi\n"
+        "fi\n"
+        'exit "$code"\n')
 
 
 def _argv_lines(argv: Sequence[str], *, breaks: Sequence[int] = (), indent: str = "  ") -> str:
@@ -210,16 +302,18 @@ def _argv_lines(argv: Sequence[str], *, breaks: Sequence[int] = (), indent: str 
 
 _RECORD = (
     'record() {  # $1: exit code, $2: finish time (UTC), $3: stopped by a signal; atomically\n'
-    '  printf \'{"node": "%s", "rank": %s, "exit_code": %s, "finished": "%s", "stopped": %s, "slurm_job": "%s"}\\n\' \\\n'
-    '    "$SLURMD_NODENAME" "$SLURM_NODEID" "$1" "$2" "${3:-false}" "$SLURM_JOB_ID" > "$rec.tmp"\n'
+    '  printf \'{"node": "%s", "rank": %s, "exit_code": %s, "finished": "%s", "stopped": %s, "slurm_job": "%s", "attempt": %s}\\n\' \\\n'
+    '    "$SLURMD_NODENAME" "$SLURM_NODEID" "$1" "$2" "${3:-false}" "$SLURM_JOB_ID" "$CLUSTERCTL_ATTEMPT" > "$rec.tmp"\n'
     '  mv -f "$rec.tmp" "$rec"\n'
     '}\n')
 
 
-def _docker_task(t: planning.NodePlan, run_id: str, run_dir: str) -> str:
+def _docker_task(t: planning.NodePlan, run_id: str, run_dir: str, after: str = "") -> str:
     name = f"{run_id}-" + mark("SLURMD_NODENAME")
-    labels = planning.run_labels(run_id, t.job, mark("SLURMD_NODENAME"), mark("SLURM_NODEID"))
-    argv = planning.docker_run_argv(name=name, labels=labels, options=[*t.hosts, *t.options],
+    # the attempt is a shell variable here (run_labels writes it as text)
+    labels = planning.run_labels(run_id, t.job, mark("SLURMD_NODENAME"), mark("SLURM_NODEID"),
+                                 mark(ATTEMPT_VAR))
+    argv = planning.docker_run_argv(name=mark("name"), labels=labels, options=[*t.hosts, *t.options],
                                     env=t.env, secrets=t.secrets, image=t.image,
                                     command=t.command,
                                     secrets_by_name=True)
@@ -227,6 +321,7 @@ def _docker_task(t: planning.NodePlan, run_id: str, run_dir: str) -> str:
         "set -uo pipefail\n"
         + _first_rank(t) +
         f"name={shell_word(name)}\n"
+        f'[ "${ATTEMPT_VAR}" = 0 ] || name="$name-a${ATTEMPT_VAR}"   # as an SSH launch names it\n'
         f'rec="$CLUSTERCTL_RUN_DIR/{RECORDS_DIR}/$SLURMD_NODENAME.json"\n'
         "logs=\n"
         + _RECORD +
@@ -256,7 +351,8 @@ def _docker_task(t: planning.NodePlan, run_id: str, run_dir: str) -> str:
         'exit "$code"\n')
     return ("# One task per node: its container, its output (labelled by srun), its own exit code.\n"
             f"read -r -d '' CLUSTERCTL_TASK <<'{TASK_END}' || true\n{task}{TASK_END}\n\n"
-            'srun --kill-on-bad-exit=1 --label --ntasks-per-node=1 bash -c "$CLUSTERCTL_TASK"\n')
+            'srun --kill-on-bad-exit=1 --label --ntasks-per-node=1 bash -c "$CLUSTERCTL_TASK"'
+            + after + "\n")
 
 
 def _first_rank(t: planning.NodePlan) -> str:
@@ -292,7 +388,7 @@ def _pyxis_flags(t: planning.NodePlan, run_dir: str) -> tuple[list[str], list[st
     return flags, unmapped
 
 
-def _pyxis_task(t: planning.NodePlan, run_id: str, run_dir: str) -> str:
+def _pyxis_task(t: planning.NodePlan, run_id: str, run_dir: str, after: str = "") -> str:
     flags, unmapped = _pyxis_flags(t, run_dir)
     exports = "".join(f"export {k}={shell_word(v)}\n" for k, v in t.env.items()
                       if k not in t.secrets)
@@ -319,4 +415,4 @@ def _pyxis_task(t: planning.NodePlan, run_id: str, run_dir: str) -> str:
     return ("# One task per node, inside the image (pyxis/enroot); the task records its exit code.\n"
             + note + secrets +
             f"read -r -d '' CLUSTERCTL_TASK <<'{TASK_END}' || true\n{task}{TASK_END}\n\n"
-            + _argv_lines(srun) + ' \\\n  sh -c "$CLUSTERCTL_TASK"\n')
+            + _argv_lines(srun) + ' \\\n  sh -c "$CLUSTERCTL_TASK"' + after + "\n")

@@ -19,7 +19,10 @@
    lost, at the job's end time;
 5. Ctrl-C / SIGTERM (``stop_event``): ``scancel``, then the job is followed to its end
    and the exit status is 130 / 143.  With an inventory, any container of the run still
-   on a node afterwards is removed (nothing is left running).
+   on a node afterwards is removed (nothing is left running);
+6. with ``max_restarts`` the job requeues itself after a failed attempt
+   (:mod:`clusterctl.run.slurm.script`): following goes on through every attempt, the
+   outcome is the last one's, and run.json lists them all (``attempts``).
 
 ``detach=True`` returns right after sbatch accepted the job (``--detach``): ``status``,
 ``logs [--follow]``, ``stop`` and ``runs`` take it from there
@@ -200,6 +203,13 @@ def submit(job: Job, options: SlurmOptions, *, inventory: Inventory | None = Non
             note(f"--nnodes: Slurm chooses the nodes, so clusterctl cannot push {script.image} to "
                  "them; it must already be on every node of the partition (a node without it "
                  "fails with exit 125). Give --nodes FILE to have it pushed.")
+    if job.retry_on_exit and job.max_restarts:
+        note(f"retry_on_exit ({', '.join(map(str, job.retry_on_exit))}): Slurm counts every requeue "
+             f"(SLURM_RESTART_COUNT), so on Slurm these codes use up max_restarts "
+             f"({job.max_restarts}) like any failure.")
+    elif job.retry_on_exit:
+        note(f"retry_on_exit ({', '.join(map(str, job.retry_on_exit))}) without max_restarts: on "
+             "Slurm every requeue counts, so the job is not requeued; give max_restarts N.")
     record = _new_record(job, script, inventory, argv)
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / slurm_script.RECORDS_DIR).mkdir(exist_ok=True)
@@ -262,7 +272,8 @@ def _new_record(job: Job, script: slurm_script.SlurmScript, inventory: Inventory
         run_id=script.run_id, job=job.name,
         inventory=str(inventory.path.absolute()) if inventory is not None else "",
         image=script.image, scheduler="slurm",
-        argv=[plan.mask_text(a, secrets) for a in argv], nodes=nodes)
+        argv=[plan.mask_text(a, secrets) for a in argv], nodes=nodes,
+        max_restarts=job.max_restarts, checkpoint=job.checkpoint)
 
 
 def cancel(record: records.RunRecord, *, env: Mapping[str, str] | None = None,

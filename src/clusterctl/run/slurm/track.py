@@ -16,7 +16,14 @@ What ``status``, ``logs [--follow]``, ``stop`` and ``runs`` need for a Slurm run
   its time limit) is "stopped", with who stopped it when Slurm or clusterctl knows;
 * :func:`settle`: once the job has left the queue, its outcome goes into the record (the
   follower, ``status``, ``logs``, ``stop`` and ``runs`` all call it; it is idempotent);
-* :func:`follow`: stream the output while the job runs, then settle.
+* :func:`follow`: stream the output while the job runs, then settle;
+* a job that requeues itself (the job's ``max_restarts``, :mod:`clusterctl.run.slurm.script`)
+  goes back to PENDING, which squeue still lists: following goes on through every attempt
+  and settles only when the job has left the queue.  Each attempt's first line
+  (:data:`~clusterctl.run.slurm.script.ATTEMPT_MARK`) gives its nodes, so its labelled lines
+  are mapped to them; the outcome is the last attempt's (the task records in
+  ``slurm/``), and :func:`record_attempts` puts every attempt into the record (the earlier
+  ones from ``slurm/attempt-<K>/``).
 
 ``clusterctl stop`` leaves :data:`STOP_REQUEST` in the run directory before ``scancel``, so
 whoever settles the run knows it was clusterctl, and who.
@@ -47,7 +54,7 @@ from clusterctl.run.slurm.client import (
 )
 from clusterctl.run.slurm.tasks import TaskRecord, outcome_of, read_task_records
 
-STOP_REQUEST = "stop-request.json"
+STOP_REQUEST = slurm_script.STOP_REQUEST     # the requeue step of the script checks it too
 POLL_INTERVAL = 1.0       # seconds between reads of the job's output
 READ_CHUNK = 1 << 20      # bytes read from the output file at a time
 QUEUE_EVERY = 2.0         # seconds between squeue calls
@@ -189,6 +196,9 @@ def output_lines(record: records.RunRecord, *, node: str | None = None) -> Itera
         for line in f:
             parsed = parse_label(line.rstrip("\n"))
             if parsed is None:
+                attempt = slurm_script.parse_attempt_mark(line.rstrip("\n"))
+                if attempt and attempt[1]:       # a (requeued) attempt's own nodes from here on
+                    names = dict(enumerate(attempt[1]))
                 continue
             name = names.get(parsed[0], f"task{parsed[0]}")
             if node is None or name == node:
@@ -289,8 +299,8 @@ def settle(record: records.RunRecord, env: Mapping[str, str], *, info: JobInfo |
             "CANCELLED", "TIMEOUT", "PREEMPTED"):
         time.sleep(0.5)          # a task's record may trail the job's end on a shared file system
         tasks = read_task_records(record.dir / slurm_script.RECORDS_DIR)
-    if not record.nodes and tasks:
-        fit_nodes(record, nodes_from_tasks(tasks))
+    if tasks and (not record.nodes or not info.nodes and earlier_attempts(record)):
+        fit_nodes(record, nodes_from_tasks(tasks))    # a requeued job: the last attempt's nodes
     last: dict[str, deque[str]] = {}
     for node, text in output_lines(record):
         last.setdefault(node, deque(maxlen=logs.KEEP_LAST)).append(text)
@@ -298,8 +308,70 @@ def settle(record: records.RunRecord, env: Mapping[str, str], *, info: JobInfo |
                           last_lines={k: list(v) for k, v in last.items()},
                           ended=time.time())
     record_outcome(record, result, tasks, who)
+    record_attempts(record)
     record.save()
     return True
+
+
+def earlier_attempts(record: records.RunRecord) -> list[int]:
+    """The attempts before the last one of a requeued job: the ``slurm/attempt-<K>/``
+    directories its later attempts moved their task records to, in order."""
+    base = record.dir / slurm_script.RECORDS_DIR
+    found = [p.name.removeprefix("attempt-") for p in base.glob("attempt-*")] if base.is_dir() else []
+    return sorted(int(k) for k in found if k.isdigit())
+
+
+def _attempt_of(records_dir: Path) -> int | None:
+    """The attempt the task records in ``records_dir`` belong to (their ``attempt``)."""
+    for path in sorted(records_dir.glob("*.json")):
+        try:
+            return int(json.loads(path.read_text())["attempt"])
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    return None
+
+
+def record_attempts(record: records.RunRecord) -> None:
+    """Every attempt of a Slurm run into ``record`` (not saved), as an SSH launch with
+    restarts records them: the earlier ones of a requeued job from their task records
+    (``slurm/attempt-<K>/``), the last one from the record's own outcome.  Nothing for a
+    job that allows no restarts and was never requeued."""
+    earlier = earlier_attempts(record)
+    if not earlier and not record.max_restarts:
+        return
+    base = record.dir / slurm_script.RECORDS_DIR
+    last = _attempt_of(base)
+    last = last if last is not None else (earlier[-1] + 1 if earlier else 0)
+    attempts, started = [], record.started
+    for k in (k for k in earlier if k < last):
+        tasks = read_task_records(base / f"attempt-{k}")
+        scratch = record.model_copy(deep=True)
+        scratch.nodes = []
+        fit_nodes(scratch, nodes_from_tasks(tasks))
+        out = outcome_of(tasks, [n.node for n in scratch.nodes], ended=time.time(),
+                         interrupted=None, last_lines={})
+        record_outcome(scratch, out, tasks, None)
+        finished = max((t.finished for t in tasks.values()), default=None)
+        attempts.append(records.AttemptRecord(
+            attempt=k, started=started, finished=finished, state=scratch.state,
+            exit_code=scratch.exit_code, nodes=scratch.nodes, first_failure=scratch.first_failure,
+            ended=_ended_words(scratch), then=f"requeued: restart {k + 1}"
+            + (f"/{record.max_restarts}" if record.max_restarts else " (by Slurm)")))
+        started = finished or started     # the next attempt started after this one ended
+    used_up = record.state == "failed" and record.max_restarts and last >= record.max_restarts
+    attempts.append(records.AttemptRecord(
+        attempt=last, started=started, finished=record.finished, state=record.state,
+        exit_code=record.exit_code, nodes=[n.model_copy() for n in record.nodes],
+        first_failure=record.first_failure, ended=_ended_words(record),
+        then=f"restarts used up ({last}/{record.max_restarts})" if used_up else "end"))
+    record.attempt, record.attempts = last, attempts
+
+
+def _ended_words(record: records.RunRecord) -> str:
+    f = record.first_failure
+    if f is not None:
+        return f"{f.node} lost" if f.kind == "lost" else f"{f.node} exited {f.exit_code}"
+    return record.state
 
 
 # --------------------------------------------------------------------------- follow
@@ -307,8 +379,10 @@ def settle(record: records.RunRecord, env: Mapping[str, str], *, info: JobInfo |
 class OutputTail:
     """Reads the job's output file as it grows and hands labelled lines to a sink."""
 
-    def __init__(self, path: Path, sink: logs.LogSink, *, node: str | None = None) -> None:
+    def __init__(self, path: Path, sink: logs.LogSink, *, node: str | None = None,
+                 on_attempt: Callable[[int, list[str]], None] | None = None) -> None:
         self.path, self.sink, self.only = path, sink, node
+        self.on_attempt = on_attempt    # an attempt's first line: (attempt, its nodes)
         self.nodes: list[str] = []      # task id (= node rank) -> node name, once known
         self._pos, self._held = 0, []
         self._task: int | None = None   # the task of the line being read (its cut pieces' too)
@@ -337,6 +411,12 @@ class OutputTail:
         parsed = parse_label(line)
         if parsed is None:
             self._task = None
+            attempt = slurm_script.parse_attempt_mark(line)
+            if attempt and attempt[1]:   # a (requeued) attempt starts: its labels are its nodes
+                self.nodes = attempt[1]
+                self.flush_held()
+                if self.on_attempt:
+                    self.on_attempt(*attempt)
             return          # Slurm's own lines ("srun: error: ..."): in slurm-<job>.out only
         self._task, text = parsed
         self._labelled(self._task, text)
@@ -373,7 +453,14 @@ def follow(record: records.RunRecord, env: Mapping[str, str], sink: logs.LogSink
     "SIGTERM"; ``logs -f``: None, just stop following and return (None, info)).  Returns the
     outcome (recorded in ``record`` unless the follow was left early) and the last JobInfo.
     """
-    tail = OutputTail(output_path(record), sink, node=node)
+    def new_attempt(_attempt: int, names: list[str]) -> None:
+        if fit_nodes(record, names):
+            record.save()
+        sink.ranks.update({n.node: n.rank for n in record.nodes})
+        if on_nodes:
+            on_nodes(list(names))
+
+    tail = OutputTail(output_path(record), sink, node=node, on_attempt=new_attempt)
     if record.nodes and all(n.state != "created" for n in record.nodes):
         tail.nodes = [n.node for n in sorted(record.nodes, key=lambda n: n.rank)]
     why_stopped: str | None = None
@@ -427,6 +514,7 @@ def follow(record: records.RunRecord, env: Mapping[str, str], sink: logs.LogSink
     if fresh is not None and fresh.state not in ("starting", "running", "unknown"):
         return result, info        # someone settled it meanwhile (stop, status): theirs stands
     record_outcome(record, result, tasks, who)
+    record_attempts(record)
     if why_stopped is not None:
         record.stopped_by = f"clusterctl launch ({'Ctrl-C' if why_stopped == 'SIGINT' else why_stopped})"
     record.save()
