@@ -26,7 +26,7 @@ from typer.testing import CliRunner
 
 from clusterctl.cli import app
 from clusterctl.core import exitcodes
-from clusterctl.run import records
+from clusterctl.run import faults, records
 
 runner = CliRunner()
 pytestmark = [pytest.mark.sandbox, pytest.mark.docker, pytest.mark.slow]
@@ -80,52 +80,79 @@ def latest_step(checkpoint: Path) -> int:
         return 0
 
 
-def test_a_lost_node_is_replaced_by_the_spare_and_the_run_ends_with_the_uninterrupted_weights(
-        clean_nodes, cpu_image, runs_dir, tmp_path):
+@pytest.fixture(scope="module")
+def reference(sandbox3, cpu_image, tmp_path_factory):
+    """The weights of the job when nothing is lost (2 nodes, the third a spare, as below)."""
+    tmp = tmp_path_factory.mktemp("reference")
+    os.environ["CLUSTERCTL_RUNS"] = str(tmp / "runs")
+    try:
+        res = smoke(inventory(sandbox3, tmp, spare=list(sandbox3.nodes)[2]), cpu_image, tmp / "ck",
+                    "--max-restarts", "1")
+    finally:
+        os.environ.pop("CLUSTERCTL_RUNS", None)
+    assert res.exit_code == 0, res.output
+    want = set(DIGEST.findall(res.output))
+    assert len(want) == 1, res.output
+    return want
+
+
+def inject(sb, kind: str, node: str) -> None:
+    """The fault, from outside the job, as `clusterctl fault` injects it (the run: the newest)."""
+    faults.inject(kind, node, nodes=sb.inventory_path)
+
+
+def heal(sb, kind: str, node: str) -> None:
+    again = {"link-down": "link-up", "engine-stop": "engine-start"}.get(kind)
+    if again:
+        faults.inject(again, node, nodes=sb.inventory_path)
+
+
+@pytest.mark.parametrize("fault", ["link-down", "engine-stop", "kill"])
+def test_a_fault_from_outside_ends_in_a_run_with_the_uninterrupted_weights(
+        clean_nodes, cpu_image, runs_dir, tmp_path, reference, fault):
+    """link-down and engine-stop lose node2: node3 (the spare) takes its rank; a killed
+    container (a signal blames no node) restarts in place.  Every rank resumes from the
+    checkpoint and the final weights are those of the run that lost nothing."""
     sb = clean_nodes
     [n1, n2, n3] = list(sb.nodes)
     inv = inventory(sb, tmp_path, spare=n3)
-
-    # the reference: the same job, nothing lost (n1, n2; the spare idle)
-    ref = smoke(inv, cpu_image, tmp_path / "ck-ref", "--max-restarts", "1")
-    assert ref.exit_code == 0, ref.output
-    want = set(DIGEST.findall(ref.output))
-    assert len(want) == 1, ref.output
-
-    # the same run, n2's link cut once it has checkpointed step 3
     checkpoint = tmp_path / "ck"
     cut: list[float] = []
 
-    def cut_link() -> None:
+    def strike() -> None:
         deadline = time.monotonic() + 240
         while latest_step(checkpoint) < 3 and time.monotonic() < deadline:
             time.sleep(0.2)
         cut.append(time.time())
-        sb.link_down(n2)
+        inject(sb, fault, n2)
 
-    t = threading.Thread(target=cut_link, daemon=True)
+    t = threading.Thread(target=strike, daemon=True)
     t.start()
     try:
         res = smoke(inv, cpu_image, checkpoint, "--max-restarts", "2")
     finally:
-        t.join(timeout=5)
-        sb.link_up(n2)
+        t.join(timeout=30)
+        heal(sb, fault, n2)
     assert cut, "the run never checkpointed step 3"
     assert res.exit_code == 0, res.output
     rec = records.list_runs()[0]
     assert [a.attempt for a in rec.attempts] == [0, 1]
-    assert rec.attempts[0].ended == f"{n2} lost" and rec.attempts[0].replaced == {n2: n3}
-    assert list(rec.excluded) == [n2]
-    assert [(n.node, n.rank) for n in rec.attempts[1].nodes] == [(n1, 0), (n3, 1)]
+    if fault == "kill":
+        assert rec.attempts[0].ended == f"{n2} exit 137 (SIGKILL)" and rec.excluded == {}
+        assert [(n.node, n.rank) for n in rec.attempts[1].nodes] == [(n1, 0), (n2, 1)]
+    else:
+        assert rec.attempts[0].ended == f"{n2} lost" and rec.attempts[0].replaced == {n2: n3}
+        assert list(rec.excluded) == [n2]
+        assert [(n.node, n.rank) for n in rec.attempts[1].nodes] == [(n1, 0), (n3, 1)]
     # the second attempt resumed from a checkpoint (not from step 0) on every rank ...
     resumed = re.findall(r"rank (\d) resumed from step (\d+) of 8 \(attempt 1\)", res.output)
     assert sorted(r for r, _ in resumed) == ["0", "1"] and all(int(s) >= 3 for _, s in resumed), res.output
     # ... and ends with exactly the weights of the run that lost nothing
-    assert set(DIGEST.findall(res.output.split("attempt 1 on")[-1])) == want, res.output
+    assert set(DIGEST.findall(res.output.split("attempt 1 on")[-1])) == reference, res.output
     timings = rec.attempts[0].timings
-    print(f"link cut -> noticed {timings['noticed'] - cut[0]:.1f}s, -> stopped "
+    print(f"{fault}: -> noticed {timings['noticed'] - cut[0]:.1f}s, -> stopped "
           f"{timings['stopped'] - cut[0]:.1f}s; attempt 1 started "
-          f"{rec.attempts[1].started.timestamp() - cut[0]:.1f}s after the cut")
+          f"{rec.attempts[1].started.timestamp() - cut[0]:.1f}s after the fault")
     assert timings["noticed"] - cut[0] <= 10.0 + 5.0, timings    # goal 10 s; slack for a busy CI
 
 
