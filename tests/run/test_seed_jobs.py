@@ -29,8 +29,7 @@ from typer.testing import CliRunner
 from clusterctl.cli import app
 from clusterctl.cluster.inventory import load_inventory
 from clusterctl.image import targets
-from clusterctl.run import mpi, records
-from clusterctl.run import recovery
+from clusterctl.run import mpi, records, recovery
 from clusterctl.run.jobs import BASE_ENV, CONTRACTS, load_job
 from clusterctl.run.plan import make_plan
 from tests.fixtures import JOBS
