@@ -223,3 +223,69 @@ def test_kernel_and_clock_differences_with_stand_in_facts(sandbox4):
     assert checks[2].warnings and f"clock is {checks[2].clock_offset:.1f} s ahead of this " \
         "machine's (more than 1 s" in checks[2].warnings[0]
     assert not checks[0].warnings and not checks[3].warnings
+
+
+# --------------------------------------------------------------------------- the budget
+
+@pytest.fixture(scope="module")
+def sandbox3_with_image(sandbox3, image):
+    """The session's 3-node sandbox (``sandbox3``: 3 nodes, not the 4 of issue 22's figure,
+    which benchmarks/collective.md measures), with the cpu image pushed and links unshaped."""
+    results = push_image(image, load_inventory(sandbox3.inventory_path))
+    assert all(r.ok for r in results), [r.describe() for r in results]
+    return sandbox3
+
+
+def _library_check(sb, image, **options):
+    """``run_check`` as a launcher calls it (default sizes, pair size and budget)."""
+    import time
+
+    from clusterctl.run.collective import check
+
+    t = time.monotonic()
+    result = check.run_check(load_inventory(sb.inventory_path), target="cpu", image=image,
+                             options=check.Options(push=False, **options))
+    return result, time.monotonic() - t
+
+
+def test_a_node_on_8mbit_is_named_within_60_s_by_the_default_budget(sandbox3_with_image, image):
+    """Issue 22: a run that restarts re-checks its nodes; a slow node must be named within
+    60 s.  Before the budget, the default check (1M,4M,16M all-node sizes, 4M pairs, 5
+    iterations) took 305 s on 4 nodes with one at 8mbit.  The timing assertion is the
+    requirement itself (with the default 45 s budget the slack is 15 s)."""
+    sb = sandbox3_with_image
+    healthy, healthy_s = _library_check(sb, image)
+    print(f"\nhealthy 3 nodes: {healthy_s:.1f} s: {healthy.verdict.message}")
+    assert healthy.verdict.ok, healthy.verdict.message
+    sb.shape("node3", "8mbit")
+    try:
+        result, seconds = _library_check(sb, image)
+    finally:
+        sb.shape("node3", None)
+    print(f"node3 at 8mbit: named in {seconds:.1f} s (check {result.seconds:.1f} s, probe "
+          f"budget {result.budget:.0f} s): {result.verdict.message}")
+    assert result.verdict.named == ["node3"], result.verdict.message
+    assert seconds <= 60.0, f"{seconds:.1f} s to name the slow node (goal: 60 s)"
+    assert _left_on_nodes(sb._sandbox) == {}
+
+
+def test_a_budget_too_short_for_the_slow_pair_names_the_unfinished_pairs(sandbox3_with_image,
+                                                                         image):
+    """A pair all_reduce of 64M over 8mbit takes ~64 s: within a 30 s budget no pair with
+    node3 finishes.  The check ends near its budget instead of waiting for the 300 s
+    --timeout, and names the nodes of the pair cut short (node3's first round is with
+    node2 and nothing after it ran: both are named, each as possibly healthy)."""
+    sb = sandbox3_with_image
+    sb.shape("node3", "8mbit")
+    try:
+        result, seconds = _library_check(sb, image, budget=30.0, pair_bytes=64 << 20,
+                                         sizes=(1 << 20,))
+    finally:
+        sb.shape("node3", None)
+    print(f"\nbudget 30 s, 64 MiB pairs: {seconds:.1f} s: {result.verdict.message}")
+    v = result.verdict
+    assert "node3" in v.named and not v.ok, v.message
+    assert seconds <= 30.0 + 15.0
+    reasons = {x.node: x.reason for x in v.nodes}
+    assert "no pair finished within the budget" in reasons["node3"], reasons
+    assert _left_on_nodes(sb._sandbox) == {}

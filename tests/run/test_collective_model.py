@@ -255,3 +255,83 @@ def test_probe_source_is_the_shipped_script():
     text = check.probe_source().decode()
     assert "CLUSTERCTL-PROBE " in text and "init_process_group" in text
     compile(text, "probe.py", "exec")
+
+
+# --------------------------------------------------------------------------- the budget (pure)
+
+def test_parse_reads_the_budget_record_and_skipped_sizes():
+    text = "\n".join([_line("skipped", bytes=16 * MiB, predicted=24.5),
+                      _line("budget", phase="pair round 2", peer=3)])
+    r = model.parse_probe_output("node2", 1, text)
+    assert r.out_of_budget == "pair round 2" and r.unfinished_peer == 3
+    assert r.skipped == {16 * MiB: 24.5} and not r.done and r.error is None
+    r = model.parse_probe_output("node2", 1, _line("budget", phase="join", peer=None))
+    assert r.out_of_budget == "join" and r.unfinished_peer is None
+
+
+def test_a_node_with_no_pair_finished_in_the_budget_is_named_slow_with_the_pair():
+    """node3 finished no pair: its pair with node2 was cut short in round 3 (its earlier
+    rounds' pairs never finished either), the others' pairs are fast."""
+    reports = _reports(4, _slow_node(2))
+    for r in reports:
+        r.pairs.pop(2, None)
+        r.world = {}
+    reports[2].pairs = {}
+    for r in reports:
+        r.done, r.exit_code, r.out_of_budget = False, 4, "pair round 3"
+    reports[2].unfinished_peer, reports[1].unfinished_peer = 1, 2
+    m = model.measure(reports)
+    assert m.unfinished == {(1, 2)} and (1, 2) not in m.pairs
+    v = model.decide(m, Thresholds())
+    assert not v.ok and v.named == ["node3"], v.message
+    assert [x.status for x in v.nodes] == ["ok", "ok", "slow", "ok"]
+    assert "no pair finished within the budget" in v.nodes[2].reason
+    assert "with node2" in v.nodes[2].reason and "pair round 3" in v.nodes[2].reason
+    assert v.message.startswith("slow: node3")
+    data = model.to_json(m, v, Thresholds())
+    assert data["unfinished"] == [{"a": "node2", "b": "node3"}]
+    assert data["nodes"][2]["out_of_budget"] == "pair round 3"
+
+
+def test_both_nodes_of_the_only_unfinished_pair_are_named_and_one_may_be_healthy():
+    reports = [NodeReport(f"node{i + 1}", i, exit_code=4, joined=0.1, out_of_budget="pair round 1",
+                          unfinished_peer=1 - i) for i in range(2)]
+    v = model.decide(model.measure(reports), Thresholds())
+    assert v.named == ["node1", "node2"] and "either may be the slow one" in v.message
+
+
+def test_a_budget_that_ends_in_the_world_phase_keeps_the_verdict_of_the_pairs():
+    reports = _reports(4, _slow_node(3))
+    for r in reports:   # a second size did not finish anywhere: its figures are not there
+        r.done, r.exit_code, r.out_of_budget = False, 4, "world"
+    v = model.decide(model.measure(reports), Thresholds())
+    assert v.named == ["node4"] and [x.status for x in v.nodes] == ["ok", "ok", "ok", "slow"]
+    healthy = _reports(4, lambda a, b: 0.01)
+    for r in healthy:
+        r.skipped = {16 * MiB: 30.0}
+    m = model.measure(healthy)
+    v = model.decide(m, Thresholds())
+    assert v.ok and m.skipped == [16 * MiB] and "16 MiB left out" in v.message
+
+
+def test_out_of_budget_before_any_pair_is_no_measurement_not_broken():
+    reports = [NodeReport(f"node{i + 1}", i, exit_code=4, out_of_budget="join") for i in range(3)]
+    v = model.decide(model.measure(reports), Thresholds())
+    assert not v.ok and v.named == [] and v.message.startswith("no measurement")
+    assert all(x.status == model.STOPPED and "budget was up in join" in x.reason for x in v.nodes)
+
+
+def test_the_probe_budget_is_what_is_left_of_the_checks_and_caps_the_timeouts():
+    from clusterctl.run.collective import check
+
+    o = check.Options()
+    assert o.budget == check.DEFAULT_BUDGET == 45.0
+    budget, timeout = check.probe_budget(o, spent=5.0)
+    assert budget == 45.0 - 5.0 - check.START_MARGIN - check.END_MARGIN
+    assert timeout == 45.0 - 5.0   # the containers get the rest of the budget
+    assert check.probe_budget(o, spent=44.0) == (check.MIN_PROBE_BUDGET, check.MIN_PROBE_BUDGET
+                                                 + check.START_MARGIN + check.END_MARGIN)
+    assert check.probe_budget(check.Options(budget=None), spent=5.0) == (None, 300.0)
+    cfg = check.config(4, "gloo", check.Options(budget=60), budget=20.0)
+    assert cfg["budget"] == 20.0 and cfg["timeout"] == 20.0   # the process group's too
+    assert "budget" not in check.config(4, "gloo", check.Options(budget=None))

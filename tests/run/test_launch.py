@@ -48,16 +48,6 @@ def run_containers(sb, node: str, run_id: str | None = None, *, running: bool = 
     return sb.node_docker(node, *argv).stdout.split()
 
 
-@pytest.fixture
-def clean_nodes(sandbox3):
-    """Remove every clusterctl container on every node after the test (also on failure)."""
-    yield sandbox3
-    for node in sandbox3.nodes:
-        names = run_containers(sandbox3, node)
-        if names:
-            sandbox3.node_docker(node, "rm", "--force", *names, check=False)
-
-
 def cli(*args: str):
     return runner.invoke(app, list(args))
 

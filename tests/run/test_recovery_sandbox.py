@@ -34,16 +34,6 @@ pytestmark = [pytest.mark.sandbox, pytest.mark.docker, pytest.mark.slow]
 DIGEST = re.compile(r"weights-sha256=([0-9a-f]{64})")
 
 
-@pytest.fixture
-def clean_nodes(sandbox3):
-    yield sandbox3
-    for node in sandbox3.nodes:
-        names = sandbox3.node_docker(node, "ps", "-aq", "--filter", "label=io.clusterctl.run",
-                                     check=False).stdout.split()
-        if names:
-            sandbox3.node_docker(node, "rm", "--force", *names, check=False)
-
-
 def inventory(sb, tmp_path: Path, *, spare: str | None) -> Path:
     """The sandbox's inventory, ``spare`` marked as a hot spare (None: every node active)."""
     data = yaml.safe_load(sb.inventory_path.read_text())

@@ -49,16 +49,6 @@ def project(tmp_path, monkeypatch):
     return root
 
 
-@pytest.fixture
-def clean_nodes(sandbox3):
-    yield sandbox3
-    for node in sandbox3.nodes:
-        names = sandbox3.node_docker(node, "ps", "-aq", "--filter", "label=io.clusterctl.run",
-                                     check=False).stdout.split()
-        if names:
-            sandbox3.node_docker(node, "rm", "--force", *names, check=False)
-
-
 def launch(sb, image: str, project: Path, *extra: str, nproc: str = "2"):
     t0 = time.monotonic()
     res = runner.invoke(app, ["launch", "--nodes", str(sb.inventory_path), "--image", image,
