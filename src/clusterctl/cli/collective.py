@@ -102,6 +102,12 @@ def report(result: CheckResult, thresholds: model.Thresholds, *, saved: Path | N
         console.print(f"all_reduce {model.fmt_bytes(s.nbytes):>8} across {len(m.nodes)} nodes: "
                       f"{s.seconds * 1e3:9.1f} ms  algbw {model.fmt_rate(s.algbw):>11}  "
                       f"busbw {model.fmt_rate(s.busbw):>11}", markup=False)
+    for a, b in sorted(m.unfinished):
+        console.print(f"pair {m.nodes[a]} - {m.nodes[b]}: cut short, not finished within the "
+                      "budget", markup=False)
+    for nbytes in m.skipped:
+        console.print(f"all_reduce {model.fmt_bytes(nbytes):>8} across {len(m.nodes)} nodes: "
+                      "left out, one iteration would not fit in the budget", markup=False)
     for c in result.preflight or []:
         for warning in c.warnings:
             console.print(f"{c.node}: warning: {warning}", markup=False)

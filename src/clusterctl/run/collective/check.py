@@ -15,7 +15,17 @@
    start, or whose probe fails while the others still run, ends the check: the other
    containers are removed so nobody waits for a collective that cannot complete;
 5. the outputs become :class:`~.model.Measurements`, :func:`~.model.decide` gives the
-   verdict.  Nothing of the check stays on a node (``--rm``, and every container
+   verdict.
+
+``Options.budget`` (seconds, default 45; None: no budget) bounds the whole check but the
+image push (which depends on the image, not the nodes): what is left of it when the
+containers start, less :data:`START_MARGIN` + :data:`END_MARGIN`, goes to the probe
+(at least :data:`MIN_PROBE_BUDGET`), which fits its measurements in it and names what
+it had not finished when its time was up (:mod:`.incontainer.probe`); the process
+group's timeout is cut to it and the containers get :data:`END_MARGIN` more before they
+are removed.  A slow node is then named within the budget instead of after the
+``timeout`` (300 s): the library entry point for a launcher is
+``run_check(inventory, job=job, options=Options(budget=60))``.  Nothing of the check stays on a node (``--rm``, and every container
    labelled with the check's id is removed at the end, whatever happened).
 """
 
@@ -45,6 +55,13 @@ DEFAULT_PAIR_BYTES = 4 << 20
 DEFAULT_ITERS = 5
 #: docker run exits 125 (docker itself failed), 126 (command cannot run), 127 (not found).
 _DOCKER_START_CODES = (125, 126, 127)
+#: the probe's exit status when its time was up (it printed what it had not finished)
+BUDGET_STATUS = 4
+DEFAULT_BUDGET = 45.0
+#: seconds of the budget kept for starting the containers (docker run, python) and for
+#: ending them (the probe's watchdog grace, the output coming back, the containers removed)
+START_MARGIN, END_MARGIN = 3.0, 6.0
+MIN_PROBE_BUDGET = 10.0
 
 
 @dataclass(frozen=True)
@@ -58,6 +75,7 @@ class Options:
     thresholds: model.Thresholds = model.Thresholds()
     push: bool = True
     backend: str | None = None        # default: the target's, gloo without a target
+    budget: float | None = DEFAULT_BUDGET   # seconds for the whole check but the push; None: unbounded
 
 
 @dataclass
@@ -69,10 +87,12 @@ class CheckResult:
     verdict: model.Verdict
     seconds: float
     preflight: list = None  # NodeCheck per node
+    budget: float | None = None   # the probe's seconds (None: no budget)
 
     def to_json(self, thresholds: model.Thresholds) -> dict:
         return model.to_json(self.measurements, self.verdict, thresholds, check_id=self.check_id,
-                             image=self.image, backend=self.backend, seconds=self.seconds)
+                             image=self.image, backend=self.backend, seconds=self.seconds,
+                             budget_s=self.budget)
 
 
 def probe_source() -> bytes:
@@ -108,15 +128,22 @@ def backend_of(job: Job, given: str | None) -> str:
     return "gloo"
 
 
-def config(n: int, backend: str, o: Options) -> dict:
-    return {"backend": backend, "sizes": list(o.sizes), "iters": o.iters,
-            "rounds": [[list(p) for p in r] for r in model.pair_rounds(n, o.pair_rounds)],
-            "pair_bytes": o.pair_bytes, "timeout": o.collective_timeout}
+def config(n: int, backend: str, o: Options, budget: float | None = None) -> dict:
+    """The probe's input; ``budget``: its seconds from its start (None: no budget), which
+    also caps the process group's timeout."""
+    cfg = {"backend": backend, "sizes": list(o.sizes), "iters": o.iters,
+           "rounds": [[list(p) for p in r] for r in model.pair_rounds(n, o.pair_rounds)],
+           "pair_bytes": o.pair_bytes, "timeout": o.collective_timeout}
+    if budget is not None:
+        cfg["budget"] = round(budget, 1)
+        cfg["timeout"] = round(min(o.collective_timeout, budget), 1)
+    return cfg
 
 
-def probe_job(job: Job, n: int, backend: str, options: Options) -> Job:
+def probe_job(job: Job, n: int, backend: str, options: Options,
+              budget: float | None = None) -> Job:
     """``job`` with the probe as its command (``python3 - CONFIG``), one process per node."""
-    cfg = json.dumps(config(n, backend, options), separators=(",", ":"))
+    cfg = json.dumps(config(n, backend, options, budget), separators=(",", ":"))
     # the command is a template ({placeholders}): the JSON's own braces are doubled.
     # secrets=[]: the probe needs none, so a job's listed secrets need not be exported
     # (values named *TOKEN*, *KEY*... still never reach the container: container_argv)
@@ -140,6 +167,8 @@ def run_check(inventory, *, job: Job | None = None, target: str | None = None,
               note: Callable[[str], None] = lambda _: None) -> CheckResult:
     """The whole check; see the module docstring.  UserError (exit 2) for bad input."""
     started = time.monotonic()
+    if options.budget is not None and not options.budget > 0:
+        raise UserError(f"budget {options.budget!r}: valid: seconds above 0, or None (no budget)")
     n = len(inventory.nodes)
     if n < 2:
         raise UserError(f"{inventory.path}: check --collective needs at least 2 nodes; the "
@@ -147,7 +176,8 @@ def run_check(inventory, *, job: Job | None = None, target: str | None = None,
     job = check_job(job=job, target=target, image=image)
     backend = backend_of(job, options.backend)
     check_id = records.new_run_id("collective-check")
-    job = probe_job(job, n, backend, options)
+    given = job
+    job = probe_job(given, n, backend, options)
     facts = launching.local_facts(inventory)
     ref = plan.check_inputs(job, inventory, run_id=check_id, image=image,
                             master_addr=facts["master_addr"], host_env=facts["host_env"])
@@ -161,24 +191,40 @@ def run_check(inventory, *, job: Job | None = None, target: str | None = None,
         failed = {c.node: "; ".join(c.problems) for c in checks if c.problems}
         if failed:
             return _unmeasured(check_id, ref, backend, inventory, failed, "preflight", started, checks)
+        pushed = 0.0
         if options.push:
             note(f"image {ref}: pushing where missing")
+            t = time.monotonic()
             try:
                 launching.push_image(cluster, ref, progress)
             except launching.PushFailed as e:
                 return _unmeasured(check_id, ref, backend, inventory, e.failures, "push", started,
                                    checks)
+            pushed = time.monotonic() - t
+        budget, timeout = probe_budget(options, time.monotonic() - started - pushed)
+        if budget is not None:
+            job = probe_job(given, n, backend, options, budget)
         plans = plan.make_plan(job, inventory, run_id=check_id, image=image,
                                interfaces=pf.interfaces(checks), **facts)
-        note(f"all_reduce on {n} nodes ({backend}), then "
-             f"{len(model.pair_rounds(n, options.pair_rounds))} pair rounds")
+        note(f"{len(model.pair_rounds(n, options.pair_rounds))} pair rounds, then all_reduce "
+             f"on {n} nodes ({backend})"
+             + (f", within {budget:.0f} s" if budget is not None else ""))
         try:
-            reports = _run_all(cluster, plans, probe_source(), options.timeout)
+            reports = _run_all(cluster, plans, probe_source(), timeout, budget is not None)
         finally:
             containers.remove_run_containers(cluster, check_id, [p.node for p in plans])
     m = model.measure(reports)
     return CheckResult(check_id, ref, backend, m, model.decide(m, options.thresholds),
-                       time.monotonic() - started, checks)
+                       time.monotonic() - started, checks, budget)
+
+
+def probe_budget(options: Options, spent: float) -> tuple[float | None, float]:
+    """(the probe's seconds or None, the containers' timeout) once ``spent`` seconds of
+    the budget are gone."""
+    if options.budget is None:
+        return None, options.timeout
+    budget = max(MIN_PROBE_BUDGET, options.budget - spent - START_MARGIN - END_MARGIN)
+    return budget, min(options.timeout, budget + START_MARGIN + END_MARGIN)
 
 
 def _unmeasured(check_id, ref, backend, inventory, failures: dict[str, str], step: str,
@@ -194,7 +240,7 @@ def _unmeasured(check_id, ref, backend, inventory, failures: dict[str, str], ste
 
 
 def _run_all(cluster: Cluster, plans: Sequence[plan.NodePlan], script: bytes,
-             timeout: float) -> list[model.NodeReport]:
+             timeout: float, budgeted: bool = False) -> list[model.NodeReport]:
     """Every node's container at once; the first that fails stops the others."""
     failed = threading.Event()
     lock = threading.Lock()
@@ -232,11 +278,19 @@ def _run_all(cluster: Cluster, plans: Sequence[plan.NodePlan], script: bytes,
     def run_one(conn) -> model.NodeReport:
         p = next(p for p in plans if p.node == conn.name)
         begun = time.monotonic()
+        partial: list[str] = []
         try:
-            res = conn.run(container_argv(p), stdin=script, timeout=timeout)
+            res = _run_keeping_output(conn, container_argv(p), script, timeout, partial)
         except NodeError as e:
             late = time.monotonic() - begun >= timeout
             report = model.NodeReport(p.node, p.rank)
+            if late and budgeted and partial:
+                # what the probe printed until then counts; its time was up where it was
+                report = model.parse_probe_output(p.node, p.rank, "".join(partial))
+                report.out_of_budget = report.out_of_budget or (
+                    f"{_last_phase(report)} (its container still ran when the budget's "
+                    f"{timeout:.0f} s were spent)")
+                return report
             if late:  # the container ran: the check's time was up
                 report.error = f"no result within --timeout {timeout:g} s"
             elif failed.is_set():
@@ -254,8 +308,9 @@ def _run_all(cluster: Cluster, plans: Sequence[plan.NodePlan], script: bytes,
         if res.exit_code in _DOCKER_START_CODES and not report.versions:
             report.start_error = (f"container could not start: docker run exited {res.exit_code}"
                                   + _docker_reason(res.stderr))
-        if res.exit_code != 0 and not failed.is_set():
-            stop_others(p.node)
+        if res.exit_code != 0 and not failed.is_set() and not (
+                res.exit_code == BUDGET_STATUS and report.out_of_budget):
+            stop_others(p.node)   # its time being up is not a failure: the others end alike
         return report
 
     results = cluster.map(one, nodes=[p.node for p in plans])
@@ -266,6 +321,57 @@ def _run_all(cluster: Cluster, plans: Sequence[plan.NodePlan], script: bytes,
             r = model.NodeReport(p.node, p.rank, start_error=f"container could not start: {r.reason}")
         reports.append(r)
     return reports
+
+
+def _run_keeping_output(conn, argv: list[str], stdin: bytes, timeout: float,
+                        partial: list[str]):
+    """``conn.run(argv, stdin=..., timeout=...)``, except that what the command printed
+    before a timeout or a lost connection is in ``partial`` when NodeError is raised."""
+    chan = conn.exec_channel(argv)
+    out, err = bytearray(), bytearray()
+    deadline = time.monotonic() + timeout
+    try:
+        chan.sendall(stdin)
+        chan.shutdown_write()
+        while True:
+            busy = False
+            if chan.recv_ready():
+                out.extend(chan.recv(1 << 16))
+                busy = True
+            if chan.recv_stderr_ready():
+                err.extend(chan.recv_stderr(1 << 16))
+                busy = True
+            if busy:
+                continue
+            if chan.exit_status_ready() and (chan.eof_received or chan.closed):
+                break
+            if time.monotonic() >= deadline:
+                partial[:] = [out.decode(errors="replace"), "\n", err.decode(errors="replace")]
+                raise NodeError(conn.name, f"the probe's container timed out after {timeout:g}s")
+            time.sleep(0.05)
+        code = chan.recv_exit_status()
+    except (OSError, EOFError) as e:
+        partial[:] = [out.decode(errors="replace"), "\n", err.decode(errors="replace")]
+        raise NodeError(conn.name, f"connection lost while running the probe: {e}") from None
+    finally:
+        chan.close()
+    return _Result(code, out.decode(errors="replace"), err.decode(errors="replace"))
+
+
+@dataclass
+class _Result:
+    exit_code: int
+    stdout: str
+    stderr: str
+
+
+def _last_phase(r: model.NodeReport) -> str:
+    """Where a probe that printed no ``budget`` record was, from what it printed."""
+    if r.world:
+        return "world"
+    if r.joined is not None:
+        return "a pair round"
+    return "join" if r.versions else "import"
 
 
 def _docker_reason(stderr: str) -> str:

@@ -27,6 +27,13 @@ still has a healthy partner; the check costs R pair rounds at any node count, no
 (7 at 8 nodes, 499 at 500).  A node named slow whose partners were all slow too might be
 healthy (it never met a good partner): the verdict says so by name, and ``--pair-rounds
 all`` (every pair) tells it apart.
+
+Out of budget (the check's ``budget``): a probe whose time was up says in which phase and
+with which peer (``budget``).  A node judged on the pairs it finished is judged as above;
+a node that finished no pair but had one cut short is slow ("no pair finished within the
+budget", naming the pair): a link that cannot move one message in the time given is slow
+whatever the other figures say.  Sizes of the all-node all_reduce left out to stay within
+the budget are listed (``skipped``), the verdict is on the sizes measured.
 """
 
 from __future__ import annotations
@@ -92,6 +99,9 @@ class NodeReport:
     error: str | None = None             # the probe's own error ("phase: message")
     done: bool = False
     stopped: bool = False                # torn down because another node failed
+    out_of_budget: str | None = None     # the phase its probe was in when the budget was up
+    unfinished_peer: int | None = None   # the peer of the pair all_reduce it began and did not finish
+    skipped: dict[int, float] = field(default_factory=dict)  # size left out -> predicted seconds
     tail: list[str] = field(default_factory=list)  # last lines that were not probe lines
     timeline: dict[str, float] = field(default_factory=dict)  # phase -> seconds since the probe began
 
@@ -119,9 +129,18 @@ def parse_probe_output(node: str, rank: int, text: str, tail: int = 8) -> NodeRe
             r.joined = float(rec["seconds"])
         elif kind == "world":
             r.world[int(rec["bytes"])] = [float(s) for s in rec["seconds"]]
+        elif kind == "measuring":
+            r.unfinished_peer = int(rec["peer"])
         elif kind == "pair":
             r.pairs[int(rec["peer"])] = [float(s) for s in rec["seconds"]]
             r.pair_bytes = int(rec["bytes"])
+            r.unfinished_peer = None
+        elif kind == "skipped":
+            r.skipped[int(rec["bytes"])] = float(rec.get("predicted") or 0.0)
+        elif kind == "budget":
+            r.out_of_budget = str(rec.get("phase", "?"))
+            if rec.get("peer") is not None:
+                r.unfinished_peer = int(rec["peer"])
         elif kind == "error":
             r.error = f"{rec.get('phase', '?')}: {rec.get('error', '?')}"
         elif kind == "done":
@@ -147,6 +166,8 @@ class Measurements:
     pair_bytes: int | None = None
     pairs: dict[tuple[int, int], float] = field(default_factory=dict)   # (a<b) -> busbw bytes/s
     reports: dict[str, NodeReport] = field(default_factory=dict)
+    unfinished: set[tuple[int, int]] = field(default_factory=set)  # pairs the budget cut short
+    skipped: list[int] = field(default_factory=list)   # sizes left out to stay within the budget
 
 
 def _slowest_median(per_rank: Sequence[Sequence[float]]) -> float | None:
@@ -182,6 +203,12 @@ def measure(reports: Sequence[NodeReport]) -> Measurements:
             if t and r.pair_bytes:
                 m.pairs[(a, b)] = bus_bandwidth(r.pair_bytes, t, 2)
                 m.pair_bytes = r.pair_bytes
+    for r in reports:
+        if r.out_of_budget and r.unfinished_peer in by_rank and r.unfinished_peer != r.rank:
+            pair = tuple(sorted((r.rank, r.unfinished_peer)))
+            if pair not in m.pairs:
+                m.unfinished.add(pair)
+    m.skipped = sorted({b for r in reports for b in r.skipped} - {s.nbytes for s in m.world})
     return m
 
 
@@ -228,18 +255,21 @@ def decide(m: Measurements, t: Thresholds) -> Verdict:
         if why:
             verdicts[r.node].status, verdicts[r.node].reason = BROKEN, why
             broken.append(r.node)
-    for r in reports:
-        if verdicts[r.node].status == OK and (r.stopped or not r.done):
-            verdicts[r.node].status = STOPPED
-            verdicts[r.node].reason = ("stopped when " + ", ".join(broken) + " failed") if broken \
-                else (r.error or "did not finish")
-    busbw = m.world[-1].busbw if m.world else None
     scores: dict[str, float] = {}
     for r in reports:
         mine = [bw for (a, b), bw in m.pairs.items() if r.rank in (a, b)]
         if mine:
             scores[r.node] = max(mine)
             verdicts[r.node].score = scores[r.node]
+    for r in reports:
+        # out of budget after a pair finished: judged on its pairs like the others
+        if verdicts[r.node].status == OK and (r.stopped or not r.done) and not (
+                r.out_of_budget and not r.stopped and not broken and r.node in scores):
+            verdicts[r.node].status = STOPPED
+            verdicts[r.node].reason = ("stopped when " + ", ".join(broken) + " failed") if broken \
+                else (f"the budget was up in {r.out_of_budget}" if r.out_of_budget
+                      else r.error or "did not finish")
+    busbw = m.world[-1].busbw if m.world else None
     reference = statistics.median(scores.values()) if scores else None
     slow = []
     if not broken and scores:
@@ -253,6 +283,19 @@ def decide(m: Measurements, t: Thresholds) -> Verdict:
             if why:
                 verdicts[name].status, verdicts[name].reason = SLOW, "; ".join(why)
                 slow.append(name)
+    if not broken:
+        # no pair finished within the budget, one was cut short: at least that slow
+        for r in reports:
+            peers = sorted(b if a == r.rank else a for (a, b) in m.unfinished if r.rank in (a, b))
+            if r.node in scores or not peers:
+                continue
+            verdicts[r.node].status = SLOW
+            size = f" of {fmt_bytes(m.pair_bytes)}" if m.pair_bytes else ""
+            verdicts[r.node].reason = (
+                f"no pair finished within the budget: its pair all_reduce{size} with "
+                f"{', '.join(m.nodes[p] for p in peers)} was cut short in "
+                f"{r.out_of_budget or 'its probe'}")
+            slow.append(r.node)
     total_low = (not broken and t.min_busbw is not None and busbw is not None
                  and busbw < t.min_busbw)
     nodes = list(verdicts.values())
@@ -279,6 +322,9 @@ def decide(m: Measurements, t: Thresholds) -> Verdict:
     else:
         msg = (f"all {len(m.nodes)} nodes healthy: all_reduce bus bandwidth {fmt_rate(busbw)} "
                f"at {fmt_bytes(m.world[-1].nbytes)}")
+        if m.skipped:
+            msg += (f" ({', '.join(fmt_bytes(b) for b in m.skipped)} left out: would not fit "
+                    "in the budget)")
         return Verdict(True, nodes, reference, busbw, msg)
     return Verdict(False, nodes, reference, busbw, msg)
 
@@ -291,7 +337,7 @@ def _unsure(m: Measurements, slow: Sequence[str]) -> list[str]:
     unsure = []
     for name in slow:
         me = rank[name]
-        partners = {b if a == me else a for (a, b) in m.pairs if me in (a, b)}
+        partners = {b if a == me else a for (a, b) in [*m.pairs, *m.unfinished] if me in (a, b)}
         if partners and partners <= slow_ranks:
             unsure.append(name)
     return unsure
@@ -303,8 +349,8 @@ def _broken_reason(r: NodeReport, reports: Sequence[NodeReport]) -> str | None:
     process group that the others formed."""
     if r.start_error:
         return r.start_error
-    if r.stopped:
-        return None
+    if r.stopped or r.out_of_budget:
+        return None   # stopped for another's failure, or its time was up: not its own fault
     others = [o for o in reports if o is not r]
     if r.joined is None and any(o.joined is not None for o in others):
         return "did not join the process group" + (f" ({r.error})" if r.error else "")
@@ -350,10 +396,13 @@ def to_json(m: Measurements, v: Verdict, t: Thresholds, **extra) -> dict:
         "pair_bytes": m.pair_bytes,
         "matrix": [{"a": m.nodes[a], "b": m.nodes[b], "busbw": bw}
                    for (a, b), bw in sorted(m.pairs.items())],
+        "unfinished": [{"a": m.nodes[a], "b": m.nodes[b]} for (a, b) in sorted(m.unfinished)],
+        "skipped": m.skipped,
         "nodes": [{"node": x.node, "rank": x.rank, "status": x.status, "score": x.score,
                    "reason": x.reason, "versions": m.reports[x.node].versions,
                    "joined_s": m.reports[x.node].joined,
-                   "timeline": m.reports[x.node].timeline, "exit_code": m.reports[x.node].exit_code}
+                   "timeline": m.reports[x.node].timeline, "exit_code": m.reports[x.node].exit_code,
+                   "out_of_budget": m.reports[x.node].out_of_budget}
                   for x in v.nodes],
     }
 
