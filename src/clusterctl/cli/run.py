@@ -563,6 +563,7 @@ def _launch(job, inventory, overrides, *, image, detach, run_id, accept_new_host
             stream=sys.stderr if json_ else sys.stdout, progress=PlainProgress(err),
             argv=["clusterctl", *sys.argv[1:]], on_started=started, hang_timeout=hang_timeout,
             settings=settings, workspace=workspace, spec=spec, supervised=supervised, resume=resume,
+            recheck=_recheck(job, image, accept_new_host_keys),
             on_note=_note,
             on_warning=lambda node, text: err.print(f"{node}: warning: {text}", markup=False))
     except launching.PreflightFailed as e:
@@ -572,6 +573,18 @@ def _launch(job, inventory, overrides, *, image, detach, run_id, accept_new_host
     except KeyboardInterrupt:  # before any container existed (preflight, push)
         err.print("interrupted before anything was started", markup=False)
         raise typer.Exit(supervise.INTERRUPTED_EXIT) from None
+
+
+def _recheck(job, image, accept_new_host_keys):
+    """A job with ``collective_check``: the bounded collective check before each restart."""
+    if not job.collective_check:
+        return None
+    from clusterctl.run.collective import check as collective
+
+    def run(inventory) -> dict[str, str]:
+        return collective.recheck(inventory, job=job, image=image,
+                                  accept_new_host_keys=accept_new_host_keys or None, note=_note)
+    return run
 
 
 def _report(result: launching.RunResult, *, detach: bool, json_: bool) -> None:

@@ -234,6 +234,7 @@ KEY_HELP: dict[str, str] = {
     "exclude_after": "a whole number, 1 or more",
     "checkpoint": "an absolute directory path on the nodes (shared storage), e.g. /shared/ckpt",
     "nnodes": "a whole number of nodes, or MIN:MAX (e.g. \"2:4\")",
+    "collective_check": "true or false",
 }
 
 
@@ -271,6 +272,7 @@ class Job:
     checkpoint: str | None = None        # absolute, the same path on the nodes and in the containers
     min_nodes: int | None = None         # nnodes MIN:MAX -> MIN; None: exactly the nodes it starts on
     max_nodes: int | None = None         # nnodes MAX (or N); None: every non-spare node
+    collective_check: bool = False       # re-check the nodes' collectives before a restart
     lines: dict[str, int] = field(default_factory=dict, compare=False, repr=False)
 
     def where(self, key: str) -> str:
@@ -517,6 +519,11 @@ class _Spec(BaseModel):
         "and no spare is left, go on with fewer, down to MIN). Not set: every non-spare "
         "node, and no shrinking."),
         json_schema_extra={"doc_type": "a whole number, or `MIN:MAX` in quotes"})
+    collective_check: bool = Field(False, description=(
+        "`true`: before each restart, besides preflight, run the collective check "
+        "(`clusterctl check --collective`) on the next attempt's nodes, bounded to 60 s; a "
+        "node it names slow or broken is excluded like one that fails preflight (a spare "
+        "takes its rank)."))
 
 
 class JobFileError(FileProblems):

@@ -343,7 +343,8 @@ def launch(job, inventory, *, image: str | None = None, overrides: Mapping[str, 
            on_note: Callable[[str], None] | None = None,
            spec: dict | None = None, max_restarts: int | None = None,
            checkpoint: str | None = None, supervised: bool = False,
-           resume: records.RunRecord | None = None) -> RunResult:
+           resume: records.RunRecord | None = None,
+           recheck: Callable[[object], Mapping[str, str]] | None = None) -> RunResult:
     """Run ``job`` on every node of ``inventory``; see the module docstring for the steps.
 
     ``stream``: where the merged log goes (default stdout; pass an
@@ -364,7 +365,10 @@ def launch(job, inventory, *, image: str | None = None, overrides: Mapping[str, 
     ``supervised``: this process is a detached run's supervisor (:mod:`clusterctl.run.detached`).
     ``resume``: the record of a run whose launch or supervisor died: its running attempt is
     followed again (its containers adopted, its logs rewritten whole from them) or, when it
-    died between attempts, the next attempt starts; then as any run.
+    died between attempts, the next attempt starts; then as any run.  ``recheck(inventory)``:
+    a check of the next attempt's nodes before each restart, besides preflight, returning
+    the nodes to exclude and why (the CLI passes the bounded collective check for a job with
+    ``collective_check``).
     Returns a RunResult whose ``exit_code`` is the job's true outcome.
     """
     hang = hang_timeout_of(job, hang_timeout)
@@ -408,7 +412,7 @@ def launch(job, inventory, *, image: str | None = None, overrides: Mapping[str, 
                image_id=image_id, overrides=overrides, hang=hang, push=push, progress=progress,
                workspace=workspace, note=note, on_warning=on_warning,
                accept_new_host_keys=accept_new_host_keys, nodes=nodes_now, spares=spares,
-               supervised=supervised)
+               supervised=supervised, recheck=recheck)
     adopt = False
     if resume is not None:
         adopt = _take_over(run, resume)
@@ -535,6 +539,7 @@ class _Run:
     last_check_failure: dict[str, str] = field(default_factory=dict)
     sent: dict[str, int] = field(default_factory=dict)       # bytes of code sent per node, first attempt
     supervised: bool = False
+    recheck: Callable[[object], Mapping[str, str]] | None = None
 
     def mark(self, phase: str) -> None:
         self.times[phase] = time.time()
@@ -557,10 +562,12 @@ def _prepare_attempt(run: _Run):
         cluster = Cluster(inv, accept_new_host_keys=run.accept_new_host_keys).__enter__()
         try:
             plans = _check_and_plan(run, cluster)
+            _collective_recheck(run, inv)
             return cluster, plans
-        except PreflightFailed as e:
+        except (PreflightFailed, CollectiveFailed) as e:
             cluster.close()
-            bad = {c.node: "failed its checks: " + "; ".join(c.problems) for c in e.checks if c.problems}
+            bad = e.bad if isinstance(e, CollectiveFailed) else {
+                c.node: "failed its checks: " + "; ".join(c.problems) for c in e.checks if c.problems}
             if run.attempt == 0 and not run.spares:
                 raise          # as without spares: a table of what is wrong where, exit 2
             run.note(f"attempt {run.attempt}: " + "; ".join(f"{n} {why}" for n, why in bad.items()))
@@ -574,6 +581,25 @@ def _prepare_attempt(run: _Run):
         except BaseException:
             cluster.close()
             raise
+
+
+class CollectiveFailed(ClusterctlError):
+    """The collective re-check before a restart named nodes (slow or broken)."""
+
+    def __init__(self, bad: Mapping[str, str]) -> None:
+        self.bad = dict(bad)
+        super().__init__("the collective check named: " + "; ".join(f"{n} {w}" for n, w in bad.items()))
+
+
+def _collective_recheck(run: _Run, inv) -> None:
+    """Before a restart, when the caller gave a ``recheck`` (a job with ``collective_check``:
+    :func:`clusterctl.run.collective.check.recheck`, bounded): CollectiveFailed naming the
+    nodes it found slow or broken."""
+    if run.recheck is None or run.attempt == 0 or len(inv.nodes) < 2:
+        return
+    bad = run.recheck(inv)
+    if bad:
+        raise CollectiveFailed(bad)
 
 
 def _replace(run: _Run, exclude: Mapping[str, str]) -> dict[str, str]:

@@ -380,3 +380,22 @@ def _docker_reason(stderr: str) -> str:
              if ln.strip() and not ln.strip().startswith("Run 'docker run --help'")]
     text = "; ".join(lines[-2:])
     return f": {text[:400]}" if text else ""
+
+
+#: Seconds the re-check between a run's attempts may take (issue 22: a slow node is named
+#: within 60 s).
+RECHECK_BUDGET = 60.0
+
+
+def recheck(inventory, *, job: Job, image: str | None, accept_new_host_keys: bool | None = None,
+            note: Callable[[str], None] = lambda _: None) -> dict[str, str]:
+    """The collective check before a restart (``launch`` with a job's ``collective_check``):
+    the job's image already on the nodes, bounded to :data:`RECHECK_BUDGET`; the nodes it
+    names slow or broken, with why."""
+    result = run_check(inventory, job=job, image=image,
+                       options=Options(budget=RECHECK_BUDGET, push=False),
+                       accept_new_host_keys=accept_new_host_keys)
+    note(f"collective check {result.seconds:.1f}s: {result.verdict.message}")
+    named = set(result.verdict.named)
+    return {v.node: f"named {v.status} by the collective check: {v.reason}"
+            for v in result.verdict.nodes if v.node in named}
