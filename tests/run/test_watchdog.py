@@ -22,7 +22,7 @@ from clusterctl.run.jobs import load_job
 from clusterctl.run.launch import new_record
 from clusterctl.run.plan import make_plan
 from tests.fixtures import JOBS
-from tests.run.test_launch import clean_nodes, cli, run_containers  # noqa: F401 - fixtures
+from tests.run.test_launch import cli, run_containers
 
 HANG_TIMEOUT = 90  # seconds: longer than the silent start (torchrun and 6 ranks import torch on 2 shared cores)
 
