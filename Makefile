@@ -19,7 +19,7 @@ INVENTORY ?= inventories/sandbox.yaml
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
 
-.PHONY: help setup venv image render demo demo-down test check docs docs-serve lint golden lock bench-plots bench-push bench-launch bench-validate bench-collective bench-scale bench-workdir clean
+.PHONY: help setup venv image render demo demo-down test check docs docs-serve lint golden lock bench-plots bench-push bench-launch bench-validate bench-collective bench-scale bench-workdir bench-recovery clean
 
 help:
 	@echo "make demo        set up this machine, build the cpu image, start a $(NODES)-node sandbox, run ddp-smoke on it"
@@ -37,6 +37,7 @@ help:
 	@echo "make bench-validate [BENCH_ARGS=...]            inventory validation at 1k/10k/100k nodes (no root)"
 	@echo "make bench-scale [BENCH_ARGS=...]               a chatty job on 16 nodes: clusterctl's memory, every line counted (root)"
 	@echo "make bench-workdir [BENCH_ARGS=...]             a one-line edit to every rank: launch --workdir vs by hand vs rsync, 1/4/16 nodes (root)"
+	@echo "make bench-recovery [BENCH_ARGS=...]            fault -> every rank training again with launch --max-restarts, 4 and 8 nodes + a spare (root)"
 
 setup:
 	$(SUDO) env VENV=$(VENV) bash scripts/setup-host
@@ -135,6 +136,9 @@ bench-scale: $(CLUSTERCTL)
 
 bench-workdir: $(CLUSTERCTL)
 	$(SUDO) $(VENV)/bin/python benchmarks/workdir.py $(BENCH_ARGS)
+
+bench-recovery: $(CLUSTERCTL)
+	$(SUDO) $(VENV)/bin/python benchmarks/recovery.py $(BENCH_ARGS)
 
 clean:
 	rm -rf dockerfiles/*/ .pytest_cache

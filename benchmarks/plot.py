@@ -11,7 +11,7 @@ Run on its own, this script draws every data file of ``docs/benchmarks/data/`` i
 
 A document (every shape)::
 
-    {"benchmark": "push" | "launch" | "collective" | "validate" | "scale" | "workdir",
+    {"benchmark": "push" | "launch" | "collective" | "validate" | "scale" | "workdir" | "recovery",
      "schema": 1,
      "source": "where the figures come from, in words (a run of this script, or transcribed)",
      "command": "the command line that produced them",
@@ -129,6 +129,43 @@ SHAPES: dict[str, dict[str, tuple[str, ...]]] = {
         # another way's median over workdir's, per node count and program
         "ratios": ("nodes:int", "program:str", "what:str", "value:num"),
         # the issue's goals: limit (seconds or bytes), value measured (null: not measured), met
+        "goals": ("what:str", "limit:num", "value?:num", "met?:bool"),
+    },
+    "recovery": {
+        # hang_timeout: --hang-timeout (sigstop runs only), null with the rule that chose it
+        "conditions": ("steps:int", "fault_step:int", "hang_timeout?:num", "hang_timeout_rule?:str",
+                       "image?:str", "bandwidth?:str", "spares?:int", "sandbox_up_s?:num",
+                       "push_s?:num", "mem_available_min_mb?:int", "wall_min?:num", "note?:str"),
+        # one row per run: fault kill | link-down | engine-stop | sigstop; way recovery
+        # (launch --max-restarts) | by-hand (fail-fast exit, then a new launch from the
+        # checkpoint); seconds: detect (fault -> noticed), stop (-> every container stopped),
+        # check_start (-> the next attempt's last container started; wrap_up + check + start),
+        # resume (-> every rank's first step line), exit (by-hand: fault -> the launch
+        # returned), running and first_step (from the fault), program_start (attempt 0:
+        # last container started -> every rank's first step line), failure_before (the
+        # record's failure time before the fault's)
+        "runs": ("nodes:int", "fault:str", "way:str", "run:int", "result:str", "detect?:num",
+                 "stop?:num", "check_start?:num", "resume?:num", "wrap_up?:num", "check?:num",
+                 "start?:num", "to_starting?:num", "to_resumed?:num", "exit?:num", "running?:num",
+                 "first_step?:num", "program_start?:num", "failure_before?:num", "ended?:str",
+                 "replaced?:dict", "resumed_from?:int", "hang_timeout?:num"),
+        # per node count and fault: the recovery runs' medians (X) and worst (X_worst);
+        # beyond_start: first_step minus the program's start (median at that node count);
+        # by_hand*: the by-hand runs' medians, by_hand_over: by_hand / first_step
+        "rows": ("nodes:int", "fault:str", "runs:int", "detect?:num", "detect_worst?:num",
+                 "stop?:num", "stop_worst?:num", "check_start?:num", "check_start_worst?:num",
+                 "resume?:num", "resume_worst?:num", "wrap_up?:num", "wrap_up_worst?:num",
+                 "check?:num", "check_worst?:num", "start?:num", "start_worst?:num",
+                 "to_starting?:num", "to_starting_worst?:num", "to_resumed?:num",
+                 "to_resumed_worst?:num", "running?:num", "running_worst?:num", "first_step?:num",
+                 "first_step_worst?:num",
+                 "beyond_start?:num", "beyond_start_worst?:num", "by_hand?:num",
+                 "by_hand_exit?:num", "by_hand_detect?:num", "by_hand_runs?:int",
+                 "by_hand_over?:num", "hang_timeout?:num", "what?:str", "failed?:int"),
+        # the program's own start (attempt 0): last container started -> every rank's first step
+        "program_start": ("nodes:int", "median:num", "worst?:num", "runs?:int"),
+        # published figures of other tools, transcribed (not measured here)
+        "peers": ("what:str", "seconds:num", "source?:str"),
         "goals": ("what:str", "limit:num", "value?:num", "met?:bool"),
     },
 }
@@ -474,8 +511,70 @@ def _goal_value(value) -> str:
     return f"{value:.3f}" if abs(value) < 1 else f"{value:.2f}"
 
 
+RECOVERY_FAULTS = ("kill", "link-down", "engine-stop", "sigstop")
+
+
+def _mw(row: dict, key: str) -> str:
+    """``median / worst`` of a recovery row's figure."""
+    if row.get(key) is None:
+        return "-"
+    w = row.get(f"{key}_worst")
+    return f"{row[key]:.2f}" + ("" if w is None else f" / {w:.2f}")
+
+
+def recovery_table(doc: dict) -> str:
+    """The summary (median / worst per node count and fault), where check+start went and
+    the by-hand way, the program's start, every run, the peers' figures and the goals."""
+    tables = []
+    rows = sorted(doc.get("rows") or [], key=lambda r: (r["nodes"], _rank(r["fault"], RECOVERY_FAULTS)))
+    if rows:
+        tables.append(_md(
+            ["nodes", "fault", "runs", "detect s", "stop s", "check+start s", "resume -> first step s",
+             "fault -> all running s", "fault -> first step s", "beyond the program's start s",
+             "what happened"],
+            [[str(r["nodes"]), r["fault"], str(r["runs"]), _mw(r, "detect"), _mw(r, "stop"),
+              _mw(r, "check_start"), _mw(r, "resume"), _mw(r, "running"), _mw(r, "first_step"),
+              _mw(r, "beyond_start"), (r.get("what") or "-").replace("|", "/")] for r in rows]))
+        tables.append(_md(
+            ["nodes", "fault", "wrap-up s", "check s", "start s", "every rank \"starting\" s",
+             "every rank \"resumed\" s", "by hand: runs", "by hand: detect s",
+             "by hand: fault -> exit s", "by hand: fault -> first step s", "by hand / clusterctl"],
+            [[str(r["nodes"]), r["fault"], _mw(r, "wrap_up"), _mw(r, "check"), _mw(r, "start"),
+              _mw(r, "to_starting"), _mw(r, "to_resumed"),
+              str(r.get("by_hand_runs") or 0), _f(r.get("by_hand_detect"), 2),
+              _f(r.get("by_hand_exit"), 2), _f(r.get("by_hand"), 2), _f(r.get("by_hand_over"), 2, "x")]
+             for r in rows]))
+    prog = doc.get("program_start") or []
+    if prog:
+        tables.append(_md(["nodes", "runs", "program's start s, median", "worst"],
+                          [[str(p["nodes"]), str(p.get("runs") or "-"), _f(p["median"], 2),
+                            _f(p.get("worst"), 2)] for p in prog]))
+    runs = doc.get("runs") or []
+    if runs:
+        tables.append(_md(
+            ["nodes", "fault", "way", "run", "detect", "stop", "check+start", "resume", "running",
+             "first step", "program start", "hang timeout", "resumed from step", "result"],
+            [[str(r["nodes"]), r["fault"], r["way"], str(r["run"]), _f(r.get("detect"), 2),
+              _f(r.get("stop"), 2), _f(r.get("check_start"), 2), _f(r.get("resume"), 2),
+              _f(r.get("running"), 2), _f(r.get("first_step"), 2), _f(r.get("program_start"), 2),
+              _f(r.get("hang_timeout"), 0), "-" if r.get("resumed_from") is None else str(r["resumed_from"]),
+              r["result"].replace("|", "/")] for r in runs]))
+    peers = doc.get("peers") or []
+    if peers:
+        tables.append(_md(["peer (published, not measured here)", "seconds", "source"],
+                          [[p["what"], _f(p["seconds"], 0), p.get("source") or "-"] for p in peers]))
+    goals = doc.get("goals") or []
+    if goals:
+        tables.append(_md(["goal", "limit s", "measured s", "met"],
+                          [[g["what"], _f(g["limit"], 0), _f(g.get("value"), 2),
+                            "-" if g.get("met") is None else ("yes" if g["met"] else "**no**")]
+                           for g in goals]))
+    return "\n\n".join(tables)
+
+
 TABLES = {"push": push_table, "launch": launch_table, "collective": collective_table,
-          "validate": validate_table, "scale": scale_table, "workdir": workdir_table}
+          "validate": validate_table, "scale": scale_table, "workdir": workdir_table,
+          "recovery": recovery_table}
 
 
 def table(doc: dict) -> str:
@@ -766,6 +865,49 @@ def _workdir(plt, doc: dict):
     return fig
 
 
+RECOVERY_PHASES = (("detect", "detect", "#d62728"), ("stop", "stop", "#ff7f0e"),
+                   ("check_start", "check+start", "#1f77b4"),
+                   ("resume", "resume -> first step", "#2ca02c"))
+
+
+def _recovery(plt, doc: dict):
+    rows = sorted(doc.get("rows") or [], key=lambda r: (r["nodes"], _rank(r["fault"], RECOVERY_FAULTS)))
+    rows = [r for r in rows if r.get("runs")]
+    fig, ax = plt.subplots(figsize=SIZE, dpi=DPI)
+    y = list(range(len(rows)))
+    left = [0.0] * len(rows)
+    for key, label, color in RECOVERY_PHASES:
+        widths = [r.get(key) or 0.0 for r in rows]
+        ax.barh(y, widths, left=left, color=color, label=label, height=0.6)
+        left = [a + b for a, b in zip(left, widths, strict=True)]
+    worst = [(r["first_step_worst"], i) for i, r in enumerate(rows) if r.get("first_step_worst") is not None]
+    if worst:
+        ax.scatter([w for w, _ in worst], [i for _, i in worst], marker="|", s=120, color="black",
+                   label="worst run")
+    prog = {p["nodes"]: p["median"] for p in doc.get("program_start") or []}
+    hand = [(r["by_hand"], i) for i, r in enumerate(rows) if r.get("by_hand") is not None]
+    if hand:
+        ax.scatter([h for h, _ in hand], [i for _, i in hand], marker="x", s=50, color="#7f7f7f",
+                   zorder=5, label="by hand: fail-fast + relaunch")
+    for p, style in zip(doc.get("peers") or [], (":", "--"), strict=False):
+        ax.axvline(p["seconds"], color="black", linestyle=style, linewidth=1,
+                   label=f"{p['what'].split(',')[0]} {p['seconds']:g} s")
+    ax.set_yticks(y, [f"{r['nodes']} nodes, {r['fault']}"
+                      + (f" (start {prog[r['nodes']]:.0f} s)" if r["nodes"] in prog else "")
+                      for r in rows])
+    ax.invert_yaxis()
+    ends = [r.get(k) or 0.0 for r in rows for k in ("first_step_worst", "by_hand")]
+    ends += [p["seconds"] for p in doc.get("peers") or []]
+    ax.set_xlim(0, max(ends + [1.0]) * 1.04)
+    ax.set_xlabel("seconds from the fault (medians, phase after phase)")
+    c = doc["conditions"]
+    ax.set_title(f"fault -> every rank training again: launch --max-restarts, "
+                 f"{c.get('spares') or 1} spare\n({_subtitle(doc)}; start: the program's own, attempt 0)")
+    ax.legend(loc="upper center", bbox_to_anchor=(0.45, -0.14), ncol=4, fontsize=7)
+    ax.grid(axis="x", alpha=0.3)
+    return fig
+
+
 def figure(doc: dict):
     """The matplotlib figure of a checked document."""
     plt = _pyplot()
@@ -773,7 +915,7 @@ def figure(doc: dict):
     if kind == "push":
         return (_push_phases if _phases_only(doc) else _push_nodes)(plt, doc)
     return {"launch": _launch, "collective": _collective, "validate": _validate,
-            "scale": _scale, "workdir": _workdir}[kind](plt, doc)
+            "scale": _scale, "workdir": _workdir, "recovery": _recovery}[kind](plt, doc)
 
 
 def draw(doc: dict, out: str | os.PathLike) -> Path:
