@@ -96,18 +96,25 @@ def start(run_id: str, follow: Callable[[], int], *, show: Callable[[str], None]
         time.sleep(poll)
 
 
-def _show_new(path, offset: int, show: Callable[[str], None]) -> int:
-    """Show the complete lines of ``path`` after ``offset``; the new offset."""
+def _new_lines(path, offset: int) -> tuple[str, int]:
+    """The complete lines of ``path`` after ``offset`` (one text) and the new offset; none
+    while the file cannot be read."""
     try:
         with open(path, "rb") as f:
             f.seek(offset)
             data = f.read()
     except OSError:
-        return offset
+        return "", offset
     end = data.rfind(b"\n") + 1
-    for line in data[:end].decode("utf-8", "replace").splitlines():
+    return data[:end].decode("utf-8", "replace"), offset + end
+
+
+def _show_new(path, offset: int, show: Callable[[str], None]) -> int:
+    """Show the complete lines of ``path`` after ``offset``; the new offset."""
+    text, offset = _new_lines(path, offset)
+    for line in text.splitlines():
         show(line)
-    return offset + end
+    return offset
 
 
 def attach(run_id: str, stream: TextIO, *, note: Callable[[str], None], poll: float = 0.5,
@@ -142,17 +149,12 @@ def attach(run_id: str, stream: TextIO, *, note: Callable[[str], None], poll: fl
 
 
 def _copy_new(path, offset: int, stream: TextIO) -> int:
-    try:
-        with open(path, "rb") as f:
-            f.seek(offset)
-            data = f.read()
-    except OSError:
-        return offset
-    end = data.rfind(b"\n") + 1
-    if end:
-        stream.write(data[:end].decode("utf-8", "replace"))
+    """Write the complete lines of ``path`` after ``offset`` to ``stream``; the new offset."""
+    text, offset = _new_lines(path, offset)
+    if text:
+        stream.write(text)
         stream.flush()
-    return offset + end
+    return offset
 
 
 def ask_to_stop(record: records.RunRecord, *, timeout: float = 60.0) -> bool:
