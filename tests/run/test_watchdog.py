@@ -24,7 +24,10 @@ from clusterctl.run.plan import make_plan
 from tests.fixtures import JOBS
 from tests.run.test_launch import cli, run_containers
 
-HANG_TIMEOUT = 90  # seconds: longer than the silent start (torchrun and 6 ranks import torch on 2 shared cores)
+# seconds: the job's hang_start_line starts the clock at its first step line, so the silent
+# start (torchrun and 6 ranks import torch on 2 shared cores: 30-60 s) has the start
+# timeout (5 min) and this need only exceed the silence between two steps
+HANG_TIMEOUT = 15
 
 
 @pytest.mark.sandbox

@@ -120,6 +120,17 @@ def launch(
         help="When no rank has written output for this long (e.g. 10m, 90s): dump every rank's "
              "Python stacks (py-spy) into runs/<id>/stacks/, name the odd ranks, stop the run, "
              "exit 124. Default: the job's hang_timeout, else none.")] = None,
+    hang_start_timeout: Annotated[str | None, typer.Option(
+        "--hang-start-timeout", metavar="DURATION",
+        help="The silence the hang watchdog allows before the job has started (its first "
+             "line, or the first line --hang-start-line matches): imports, rendezvous, data "
+             "loading. Default: the longer of --hang-timeout and 5m. Job key: "
+             "hang_start_timeout.")] = None,
+    hang_start_line: Annotated[str | None, typer.Option(
+        "--hang-start-line", metavar="REGEX",
+        help="The watchdog's clock (--hang-timeout) starts at the first output line this "
+             "matches, e.g. 'step [0-9]+' (default: the first line any rank writes). Job key: "
+             "hang_start_line.")] = None,
     fail_grace: Annotated[int, typer.Option(
         "--fail-grace", min=0, metavar="SECONDS",
         help="After a rank fails, the other containers get SIGTERM and this many seconds "
@@ -191,6 +202,10 @@ def launch(
                        max_workdir_size=max_workdir_size, command=command)
     if max_restarts is not None:
         given["max_restarts"] = max_restarts
+    if hang_start_timeout is not None:
+        given["hang_start_timeout"] = hang_start_timeout
+    if hang_start_line is not None:
+        given["hang_start_line"] = hang_start_line
     if checkpoint is not None:
         given["checkpoint"] = checkpoint
     if job is None and image is not None and command is not None:

@@ -80,6 +80,14 @@ Keys of a job file (unknown keys are an error)
     ``runs/<id>/stacks/``, names the ranks whose stacks differ from the majority, stops
     the run and exits 124.  A duration: ``90s``, ``10m``, ``1h30m``, a number alone is
     seconds.  Optional (default: no watchdog).
+``hang_start_timeout`` ``hang_start_line``
+    The watchdog's clock starts when the job has started: at the first line any rank
+    writes (torchrun's own log lines do not count), or with ``hang_start_line`` (a regular
+    expression) at the first line it matches (e.g. ``'step [0-9]+'``: once training runs).
+    Before that, the silence allowed is ``hang_start_timeout`` (imports, rendezvous, data
+    loading; default: ``hang_timeout`` or :data:`HANG_START_DEFAULT` (5 min), whichever is longer),
+    so a short ``hang_timeout`` catches a stopped rank mid-training without declaring a
+    slow start hung.  Flags: ``--hang-start-timeout``, ``--hang-start-line``.
 
 ``workdir``
     Your project directory, relative to the job file (``.``: the job file's directory):
@@ -197,6 +205,8 @@ CODE_MOUNT = "/workspace"
 
 #: The file name a job's path has when the job comes from command-line flags alone.
 COMMAND_LINE = "(command line)"
+HANG_START_DEFAULT = 300.0  # seconds: the watchdog's allowance before the job has started, at least
+HANG_LINE_MAX = 200         # characters of a hang_start_line
 
 #: Substrings that make an environment variable secret without being listed.
 SECRET_MARKERS: tuple[str, ...] = ("TOKEN", "SECRET", "PASSWORD", "KEY")
@@ -224,6 +234,8 @@ KEY_HELP: dict[str, str] = {
     "params": "a mapping NAME: default value (text)",
     "secrets": "a list of environment variable names",
     "hang_timeout": DURATION_HELP,
+    "hang_start_timeout": DURATION_HELP,
+    "hang_start_line": f"a regular expression of at most {HANG_LINE_MAX} characters, e.g. 'step \\d+'",
     "workdir": "a directory, relative to the job file (e.g. `.`)",
     "requirements": "a pip requirements file, relative to the job file (e.g. requirements.txt)",
     "max_workdir_size": "a size such as 100MiB, 2GiB or 500M",
@@ -260,6 +272,8 @@ class Job:
     params: dict[str, str] = field(default_factory=dict)
     secrets: list[str] = field(default_factory=list)
     hang_timeout: float | None = None   # seconds; None: no hang watchdog
+    hang_start_timeout: float | None = None  # seconds of silence before the job has started; None: default
+    hang_start_line: str | None = None  # regex: the line that says the job has started; None: any line
     workdir: Path | None = None          # absolute: the project directory shipped to the nodes
     requirements: Path | None = None     # absolute: its pip requirements file, when there is one
     max_workdir_size: int | None = None  # bytes; None: the default limit
@@ -470,6 +484,17 @@ class _Spec(BaseModel):
         "has written output for this long, clusterctl dumps every rank's Python stacks into "
         "`runs/<run-id>/stacks/`, stops the run and exits 124. Not set: no watchdog."),
         json_schema_extra={"doc_type": "a duration: `90s`, `10m`, `1h30m`; a number alone is seconds"})
+    hang_start_timeout: str | int | float | None = Field(None, description=(
+        "The silence the hang watchdog allows before the job has started (imports, "
+        "rendezvous, data loading): until the first line any rank writes, or the first "
+        "line `hang_start_line` matches. `launch --hang-start-timeout` wins. Default: "
+        "`hang_timeout` or 5m, whichever is longer."),
+        json_schema_extra={"doc_type": "a duration: `90s`, `10m`, `1h30m`; a number alone is seconds"})
+    hang_start_line: str | None = Field(None, description=(
+        "A regular expression: the hang watchdog's clock (`hang_timeout`) starts at the first "
+        "output line it matches (searched anywhere in the line), e.g. `'step \\d+'` once "
+        "training runs. Default: the first line any rank writes, torchrun's own log lines "
+        "aside. `launch --hang-start-line` wins."))
     workdir: str | None = Field(None, description=(
         "Your project directory, relative to the job file (`.`: the job file's directory). "
         "Every node gets a copy (only changed files travel; `.gitignore` and "
@@ -556,6 +581,8 @@ def _validate(path: Path, data: Any, problems: Problems, *, given: dict[str, Any
     _check_semantics(spec, problems)
     fields = spec.model_dump()
     fields["hang_timeout"] = _hang_timeout(spec.hang_timeout, problems)
+    fields["hang_start_timeout"] = _hang_timeout(spec.hang_start_timeout, problems, "hang_start_timeout")
+    _check_hang_line(spec.hang_start_line, problems)
     fields.pop("nnodes")
     fields.update(_recovery_fields(spec, problems))
     fields.update(_workdir_fields(path, spec, given or {}, problems, needed=workdir_needed))
@@ -642,15 +669,37 @@ def parse_nnodes(value: int | str) -> tuple[int, int]:
     return lo, hi
 
 
-def _hang_timeout(value: str | int | float | None, problems: Problems) -> float | None:
-    """The job's hang timeout in seconds (None: none); a problem naming the key when invalid."""
+def _hang_timeout(value: str | int | float | None, problems: Problems,
+                  key: str = "hang_timeout") -> float | None:
+    """A watchdog duration in seconds (None: none); a problem naming the key when invalid."""
     if value is None:
         return None
     try:
         return parse_duration(value)
     except ValueError as e:
-        _add(problems, ("hang_timeout",), str(e))
+        _add(problems, (key,), str(e))
         return None
+
+
+def hang_line_problem(text: str) -> str | None:
+    """Why ``text`` cannot be ``hang_start_line`` (None: it can).  Pure."""
+    problem = control_problem(text)
+    if problem:
+        return problem
+    if not text or len(text) > HANG_LINE_MAX:
+        return f"{escaped(text[:40])!r} is {'empty' if not text else f'longer than {HANG_LINE_MAX} characters'}"
+    try:
+        re.compile(text)
+    except re.error as e:
+        return f"{escaped(text)!r} is not a regular expression ({e})"
+    return None
+
+
+def _check_hang_line(text: str | None, problems: Problems) -> None:
+    if text is not None:
+        problem = hang_line_problem(text)
+        if problem:
+            _add(problems, ("hang_start_line",), problem)
 
 
 def _schema_problems(error: ValidationError, problems: Problems) -> None:

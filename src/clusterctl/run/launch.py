@@ -49,7 +49,7 @@ from clusterctl.code import snapshot as code_snapshot
 from clusterctl.code import sync as code_sync
 from clusterctl.core.deadline import bounded
 from clusterctl.core.errors import ClusterctlError, NodeError, UserError
-from clusterctl.run import flight, logs, plan, records, recovery, supervise, watchdog
+from clusterctl.run import flight, jobs, logs, plan, records, recovery, supervise, watchdog
 from clusterctl.run import workspace as workspaces
 
 START_TIMEOUT = 120.0  # seconds one node's `docker run -d` may take (it may create volumes, devices)
@@ -127,6 +127,14 @@ def with_job_port(job, inventory):
 def hang_timeout_of(job, given: float | None) -> float | None:
     """The run's hang timeout: ``--hang-timeout`` when given, else the job's ``hang_timeout``."""
     return given if given is not None else job.hang_timeout
+
+
+def hang_settings(job, hang: float | None) -> dict:
+    """The watchdog's :class:`~clusterctl.run.supervise.Settings` for the run: ``hang`` (its
+    hang timeout), the job's start timeout (default: the longer of ``hang`` and
+    :data:`~clusterctl.run.jobs.HANG_START_DEFAULT`) and start line.  Pure."""
+    start = job.hang_start_timeout or (max(hang, jobs.HANG_START_DEFAULT) if hang else None)
+    return {"hang_timeout": hang, "hang_start_timeout": start, "hang_start_line": job.hang_start_line}
 
 
 def watchdog_options(hang_timeout: float | None) -> tuple[str, ...]:
@@ -379,7 +387,7 @@ def launch(job, inventory, *, image: str | None = None, overrides: Mapping[str, 
     if policy.recovers and detach:
         raise UserError("restarts need a followed run: clusterctl restarts the job while it "
                         "follows it; leave out --detach (or --max-restarts / max_restarts).")
-    settings = replace(settings or supervise.Settings(), hang_timeout=hang)
+    settings = replace(settings or supervise.Settings(), **hang_settings(job, hang))
     if policy.recovers:         # a lost node is noticed within seconds (issue 22: <= 10 s)
         settings = replace(settings, **RECOVERY_PROBES)
     run_id = resume.run_id if resume is not None else _fresh_run_id(run_id, job)
@@ -947,9 +955,11 @@ def follow(cluster: Cluster, plans: Sequence[plan.NodePlan], record: records.Run
                         redact=plan.secret_values(plans))
     sources = [logs.Source(p.node, p.rank, p.container) for p in plans]
 
-    def on_hang(silent_for: float, last_output: float) -> watchdog.HangReport:
-        return watchdog.dump_stacks(cluster, sources, record.attempt_dir(), timeout=settings.hang_timeout,
-                                    silent_for=silent_for, last_output=last_output, image=plans[0].image)
+    def on_hang(silent_for: float, last_output: float, starting: bool) -> watchdog.HangReport:
+        return watchdog.dump_stacks(cluster, sources, record.attempt_dir(),
+                                    timeout=supervise.allowed_silence(settings, started=not starting),
+                                    silent_for=silent_for, last_output=last_output, image=plans[0].image,
+                                    starting=starting, start_line=settings.hang_start_line)
 
     sup = supervise.Supervisor(cluster, sources, logs.Merger(sink), settings=settings,
                                stop_event=stop_event, stop_reason=interrupted, on_hang=on_hang,

@@ -21,7 +21,10 @@ peer failed; the rank that failed first is buried in the logs.  So:
   life - not the first one noticed, nor the first node in the inventory.
 
 With a hang timeout (``Settings.hang_timeout``), the supervisor also watches the
-merged output: when no rank has written a line for that long, the run is *hung*:
+merged output: when no rank has written a line for that long, the run is *hung*
+(before the job has started - its first line, or the first line
+``Settings.hang_start_line`` matches - the silence allowed is
+``Settings.hang_start_timeout``: a slow start is not a hang, see :func:`silence`):
 the caller's ``on_hang`` (:func:`clusterctl.run.watchdog.dump_stacks`) dumps and
 compares every rank's stacks while the containers still run, then every container
 is stopped.  Every line is also given to :class:`clusterctl.run.suspicious.Scanner`:
@@ -45,6 +48,7 @@ deadlines in :mod:`clusterctl.core.deadline`.
 from __future__ import annotations
 
 import queue
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -174,6 +178,10 @@ class Settings:
     stop_timeout: float = 20.0  # deadline of one node's stop call
     drain_timeout: float = 5.0  # after the end, wait for the streams' last lines until none came for this long
     hang_timeout: float | None = None  # no output from any rank for this long: the run is hung
+    # before the job has started (the first line any rank writes, or the first one
+    # hang_start_line matches), the silence allowed is this (None: hang_timeout)
+    hang_start_timeout: float | None = None
+    hang_start_line: str | None = None  # regex; None: any line but torchrun's own log lines
 
 
 @dataclass
@@ -211,16 +219,51 @@ class _Event:
     state: ContainerState | None = None
 
 
+#: Log lines torchrun (and its rendezvous) writes itself before the ranks run the job:
+#: they do not say the job has started (glog style, ``W1126 09:23:57.245 77
+#: torch/distributed/run.py:...``, and c10d's ``[W1126 09:23:57.245 socket.cpp:207] [c10d]``).
+LAUNCHER_LOG = re.compile(r"^(?:[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ \S*torch/distributed/"
+                          r"|\[[IWEF]\d{4} [\d:.]+ [^\]]*\] \[c10d\])")
+
+
+def starts_clock(text: str, start_line: re.Pattern | None) -> bool:
+    """Whether the output line ``text`` says the job has started: it matches ``start_line``
+    (searched anywhere in the line), or without one, it is not a launcher's own log line.
+    Pure."""
+    if start_line is not None:
+        return start_line.search(text) is not None
+    return LAUNCHER_LOG.match(text) is None
+
+
+def allowed_silence(settings: Settings, *, started: bool) -> float | None:
+    """The silence the hang watchdog allows: ``hang_timeout`` once the job has started,
+    ``hang_start_timeout`` (default: ``hang_timeout``) before.  None: no watchdog.  Pure."""
+    if not settings.hang_timeout:
+        return None
+    if started:
+        return settings.hang_timeout
+    return settings.hang_start_timeout or settings.hang_timeout
+
+
+def silence(now: float, last_output: float, *, started: bool, settings: Settings) -> float | None:
+    """How long the run has been silent when that is at least what the watchdog allows
+    (:func:`allowed_silence`): the run is hung; None while it is not.  Pure."""
+    limit = allowed_silence(settings, started=started)
+    silent = now - last_output
+    return silent if limit and silent >= limit else None
+
+
 class Supervisor:
     """Follows one run's containers until they all succeed, one fails, a node is lost or stop."""
 
     def __init__(self, cluster, sources: list[Source], merger: Merger, *,
                  settings: Settings | None = None, stop_event: threading.Event | None = None,
                  stop_reason: Callable[[], str] | None = None,
-                 on_hang: Callable[[float, float], HangReport] | None = None,
+                 on_hang: Callable[[float, float, bool], HangReport] | None = None,
                  remove_at_end: bool = False) -> None:
-        """``on_hang(silent_for, last_output)``: called once when the run is found hung (with
-        ``settings.hang_timeout``), before the teardown; returns what it found.
+        """``on_hang(silent_for, last_output, starting)``: called once when the run is found
+        hung (:func:`silence`; ``starting``: before the job had started), before the
+        teardown; returns what it found.
         ``remove_at_end``: the command that reads each container's final state also removes
         it (the launch removes them anyway; one command per node less at the end of a run);
         :attr:`Outcome.removed` names the nodes where that worked."""
@@ -240,7 +283,10 @@ class Supervisor:
         self._lost: set[str] = set()
         self.on_hang = on_hang
         self._last_output = time.time()  # the containers are running: the silence starts now
+        self._started_at: float | None = None  # the first line that says the job has started
+        self._start_line = re.compile(self.settings.hang_start_line) if self.settings.hang_start_line else None
         self._hung_for: float | None = None
+        self._hung_starting = False  # hung before the job had started
         self._collective: list[suspicious.Finding] = []
         self._scanner = suspicious.Scanner()
         self._stoppers: dict[str, StopChannel] = {}  # node -> its pre-opened stop channel
@@ -249,6 +295,8 @@ class Supervisor:
     def _observe(self, node: str, rank: int, text: str) -> None:
         """Every output line: it ends the silence, and may show a collective-library error."""
         self._last_output = time.time()
+        if self._started_at is None and starts_clock(text, self._start_line):
+            self._started_at = self._last_output
         if len(self._collective) < suspicious.KEEP:
             library = self._scanner.classify(node, text)
             if library is not None:
@@ -391,10 +439,11 @@ class Supervisor:
                 return
             if len(self._exit_codes) == len(self.sources):
                 return  # everyone exited 0
-            limit = self.settings.hang_timeout
-            if limit and time.time() - self._last_output >= limit:
-                self._hung_for = time.time() - self._last_output
-                return  # hung: nobody wrote anything for hang_timeout
+            hung = silence(time.time(), self._last_output, started=self._started_at is not None,
+                           settings=self.settings)
+            if hung is not None:
+                self._hung_for, self._hung_starting = hung, self._started_at is None
+                return  # hung: nobody wrote anything for the silence allowed
 
     def _check_state(self, src: Source) -> None:
         """Backup exit detection: the container's state, read in the background."""
@@ -442,11 +491,12 @@ class Supervisor:
         hang = None
         if self._hung_for is not None and self.on_hang is not None:
             try:  # while the ranks still run; whatever goes wrong, the run is still torn down
-                hang = self.on_hang(self._hung_for, self._last_output)
+                hang = self.on_hang(self._hung_for, self._last_output, self._hung_starting)
             except Exception as e:  # noqa: BLE001 - reported in the summary, never a traceback
-                hang = HangReport(timeout=s.hang_timeout or 0.0, silent_for=self._hung_for,
-                                  last_output=self._last_output, detected=time.time(),
-                                  error=str(e) or e.__class__.__name__)
+                hang = HangReport(timeout=allowed_silence(s, started=not self._hung_starting) or 0.0,
+                                  silent_for=self._hung_for, last_output=self._last_output,
+                                  detected=time.time(), starting=self._hung_starting,
+                                  start_line=s.hang_start_line, error=str(e) or e.__class__.__name__)
         teardown = bool(self._failures) or self.stop_event.is_set() or self._hung_for is not None
         not_stopped: dict[str, str] = {}
         to_stop: list[str] = []

@@ -68,6 +68,8 @@ class HangReport:
     majority: str | None = None        # the innermost frame where the majority waits
     dump_seconds: float = 0.0
     error: str = ""                    # the dump as a whole failed (the run is torn down anyway)
+    starting: bool = False             # hung before the job had started (its start timeout)
+    start_line: str | None = None      # the hang_start_line that had not been seen
 
     @property
     def stacks(self) -> list[RankStack]:
@@ -79,8 +81,16 @@ class HangReport:
 
     def summary_lines(self) -> list[str]:
         """The end-of-run report of a hung run."""
-        lines = [f"HANG: no rank wrote output for {show_duration(self.silent_for)} "
-                 f"(--hang-timeout {show_duration(self.timeout)}); stacks of {len(self.stacks)} rank "
+        if self.starting:
+            head = ("HANG: the job did not start: no rank wrote "
+                    + (f"a line matching '{self.start_line}' (hang_start_line)" if self.start_line
+                       else "its first line")
+                    + f", and no output for {show_duration(self.silent_for)} "
+                      f"(--hang-start-timeout {show_duration(self.timeout)})")
+        else:
+            head = (f"HANG: no rank wrote output for {show_duration(self.silent_for)} "
+                    f"(--hang-timeout {show_duration(self.timeout)})")
+        lines = [f"{head}; stacks of {len(self.stacks)} rank "
                  f"process{'es' if len(self.stacks) != 1 else ''} dumped with py-spy in "
                  f"{self.dump_seconds:.1f}s" + (f" into {self.stacks_dir}" if self.files else "")]
         if self.majority:
@@ -104,6 +114,7 @@ class HangReport:
     def record(self) -> dict:
         """For run.json."""
         return {"timeout_seconds": self.timeout, "silent_seconds": round(self.silent_for, 3),
+                "phase": "start" if self.starting else "running",
                 "last_output": _iso(self.last_output), "detected": _iso(self.detected),
                 "dump_seconds": round(self.dump_seconds, 3),
                 "stacks_dir": str(self.stacks_dir) if self.stacks_dir else None,
@@ -131,10 +142,12 @@ def dump_node(conn, src: Source, *, image: str = "", timeout: float = DUMP_TIMEO
 
 
 def dump_stacks(cluster, sources: Sequence[Source], run_dir: Path, *, timeout: float, silent_for: float,
-                last_output: float, image: str = "") -> HangReport:
-    """Dump, save and compare the stacks of every rank of the run (see the module docstring)."""
+                last_output: float, image: str = "", starting: bool = False,
+                start_line: str | None = None) -> HangReport:
+    """Dump, save and compare the stacks of every rank of the run (see the module docstring).
+    ``timeout``: the silence that was allowed; ``starting``: before the job had started."""
     report = HangReport(timeout=timeout, silent_for=silent_for, last_output=last_output,
-                        detected=time.time())
+                        detected=time.time(), starting=starting, start_line=start_line)
     t0 = time.monotonic()
     by_node = {s.node: s for s in sources}
     got = cluster.map(lambda conn: dump_node(conn, by_node[conn.name], image=image), nodes=list(by_node))
