@@ -21,6 +21,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from clusterctl.cluster.inventory.model import DEFAULT_FIELDS, SSH_FIELDS
+from clusterctl.cluster.registry.reference import REGISTRY_HELP
 from clusterctl.core.errors import did_you_mean, one_of
 from clusterctl.core.yamlfile import FileProblems, Problems, bracketed, show
 
@@ -46,6 +47,7 @@ HINTS = {
     "master": "true or false (at most one node is master)",
     "spare": "true or false (a hot spare launch uses only to replace a failed node; not the master)",
     "master_port": "a whole number from 1 to 65535 (the port rank 0 listens on; default 29500)",
+    "registry": f"a registry address, {REGISTRY_HELP}",
     "known_hosts": "a path to a known_hosts file (relative to the inventory's directory, ~ expands)",
     "accept_new_host_keys": "true or false",
     "connect_timeout": "a number of seconds greater than 0",

@@ -26,6 +26,7 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 from pydantic_core import PydanticCustomError
 
+from clusterctl.cluster.registry.reference import Registry
 from clusterctl.core.errors import UserError, did_you_mean, one_of
 from clusterctl.core.text import control_problem
 
@@ -262,6 +263,10 @@ class InventoryFile(BaseModel):
         "every container."))
     ssh: SSHSettings = Field(default_factory=SSHSettings, description=(
         "How clusterctl reaches the nodes over SSH."))
+    registry: str | None = Field(None, description=(
+        "A registry the nodes pull from, `HOST[:PORT][/NAMESPACE]`: `push` and `launch` push "
+        "the image there once and every node pulls it by digest (with this machine's `docker "
+        "login` credentials for it, removed after the pull). Left out: images travel over SSH."))
     defaults: Defaults = Field(default_factory=Defaults, description=(
         "Settings every node takes unless it sets its own; a node's `labels` and `env` are "
         "added to these key by key. `name`, `host` and `master` belong to each node."))
@@ -273,7 +278,7 @@ class InventoryFile(BaseModel):
 DEFAULT_FIELDS = tuple(_NodeSettings.model_fields)
 NODE_FIELDS = ("name", "host", *DEFAULT_FIELDS, "master", "spare")
 SSH_FIELDS = tuple(SSHSettings.model_fields)
-TOP_FIELDS = ("master_port", "ssh", "defaults", "nodes")
+TOP_FIELDS = ("master_port", "ssh", "registry", "defaults", "nodes")
 
 
 @dataclass
@@ -285,6 +290,7 @@ class Inventory:
     master_port: int = DEFAULT_MASTER_PORT
     ssh: SSHSettings = field(default_factory=SSHSettings)
     format: str = "yaml"  # "yaml" or "hostfile" (MPI / DeepSpeed)
+    registry: Registry | None = None  # the registry the nodes pull from (None: push over SSH)
 
     def __post_init__(self) -> None:
         self.path = Path(self.path)

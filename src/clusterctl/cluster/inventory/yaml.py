@@ -1,6 +1,6 @@
 """The YAML inventory (documented by ``inventories/example.yaml``).
 
-One job: read ``master_port``, ``ssh``, ``defaults`` and ``nodes`` from a YAML inventory
+One job: read ``master_port``, ``ssh``, ``registry``, ``defaults`` and ``nodes`` from a YAML inventory
 into an ``Inventory``, on top of the shared YAML reader (``core.yamlfile``: lines, repeated
 keys, merge keys, syntax errors) and the shared inventory checks (``checks``).  A node
 takes every setting of ``defaults:`` it does not write itself; ``labels`` and ``env`` are
@@ -32,7 +32,9 @@ from clusterctl.cluster.inventory.model import (
     Node,
     SSHSettings,
 )
+from clusterctl.cluster.registry.reference import Registry, parse_registry
 from clusterctl.core.errors import one_of
+from clusterctl.core.text import escaped
 from clusterctl.core.yamlfile import parse, show
 
 _MERGED = ("labels", "env")  # a node's own entries are added to the defaults' ones
@@ -69,10 +71,12 @@ class _YamlReader(Reader):
                          f"one of {one_of(TOP_FIELDS)}")
         master_port = self._master_port(data.get("master_port", DEFAULT_MASTER_PORT))
         ssh = self._ssh(data.get("ssh"))
+        registry = self._registry(data.get("registry"))
         defaults = self._defaults(data.get("defaults"))
         nodes = self._nodes(data, defaults)
         self.problems.raise_if_any()
-        return Inventory(self.path, nodes, master_port=master_port, ssh=ssh or SSHSettings())
+        return Inventory(self.path, nodes, master_port=master_port, ssh=ssh or SSHSettings(),
+                         registry=registry)
 
     # -- sections --------------------------------------------------------------------------------
     def _master_port(self, value: Any) -> int:
@@ -82,6 +86,18 @@ class _YamlReader(Reader):
             else "is not a whole number"
         self.add(("master_port",), f"{show(value)} {reason}", HINTS["master_port"])
         return DEFAULT_MASTER_PORT
+
+    def _registry(self, value: Any) -> Registry | None:
+        if value is None:
+            return None
+        if not isinstance(value, str):
+            self.add(("registry",), f"{show(value)} is not text", HINTS["registry"])
+            return None
+        try:
+            return parse_registry(value)
+        except ValueError as e:
+            self.add(("registry",), escaped(str(e)), HINTS["registry"])
+            return None
 
     def _ssh(self, value: Any) -> SSHSettings | None:
         if value is None:
