@@ -3,7 +3,8 @@
 An alias bomb ("billion laughs"), the same through merge keys and anchors hidden in keys,
 nesting too deep (written out, or built from aliases) and an oversize file: each ends in one
 message naming the file, the line and the limit, exit status 2, no traceback, nothing
-started.  Inventories go through ``clusterctl nodes``, jobs through ``clusterctl launch
+started.  Nesting is tried in every shape (block, flow, mixed), one level past the limit and
+as deep as the file size limit allows, and must be refused in well under a second.  Inventories go through ``clusterctl nodes``, jobs through ``clusterctl launch
 --dry-run``; target data has no command-line path (it ships with clusterctl), so it is read
 with ``build.targets.load_targets``.  The memory bound is checked on a real ``clusterctl``
 process under an address-space limit.
@@ -14,6 +15,7 @@ from __future__ import annotations
 import resource
 import subprocess
 import sys
+import time
 
 import pytest
 from typer.testing import CliRunner
@@ -23,6 +25,7 @@ from clusterctl.cluster import inventory
 from clusterctl.core import yamlfile
 from clusterctl.core.errors import UserError
 from clusterctl.image import targets
+from tests.core.test_yamlfile import NESTINGS
 from tests.fixtures import INVENTORIES
 
 
@@ -160,3 +163,98 @@ def test_a_bomb_is_refused_by_a_real_clusterctl_in_bounded_memory(tmp_path, make
     assert f"more than {yamlfile.MAX_VALUES:,} values" in text and f"{inv}:" in text
     peak = int(text.split("peak-rss-kb")[1].split()[0])
     assert peak < MAX_RSS_KB, f"peak resident memory {peak} KB"
+
+
+# ------------------------------------------------------------------ nesting, every shape
+
+#: (kind of file, what comes before the nested entry, how clusterctl reads the file).
+def _read_inventory(path):
+    return CliRunner().invoke(app, ["nodes", "--nodes", str(path)])
+
+
+def _read_job(path):
+    return CliRunner().invoke(app, ["launch", str(path), "--nodes", str(INVENTORIES / "good_minimal.yaml"),
+                                    "--dry-run"])
+
+
+def _read_target_data(path):
+    """Target data has no command-line path: the loader, its error as a result (None: loaded)."""
+    try:
+        targets.load_targets(path)
+    except UserError as e:
+        return e
+    return None
+
+
+FILE_KINDS = [
+    ("inventory", "nodes: [{host: 10.0.0.11}]\n", _read_inventory),
+    ("job", "target: cpu\ncommand: [echo, hi]\n", _read_job),
+    ("target data", "targets: {}\n", _read_target_data),
+]
+
+
+def _outcome(result) -> tuple[int, str]:
+    if result is None:
+        return 0, ""
+    if isinstance(result, UserError):
+        return result.exit_code, result.message
+    return result.exit_code, result.output
+
+
+@pytest.mark.parametrize("kind, prefix, read", FILE_KINDS, ids=[k[0] for k in FILE_KINDS])
+@pytest.mark.parametrize("shape, make, line, deepest", NESTINGS, ids=[n[0] for n in NESTINGS])
+@pytest.mark.parametrize("levels", ["limit + 1", "deepest"])
+def test_nesting_past_the_limit_is_refused_in_well_under_a_second(tmp_path, kind, prefix, read, shape, make,
+                                                                  line, deepest, levels):
+    path = tmp_path / "file.yaml"
+    path.write_text(prefix + make(yamlfile.MAX_DEPTH + 1 if levels == "limit + 1" else deepest))
+    start = time.perf_counter()
+    code, output = _outcome(read(path))
+    took = time.perf_counter() - start
+    assert code == 2, output
+    assert took < 1.0, f"{took:.2f} s to refuse a {kind} with {shape} nested {levels}"
+    assert "Traceback" not in output and "RecursionError" not in output, output
+    assert "docker run" not in output  # nothing planned
+    at = f"{path}:{line() + prefix.count(chr(10))}: (YAML): lists or mappings nest deeper than"
+    assert f"{at} {yamlfile.MAX_DEPTH} levels; valid: at most {yamlfile.MAX_DEPTH} levels" in output, output
+
+
+@pytest.mark.parametrize("kind, prefix, read", FILE_KINDS, ids=[k[0] for k in FILE_KINDS])
+@pytest.mark.parametrize("shape, make, line, deepest", NESTINGS, ids=[n[0] for n in NESTINGS])
+def test_nesting_at_the_limit_is_read_and_x_is_what_is_wrong(tmp_path, kind, prefix, read, shape, make, line,
+                                                               deepest):
+    """Read in full: an inventory or job is refused by validation (x is not one of its keys),
+    not by the reader; target data ignores keys it does not use, so it loads."""
+    path = tmp_path / "file.yaml"
+    path.write_text(prefix + make(yamlfile.MAX_DEPTH))
+    code, output = _outcome(read(path))
+    if kind == "target data" and shape == "block mappings as keys":  # read; a mapping as a key is not
+        assert code == 2 and "a key is a mapping" in output and "nest deeper" not in output, output
+    elif kind == "target data":
+        assert code == 0, output
+    else:
+        assert code == 2 and "Traceback" not in output and "nest deeper" not in output, output
+        assert f"{path}:{prefix.count(chr(10)) + 1}: x: unknown" in output, output
+
+
+#: clusterctl's own CLI, telling how long it took from its command line to its exit.
+_TIMED = ("import atexit, sys, time\n"
+          "from clusterctl.cli import main\n"
+          "start = time.perf_counter()\n"
+          "atexit.register(lambda: print('took-s', time.perf_counter() - start, file=sys.stderr))\n"
+          "sys.argv = ['clusterctl', *sys.argv[1:]]\n"
+          "main()\n")
+
+
+@pytest.mark.parametrize("shape", ["flow sequences", "block mappings"])
+def test_a_real_clusterctl_refuses_a_deep_inventory_in_well_under_a_second(tmp_path, shape):
+    [(make, deepest)] = [(n[1], n[3]) for n in NESTINGS if n[0] == shape]
+    inv = tmp_path / "cluster.yaml"
+    inv.write_text("nodes: [{host: 10.0.0.11}]\n" + make(deepest))
+    proc = subprocess.run([sys.executable, "-c", _TIMED, "check", "--nodes", str(inv)],
+                          capture_output=True, text=True, timeout=120)  # a hang guard
+    text = proc.stdout + proc.stderr
+    assert proc.returncode == 2 and "Traceback" not in text, text
+    assert f"{inv}:" in text and f"nest deeper than {yamlfile.MAX_DEPTH} levels" in text, text
+    took = float(text.split("took-s")[1].split()[0])
+    assert took < 1.0, f"{took:.2f} s from the command line to the refusal"

@@ -134,6 +134,90 @@ def test_nesting_too_deep_for_the_reader_is_refused():
     assert "nest deeper" in err.message and err.problems[0].line == 2
 
 
+# ------------------------------------------------------------------ nesting, every shape
+
+def _flows(levels: int) -> tuple[str, str]:
+    """Opening and closing text of ``levels`` flow mappings and sequences, alternating."""
+    opening = "".join("{a: " if i % 2 == 0 else "[" for i in range(levels))
+    closing = "".join("}" if i % 2 == 0 else "]" for i in reversed(range(levels)))
+    return opening, closing
+
+
+def _mixed(levels: int) -> str:
+    opening, closing = _flows(levels - 3)  # the file's mapping, a block list, a block mapping
+    return "x:\n - a: " + opening + "1" + closing + "\n"
+
+
+#: (shape, text of a document nesting ``levels`` lists/mappings (its own mapping included,
+#: holding ``x``), the line of the first level too many, the most levels 1 MiB can hold).
+#: Indented block levels take one more space each, so 1 MiB holds about 1,400 of them.
+NESTINGS = [
+    ("block sequences", lambda n: "x:\n " + "- " * (n - 1) + "1\n", lambda: 2, 10_000),
+    ("indented block sequences",
+     lambda n: "x:\n" + "".join(" " * i + "-\n" for i in range(1, n)) + " " * n + "1\n", lambda: 65, 1_400),
+    ("block mappings",
+     lambda n: "x:\n" + "".join(" " * i + "a:\n" for i in range(1, n)) + " " * n + "1\n", lambda: 65, 1_400),
+    ("block mappings as keys", lambda n: "x:\n " + "? " * (n - 1) + "1\n", lambda: 2, 10_000),
+    ("flow sequences", lambda n: "x: " + "[" * (n - 1) + "1" + "]" * (n - 1) + "\n", lambda: 1, 10_000),
+    ("flow mappings", lambda n: "x: " + "{a: " * (n - 1) + "1" + "}" * (n - 1) + "\n", lambda: 1, 10_000),
+    ("mixed", _mixed, lambda: 2, 10_000),
+]
+
+
+def depth(value) -> int:
+    if isinstance(value, dict):
+        return 1 + max([depth(v) for v in value.values()], default=0)
+    if isinstance(value, list):
+        return 1 + max([depth(v) for v in value], default=0)
+    return 0
+
+
+@pytest.mark.parametrize("shape, make, line, deepest", NESTINGS, ids=[n[0] for n in NESTINGS])
+def test_nesting_at_the_limit_loads(shape, make, line, deepest):
+    data, problems = load(make(yamlfile.MAX_DEPTH))
+    assert not any("nest" in p.problem for p in problems.found)
+    if shape == "block mappings as keys":  # loaded; a mapping as a key is validation's business
+        assert [p.problem for p in problems.found] == ["a key is a mapping"]
+    else:
+        assert problems.found == [] and depth(data) == yamlfile.MAX_DEPTH
+
+
+@pytest.mark.parametrize("shape, make, line, deepest", NESTINGS, ids=[n[0] for n in NESTINGS])
+@pytest.mark.parametrize("levels", ["limit + 1", "deepest"])
+def test_nesting_past_the_limit_is_refused_at_its_line_in_well_under_a_second(shape, make, line, deepest,
+                                                                             levels):
+    text = make(yamlfile.MAX_DEPTH + 1 if levels == "limit + 1" else deepest)
+    assert len(text.encode()) <= yamlfile.MAX_BYTES  # a file clusterctl reads, not one it refuses by size
+    start = time.perf_counter()
+    err = refused(text)
+    took = time.perf_counter() - start
+    assert took < 1.0, f"{took:.2f} s to refuse {shape} nested {levels}"
+    assert err.message.splitlines()[1:] == [
+        f"f.yaml:{line()}: (YAML): lists or mappings nest deeper than {yamlfile.MAX_DEPTH} levels; "
+        f"valid: at most {yamlfile.MAX_DEPTH} levels (inventories, jobs and targets need a few)"]
+
+
+def test_only_an_alias_makes_a_finished_list_too_deep_and_the_message_says_so():
+    inner = "[" * 40 + "1" + "]" * 40  # 40 levels under the anchor
+    fits = f"x: &x {inner}\ny: " + "[" * 23 + "*x" + "]" * 23 + "\n"  # 1 + 23 + 40 = 64
+    assert depth(load(fits)[0]) == yamlfile.MAX_DEPTH
+    err = refused(f"x: &x {inner}\ny: " + "[" * 24 + "*x" + "]" * 24 + "\n")  # 65
+    assert err.problems[0].line == 2 and "counting the levels an alias (*name) brings" in err.message
+
+
+def test_a_syntax_error_late_in_a_large_file_keeps_libyamls_words_and_is_quick():
+    """PyYAML's pure-Python parser (plainer words) takes about 6 s per MB: past
+    ``PLAIN_WORDS_BYTES`` the error is told in libyaml's words, at the same line."""
+    text = "nodes:\n" + "  - {host: 10.0.0.1, slots: 8}\n" * 30_000 + "  - {host: [}\n"
+    start = time.perf_counter()
+    err = refused(text)
+    assert time.perf_counter() - start < 2.0
+    [p] = err.problems
+    assert p.line == 30_002 and "flow node that began on line 30002" in p.problem
+    small = refused("nodes:\n  - {host: [}\n").problems[0]  # a small file: the plainer words
+    assert small.line == 2 and "expected the node content, but found '}'" in small.problem
+
+
 def test_problems_are_reported_at_once_sorted_by_line_with_file_line_field_valid():
     problems = Problems("inv.yaml")
     problems.lines.update({("nodes",): 3, ("nodes", 0): 4})

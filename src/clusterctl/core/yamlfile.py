@@ -65,9 +65,16 @@ MAX_BYTES = 1024 * 1024
 MAX_VALUES = 1_000_000
 
 #: Deepest nesting of lists and mappings, counting the levels aliases bring (inventories,
-#: jobs and target data need four or five).  Checked while reading, so no reader recurses
-#: deeper than this.
+#: jobs and target data need four or five).  Each list or mapping is one level, a scalar
+#: none: ``a: [1]`` is two levels.  Checked on each event while the text is read, so a file
+#: nested thousands deep is refused at the line of its first list or mapping too many, in
+#: time proportional to the text read up to there, and no reader recurses deeper than this.
 MAX_DEPTH = 64
+
+#: Most text (bytes, up to the line after a syntax error) parsed again by PyYAML's
+#: pure-Python parser for its plainer words (see ``_plain_error``): that parser takes about
+#: 6 s per MB, so an error deeper in a large file keeps libyaml's words instead.
+PLAIN_WORDS_BYTES = 32 * 1024
 
 #: Most problems one message lists (the heading still counts them all).
 MAX_SHOWN = 100
@@ -254,6 +261,9 @@ def _compose(loader: Any, problems: Problems, limits: _Limits) -> yaml.Node | No
     known once that node is complete), so a document that would expand past ``limits.values``
     values or nest past ``limits.depth`` levels is refused as soon as it is read that far, in
     memory proportional to what was read (each value of the text is one node; aliases add none).
+    A node's depth counts lists and mappings (a scalar is 0, an empty list 1); a list or
+    mapping written too deep is refused at its start event, so only an alias can make a
+    completed node too deep for its parent.
     """
     def refuse(mark: Any, problem: str, valid: str) -> None:
         problems.add(mark.line + 1, problem, valid, field="(YAML)")
@@ -277,7 +287,7 @@ def _compose(loader: Any, problems: Problems, limits: _Limits) -> yaml.Node | No
             tag = event.tag
             if tag is None or tag == "!":
                 tag = resolve(ScalarNode, event.value, event.implicit)
-            node, size, depth = ScalarNode(tag, event.value, event.start_mark, None, event.style), 1, 1
+            node, size, depth = ScalarNode(tag, event.value, event.start_mark, None, event.style), 1, 0
             if event.anchor is not None:
                 anchors[event.anchor] = (node, size, depth)
         elif kind is sequence_start or kind is mapping_start:
@@ -341,7 +351,8 @@ _FastLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 def _plain_error(text: str, error: yaml.YAMLError) -> yaml.YAMLError:
     """The same syntax error in the words of PyYAML's pure-Python parser, which names the
     construct it was reading (libyaml's words are terser).  Only the text up to the line
-    after the error is parsed again, so a large file costs no more than its error's place."""
+    after the error is parsed again, and only when that is at most ``PLAIN_WORDS_BYTES``, so
+    a syntax error costs a few tenths of a second at most, wherever it is in a large file."""
     if _FastLoader is yaml.SafeLoader:
         return error
     mark = getattr(error, "problem_mark", None) or getattr(error, "context_mark", None)
@@ -353,6 +364,8 @@ def _plain_error(text: str, error: yaml.YAMLError) -> yaml.YAMLError:
         if end < 0:
             end = len(text)
             break
+    if end + 1 > PLAIN_WORDS_BYTES:  # linear, but slow in pure Python: libyaml's words will do
+        return error
     loader = yaml.SafeLoader(text[:end + 1])
     try:
         while loader.check_event():
