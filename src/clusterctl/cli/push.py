@@ -1,4 +1,4 @@
-"""`clusterctl push IMAGE --nodes FILE`: put a local image on every node.
+"""`clusterctl push IMAGE --nodes FILE [--registry R]`: put a local image on every node.
 
 Parsing and printing only: the push itself is ``clusterctl.cluster.distribute``,
 which reports through its PushProgress protocol; the two displays of that
@@ -9,14 +9,19 @@ from __future__ import annotations
 
 import threading
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.markup import escape
 
-from clusterctl.cli.nodes import NodesOption
+from clusterctl.cli.nodes import NODES_HELP, nodes_option
 from clusterctl.cluster import distribute
 from clusterctl.cluster.inventory import load_inventory
+from clusterctl.cluster.registry import pull as registry_pull
+from clusterctl.cluster.registry import push as registry_push
+from clusterctl.cluster.registry.reference import REGISTRY_HELP, parse_registry
+from clusterctl.cluster.transport import Cluster
 from clusterctl.core.console import err, interactive, out, print_table
 from clusterctl.core.errors import UserError
 
@@ -98,10 +103,23 @@ def _progress():
         yield LiveProgress(bar)
 
 
+def _source(result: distribute.PushResult) -> str:
+    """Where a node's bytes came from; for a relay node fed again, after whose failure."""
+    if result.refed_after:
+        return f"{result.source} (again: {result.refed_after} failed)"
+    return result.source
+
+
 def push(
     image: Annotated[str, typer.Argument(help="Local image (tag or ID) to put on every node.",
                                          show_default=False)],
-    nodes: NodesOption,
+    nodes: Annotated[Path | None, nodes_option(
+        NODES_HELP + " Optional with --registry (the image then goes to the registry only).")] = None,
+    registry: Annotated[str | None, typer.Option(
+        "--registry", metavar="HOST[:PORT][/NAMESPACE]",
+        help="Push the image to this registry (credentials: `docker login`) and print its "
+             "digest; with --nodes every node then pulls it by digest. Default: the "
+             "inventory's registry:, else over SSH.", show_default=False)] = None,
     fanout: Annotated[int | None, typer.Option(
         "--fanout", min=1, help="Nodes pushed to at once (default: the inventory's ssh.fanout).")] = None,
     accept_new_host_keys: Annotated[bool, typer.Option(
@@ -119,17 +137,29 @@ def push(
              "link and of zstd on this machine).", show_default=False)] = None,
 ) -> None:
     """Put a local image on every node: nodes that have it are skipped, others get only
-    the layers they lack; each node's image ID is verified. Exit 1 if any node failed."""
+    the layers they lack; each node's image ID is verified. Exit 1 if any node failed.
+
+    With a registry (--registry, or the inventory's registry:): this machine pushes the
+    image there once and prints its digest; every node pulls it by digest. Exit 2 when the
+    registry cannot be reached, refuses the credentials or lacks TLS."""
     if strategy not in distribute.STRATEGIES:
         raise UserError(f"--strategy {strategy!r}: valid values are "
                         + ", ".join(distribute.STRATEGIES))
-    inventory = load_inventory(nodes)
+    if nodes is None and registry is None:
+        raise UserError("push: give --nodes FILE (or $CLUSTERCTL_NODES), --registry "
+                        "HOST[:PORT][/NAMESPACE], or both.")
+    target = _registry(registry)
+    inventory = load_inventory(nodes) if nodes is not None else None
+    target = target or (inventory.registry if inventory is not None else None)
+    if target is not None:
+        _push_registry(image, target, inventory, accept_new_host_keys=accept_new_host_keys)
+        return
     with _progress() as progress:
         results = distribute.push_image(image, inventory, progress=progress, fanout=fanout,
                                         accept_new_host_keys=accept_new_host_keys or None,
                                         strategy=strategy, compress=compress)
     print_table(f"push {image}", ["node", "from", "received", "seconds", "result"],
-                [(escape(r.node), escape(r.source) if r.status not in ("skipped",) else "-",
+                [(escape(r.node), escape(_source(r)) if r.status not in ("skipped",) else "-",
                   _size(r.bytes_sent), f"{r.seconds:.1f}", escape(r.describe()))
                  for r in results])
     out.print(f"sent by this machine: {_size(sum(r.head_bytes for r in results))}", markup=False)
@@ -141,7 +171,54 @@ def push(
         out.print("on the wire: " + "; ".join(wires), markup=False)
     failed = [r for r in results if not r.ok]
     if failed:
+        # a partial outcome: which nodes have the image now, which do not
+        out.print(f"image on {len(results) - len(failed)} of {len(results)} node(s); "
+                  f"without it: {', '.join(r.node for r in failed)}", markup=False)
         err.print(f"push failed on {len(failed)} of {len(results)} node(s): "
+                  + "; ".join(f"{r.node}: {r.error}" for r in failed), markup=False)
+        raise typer.Exit(1)
+
+
+def _registry(text: str | None):
+    if text is None:
+        return None
+    try:
+        return parse_registry(text)
+    except ValueError as e:
+        raise UserError(f"--registry: {e}; valid: {REGISTRY_HELP}.") from None
+
+
+def _push_registry(image: str, target, inventory, *, accept_new_host_keys: bool) -> None:
+    """``push --registry`` (or an inventory's registry): push once, then nodes pull by digest."""
+    pushed = registry_push.push(image, target)
+    err.print(f"pushed {image} to {target} as {pushed.tagged} in {pushed.seconds:.1f}s", markup=False)
+    out.print(f"digest: {pushed.digest}", markup=False)
+    out.print(f"reference: {pushed.reference}", markup=False)
+    if inventory is None:
+        return
+    # the layers go through the relay push (the head's link carries the image once); the
+    # pull by digest then finds the image ID on the node and fetches only the manifest
+    with _progress() as progress:
+        relayed = distribute.push_image(image, inventory, progress=progress,
+                                        accept_new_host_keys=accept_new_host_keys or None)
+    lost = {r.node: r for r in relayed if not r.ok}
+    with Cluster(inventory, accept_new_host_keys=accept_new_host_keys or None) as cluster, \
+            _progress() as progress:
+        pulled = registry_pull.pull(cluster, pushed.reference, pushed.image_id,
+                                    registry=target.address, auth=registry_push.credentials(target),
+                                    nodes=[n.name for n in inventory.nodes if n.name not in lost],
+                                    progress=progress)
+    results = [*lost.values(), *pulled]
+    sent = {r.node: r.bytes_sent for r in relayed}
+    print_table(f"push {pushed.reference}", ["node", "layers sent", "pull seconds", "result"],
+                [(escape(r.node), _size(sent.get(r.node, 0)), f"{r.seconds:.1f}", escape(r.describe()))
+                 for r in results])
+    failed = [r for r in results if not r.ok]
+    if failed:
+        # a partial outcome: which nodes have the image now, which do not
+        out.print(f"image on {len(results) - len(failed)} of {len(results)} node(s); "
+                  f"without it: {', '.join(r.node for r in failed)}", markup=False)
+        err.print(f"pull failed on {len(failed)} of {len(results)} node(s): "
                   + "; ".join(f"{r.node}: {r.error}" for r in failed), markup=False)
         raise typer.Exit(1)
 

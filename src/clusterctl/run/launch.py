@@ -44,6 +44,8 @@ from typing import TextIO
 
 from clusterctl.cluster import containers, distribute, engine, sshconfig
 from clusterctl.cluster import preflight as pf
+from clusterctl.cluster.registry import pull as registry_pull
+from clusterctl.cluster.registry import push as registry_push
 from clusterctl.cluster.transport import Cluster, CommandResult, tree
 from clusterctl.code import snapshot as code_snapshot
 from clusterctl.code import sync as code_sync
@@ -416,11 +418,17 @@ def launch(job, inventory, *, image: str | None = None, overrides: Mapping[str, 
         if workspace.image:
             image = ref = workspace.image
     image_id = local_image_id(ref) if push else None
+    pushed = None
+    if push and inventory.registry is not None and resume is None:
+        # the head pushes once; every node pulls by digest (and runs exactly that digest)
+        pushed = registry_push.push(ref, inventory.registry)
+        note(f"image {ref} pushed to {inventory.registry}: {pushed.reference}")
+        image = ref = pushed.reference
     run = _Run(job=job, inventory=inventory, policy=policy, run_id=run_id, image=image, ref=ref,
                image_id=image_id, overrides=overrides, hang=hang, push=push, progress=progress,
                workspace=workspace, note=note, on_warning=on_warning,
                accept_new_host_keys=accept_new_host_keys, nodes=nodes_now, spares=spares,
-               supervised=supervised, recheck=recheck)
+               supervised=supervised, recheck=recheck, pushed=pushed)
     adopt = False
     if resume is not None:
         adopt = _take_over(run, resume)
@@ -548,6 +556,7 @@ class _Run:
     sent: dict[str, int] = field(default_factory=dict)       # bytes of code sent per node, first attempt
     supervised: bool = False
     recheck: Callable[[object], Mapping[str, str]] | None = None
+    pushed: registry_push.Pushed | None = None  # the image in the inventory's registry (nodes pull it)
 
     def mark(self, phase: str) -> None:
         self.times[phase] = time.time()
@@ -651,11 +660,43 @@ def _check_and_plan(run: _Run, cluster: Cluster) -> list[plan.NodePlan]:
                            attempt=plan.Attempt(run.attempt, tuple(run.excluded), run.policy.checkpoint))
     if run.push:
         have = [n for n, i in node_ids.items() if i is not None and i == run.image_id]
-        if warm:     # the spares get the image in the same relay chain, so they are hot spares
+        if run.pushed is not None:   # from the registry, by digest (spares too: hot spares)
+            _pull_image(run, [*run.nodes, *(run.spares if warm else [])], have)
+        elif warm:   # the spares get the image in the same relay chain, so they are hot spares
             _push_with_spares(run, plans[0].image, have)
         else:
             push_image(cluster, plans[0].image, run.progress, have=have)
     return plans
+
+
+def _pull_image(run: _Run, nodes: Sequence[str], have: Sequence[str]) -> None:
+    """Every node of ``nodes`` that lacks the image by digest gets it: its layers through the
+    relay push (the head's link carries the image once, not once per node), then a pull by
+    digest from the inventory's registry, which then finds the image ID present and fetches
+    only the manifest (:func:`clusterctl.cluster.registry.pull.pull`).  PushFailed naming
+    a run's node that could not (a spare is only named)."""
+    progress = run.progress or distribute.NoProgress()
+    for node in have:
+        progress.started(node, "skip: same image ID")
+        progress.finished(distribute.PushResult(node, "skipped"))
+    rest = [n for n in nodes if n not in set(have)]
+    if not rest:
+        return
+    registry = run.inventory.registry
+    failed: dict[str, str] = {}
+    with Cluster(attempt_inventory(run.inventory, rest), accept_new_host_keys=run.accept_new_host_keys) as c:
+        try:
+            push_image(c, run.pushed.image, progress)
+        except PushFailed as e:
+            failed.update(e.failures)
+        results = registry_pull.pull(c, run.pushed.reference, run.pushed.image_id,
+                                     registry=registry.address, auth=registry_push.credentials(registry),
+                                     nodes=[n for n in rest if n not in failed], progress=progress)
+    failed.update({r.node: r.error or r.describe() for r in results if not r.ok})
+    for node in [n for n in failed if n in set(run.spares)]:
+        run.note(f"spare {node}: the image could not be pulled now ({failed.pop(node)}); it is when needed")
+    if failed:
+        raise PushFailed(failed)
 
 
 def _spares_code(run: _Run) -> None:
@@ -695,6 +736,8 @@ def _record_attempt(run: _Run, plans: Sequence[plan.NodePlan], *, detach: bool, 
         if not detach:   # a later command can tell that this process died without an outcome
             record.launcher = records.this_launcher()
         record.hang_timeout = run.hang
+        if run.pushed is not None:
+            record.registry, record.image_digest = str(run.inventory.registry), run.pushed.digest
         if run.workspace is not None:
             record.code = workspaces.code_record(run.workspace, run.sent)
         record.spec = spec

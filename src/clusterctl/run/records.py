@@ -210,6 +210,8 @@ class RunRecord(BaseModel):
     inventory: str
     image: str
     image_id: str | None = None
+    registry: str | None = None       # the registry every node pulled the image from (None: over SSH)
+    image_digest: str | None = None   # sha256:... of its manifest there: every node ran image@digest
     master_addr: str | None = None
     master_port: int | None = None
     detached: bool = False
