@@ -36,10 +36,22 @@ def up(
     slurm: bool = typer.Option(False, "--slurm",
                                help="Also run a Slurm cluster: munged and slurmctld here, a slurmd "
                                     "in each node (Debian packages slurm-wlm and munge)."),
+    registry: bool = typer.Option(False, "--registry",
+                                  help="Also run an image registry on this machine's sandbox address "
+                                       "(.1), over TLS from a CA of the sandbox that every node's "
+                                       "Docker engine and this machine's trust (Debian package "
+                                       "docker-registry)."),
+    registry_auth: bool = typer.Option(False, "--registry-auth",
+                                       help="The registry asks for a login: user clusterctl, a random "
+                                            "password kept in a 0600 file of the sandbox (implies "
+                                            "--registry)."),
+    registry_port: int = typer.Option(sandbox.REGISTRY_DEFAULT_PORT, "--registry-port", metavar="PORT",
+                                      help="The registry's TCP port."),
 ) -> None:
     """Create (or complete) a sandbox of N nodes and write its inventory (idempotent)."""
     sb = sandbox.up(nodes, name=name, subnet=subnet, bandwidth=bandwidth, slots=slots,
-                    inventory_path=inventory, with_slurm=slurm)
+                    inventory_path=inventory, with_slurm=slurm, with_registry=registry,
+                    registry_auth=registry_auth, registry_port=registry_port)
     _print_status(sandbox.status(sb.name))
     out.print(f"inventory: {sb.inventory_path}")
     out.print(f"try: clusterctl check --nodes {sb.inventory_path}")
@@ -47,6 +59,14 @@ def up(
         out.print(f"Slurm: partition {sandbox.SLURM_PARTITION} (the default), nodes "
                   f"{','.join(n.name for n in sb.nodes)}; for sinfo, srun, sbatch:")
         out.print(f"export SLURM_CONF={sb.slurm_conf}")
+    if sb.registry:
+        out.print(f"registry: {sb.registry} (TLS; its CA {sb.registry_ca} is trusted by every "
+                  "node's Docker engine and this machine's)")
+        out.print(f"try: docker tag IMAGE {sb.registry}/NAME:TAG && docker push {sb.registry}/NAME:TAG")
+        login = sandbox.registry_login_command(sb)
+        if login:
+            out.print(f"log in first (user {sandbox.REGISTRY_USER}; the password stays in its file): "
+                      f"{login}")
 
 
 @group.command("down")
@@ -59,7 +79,8 @@ def down(name: str = _NAME) -> None:
 @group.command("status")
 def status(name: str = typer.Option(None, "--name", metavar="NAME",
                                      help="Only this sandbox (default: all).")) -> None:
-    """List sandboxes and, per node, its netns, address, sshd, dockerd and image count."""
+    """List sandboxes and, per node, its netns, address, sshd, dockerd and image count; Slurm and
+    the registry when the sandbox has them."""
     found = sandbox.status(name)
     if not found:
         out.print("no sandbox exists" if name is None else f'no sandbox named "{name}" exists')
@@ -82,6 +103,9 @@ def _print_status(found: list[sandbox.SandboxStatus]) -> None:
             rows = [(*row, n.slurm_state) for row, n in zip(rows, st.nodes, strict=True)]
             title += (f"; Slurm {'running' if st.slurm_running else 'NOT running'} "
                       f"(SLURM_CONF={st.slurm_conf})")
+        if st.registry:
+            title += (f"; registry {st.registry} {'running' if st.registry_running else 'NOT running'}"
+                      f" (TLS{', login as ' + sandbox.REGISTRY_USER if st.registry_auth else ''})")
         print_table(title, ["node", "netns", "address", "sshd", "dockerd", "images",
                             *(["slurm"] if st.slurm_conf else [])], rows)
 

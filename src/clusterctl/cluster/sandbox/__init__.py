@@ -19,6 +19,8 @@ The package, lowest layer first (each module imports only those above it):
 - ``storage``: a node's data root on a small loop-mounted file system; unmounting, loop devices;
 - ``inventory_file``: the inventory ``up`` writes and ``down`` removes;
 - ``slurm``: ``up --slurm``'s Slurm cluster: slurm.conf (pure), munged, slurmctld, a slurmd per node;
+- ``registry``: ``up --registry``'s image registry: CA and TLS certificate, htpasswd, config
+  (pure), the docker-registry process, its CA under /etc/docker/certs.d;
 - ``lifecycle``: validation, locking, ``up``, ``down``, ``status``.
 
 Contract (what the CLI, benchmarks and tests use): ``up``, ``down``, ``status``,
@@ -28,7 +30,11 @@ Contract (what the CLI, benchmarks and tests use): ``up``, ``down``, ``status``,
 ``restart_dockerd``, ``limit_data_root``; the model ``Sandbox``/``SandboxNode``
 and the defaults ``DEFAULT_NAME``, ``DEFAULT_SUBNET``, ``DEFAULT_INVENTORY``; for Slurm
 (``up(..., with_slurm=True)``): ``Sandbox.slurm_conf`` (the path for ``SLURM_CONF``),
-``SLURM_PARTITION``, ``slurm_node_states``, ``render_slurm_conf``.
+``SLURM_PARTITION``, ``slurm_node_states``, ``render_slurm_conf``; for the registry
+(``up(..., with_registry=True, registry_auth=..., registry_port=...)``): ``Sandbox.registry``
+(``HOST:PORT``), ``Sandbox.registry_ca``, ``Sandbox.registry_password_file``,
+``Sandbox.registry_up()``, ``REGISTRY_USER``, ``REGISTRY_DEFAULT_PORT``, ``REGISTRY_CERTS_D``,
+``registry_trust_files``, ``registry_login_command``.
 """
 
 from clusterctl.cluster.sandbox.inventory_file import (
@@ -76,6 +82,11 @@ from clusterctl.cluster.sandbox.processes import (
     processes_using,
     restart_dockerd,
 )
+from clusterctl.cluster.sandbox.registry import CERTS_D as REGISTRY_CERTS_D
+from clusterctl.cluster.sandbox.registry import DEFAULT_PORT as REGISTRY_DEFAULT_PORT
+from clusterctl.cluster.sandbox.registry import USER as REGISTRY_USER
+from clusterctl.cluster.sandbox.registry import login_command as registry_login_command
+from clusterctl.cluster.sandbox.registry import trust_files as registry_trust_files
 from clusterctl.cluster.sandbox.slurm import PARTITION as SLURM_PARTITION
 from clusterctl.cluster.sandbox.slurm import node_states as slurm_node_states
 from clusterctl.cluster.sandbox.slurm import render_conf as render_slurm_conf
@@ -85,11 +96,12 @@ from clusterctl.cluster.sandbox.storage import limit_data_root
 __all__ = [
     "CGROUP_ROOT", "DEFAULT_INVENTORY", "DEFAULT_NAME", "DEFAULT_SUBNET", "INTERFACE",
     "INVENTORY_MARKER", "MAX_NODES", "NODE_DOCKERD_ARGS", "NODE_OFFSET", "SSH_USER",
-    "NodeStatus", "SLURM_PARTITION", "Sandbox", "SandboxNode", "SandboxStatus",
+    "NodeStatus", "REGISTRY_CERTS_D", "REGISTRY_DEFAULT_PORT", "REGISTRY_USER", "SLURM_PARTITION", "Sandbox", "SandboxNode", "SandboxStatus",
     "check_bandwidth", "check_name", "check_nodes", "check_slots", "data_base", "down",
     "free_subnet", "in_netns", "inventory_text", "kill_dockerd", "limit_data_root", "load", "names",
     "node_docker", "node_for", "recorded",
-    "parse_subnet", "port_open", "processes_using", "render_slurm_conf", "require_environment",
+    "parse_subnet", "port_open", "processes_using", "registry_login_command",
+    "registry_trust_files", "render_slurm_conf", "require_environment",
     "restart_dockerd",
     "set_link", "shape_link", "slurm_node_states",
     "sshd_running", "start_sshd", "state_base", "status", "stop_sshd", "up", "write_inventory",

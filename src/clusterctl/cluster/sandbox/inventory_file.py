@@ -97,6 +97,7 @@ def inventory_text(sb: Sandbox) -> str:
         "#   tree: true\n",
         f"#   node_identity_file: {sb.key_path}   # the nodes share this machine's files\n",
         "\n",
+        *_registry_lines(sb),
         "# Shared by all nodes: root with the sandbox's generated ed25519 key; eth0 is\n",
         "# the interface that holds each node's address (GLOO/NCCL_SOCKET_IFNAME).\n",
         dump({"defaults": {"user": SSH_USER, "identity_file": str(sb.key_path),
@@ -106,6 +107,22 @@ def inventory_text(sb: Sandbox) -> str:
         "# keeps the project copies of `launch --workdir` in a code_dir of its own.\n",
         dump({"nodes": node_entries}),
     ])
+
+
+def _registry_lines(sb: Sandbox) -> list[str]:
+    """The ``registry: HOST:PORT`` key of a sandbox with a registry (``up --registry``)."""
+    if not sb.registry:
+        return []
+    login = (f"# It asks for a login: docker login {sb.registry} -u clusterctl --password-stdin"
+             f" < {sb.registry_password_file}\n" if sb.registry_password_file else "")
+    return [
+        "# The sandbox's image registry (`sandbox up --registry`), on this machine's bridge\n",
+        "# address over TLS; every node's Docker engine and this machine's trust its CA\n",
+        f"# ({sb.registry_ca}) through /etc/docker/certs.d/{sb.registry}/.\n",
+        login,
+        yaml.safe_dump({"registry": sb.registry}, sort_keys=False),
+        "\n",
+    ]
 
 
 def write_inventory(sb: Sandbox) -> Path:

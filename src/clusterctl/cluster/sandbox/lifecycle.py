@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from clusterctl.cluster import dockerd
-from clusterctl.cluster.sandbox import network, processes, slurm, sshd, storage
+from clusterctl.cluster.sandbox import network, processes, registry, slurm, sshd, storage
 from clusterctl.cluster.sandbox.inventory_file import (
     check_inventory_ours,
     check_inventory_writable,
@@ -135,7 +135,9 @@ def _locked(name: str) -> Iterator[None]:
 
 def up(n: int, *, name: str = DEFAULT_NAME, subnet: str = DEFAULT_SUBNET,
        bandwidth: str | None = None, slots: int = 2,
-       inventory_path: str | Path = DEFAULT_INVENTORY, with_slurm: bool = False) -> Sandbox:
+       inventory_path: str | Path = DEFAULT_INVENTORY, with_slurm: bool = False,
+       with_registry: bool = False, registry_auth: bool = False,
+       registry_port: int = registry.DEFAULT_PORT) -> Sandbox:
     """Create (or complete) sandbox ``name`` with ``n`` nodes and write its inventory.
 
     Idempotent: parts already running are kept; a larger ``n`` adds nodes and a
@@ -143,17 +145,28 @@ def up(n: int, *, name: str = DEFAULT_NAME, subnet: str = DEFAULT_SUBNET,
     state (None: unshaped).  ``with_slurm`` adds a Slurm cluster (munged, slurmctld,
     a slurmd per node; see :mod:`.slurm`), also to a sandbox that runs without one;
     a sandbox that has Slurm keeps it.  The returned sandbox's ``slurm_conf`` is the
-    path for ``SLURM_CONF``.  A sandbox that did not exist before and fails to
-    come up is removed again, so nothing is left half-made.
+    path for ``SLURM_CONF``.  ``with_registry`` runs an image registry on
+    ``<head_ip>:<registry_port>`` over TLS from the sandbox's own CA, trusted by every
+    node's engine and this machine's (see :mod:`.registry`); ``registry_auth`` (implies
+    ``with_registry``) makes it ask for a login.  Without ``with_registry``, a sandbox
+    that has a registry keeps it as it is.  The returned sandbox's ``registry``,
+    ``registry_ca`` and ``registry_password_file`` say how to reach it.  A sandbox
+    that did not exist before and fails to come up is removed again, so nothing is
+    left half-made.
     """
     check_name(name)
     check_nodes(n)
     check_slots(slots)
     check_bandwidth(bandwidth)
     parse_subnet(subnet, n)
+    with_registry = with_registry or registry_auth
+    if with_registry:
+        registry.check_port(registry_port)
     require_environment("clusterctl sandbox up")
     if with_slurm:
         slurm.require_slurm()
+    if with_registry:
+        registry.require_registry()
     inventory = Path(inventory_path).expanduser().absolute()
     check_inventory_writable(inventory)
     with _locked(name):
@@ -167,11 +180,21 @@ def up(n: int, *, name: str = DEFAULT_NAME, subnet: str = DEFAULT_SUBNET,
         keep_slurm = old is not None and old.slurm
         if keep_slurm and not with_slurm:
             slurm.require_slurm()
+        reg_port: int | None = None
+        reg_auth = False
+        if with_registry:
+            reg_port, reg_auth = registry_port, registry_auth
+        elif old is not None and old.registry_port:  # a registry is kept as it is
+            reg_port, reg_auth = old.registry_port, old.registry_auth
+            registry.require_registry()
         sb = Sandbox(name=name, subnet=subnet, node_count=n, slots=slots, bandwidth=bandwidth,
-                     inventory_path=str(inventory), slurm=with_slurm or keep_slurm)
+                     inventory_path=str(inventory), slurm=with_slurm or keep_slurm,
+                     registry_port=reg_port, registry_auth=reg_auth)
         if old is None:
             _teardown(name)  # debris of a crash or a lost /run: start from a clean slate
         network.check_subnet_free(sb)
+        if sb.registry_port:
+            registry.check_port_free(sb)  # before anything starts: the port and what holds it
         try:
             _bring_up(sb, old)
         except BaseException:
@@ -206,6 +229,8 @@ def _bring_up(sb: Sandbox, old: Sandbox | None) -> None:
     sshd.write_known_hosts(sb)
     if sb.slurm:
         slurm.start(sb)
+    if sb.registry_port:
+        registry.start(sb)
     write_inventory(sb)
     if old is not None and old.inventory_path and old.inventory_path != sb.inventory_path:
         remove_inventory(Path(old.inventory_path), sb.name)
@@ -279,6 +304,7 @@ def _teardown(name: str) -> bool:
     bridge = f"cc-{name}"
     found = bool(nodes) or sb is not None or network.link_exists(bridge)
     found = slurm.stop(name) or found  # first: its jobs are cancelled while slurmctld answers
+    found = registry.stop(name) or found  # the process and its CA under /etc/docker/certs.d
     _remove_nodes(list(nodes.values()))
     if network.remove_bridge(bridge):  # a forward rule was left
         found = True
@@ -321,6 +347,11 @@ class SandboxStatus:
     nodes: list[NodeStatus] = field(default_factory=list)
     slurm_conf: str | None = None  # the sandbox has Slurm: its slurm.conf
     slurm_running: bool = False    # munged and slurmctld run
+    registry: str | None = None    # the sandbox has a registry: its HOST:PORT
+    registry_running: bool = False  # its process runs and accepts connections
+    registry_auth: bool = False    # it asks for a login (user clusterctl)
+    registry_ca: str | None = None  # the CA certificate it is trusted by
+    registry_password_file: str | None = None  # with auth: the password's file (0600)
 
 
 def names() -> list[str]:
@@ -364,6 +395,11 @@ def status(name: str | None = None) -> list[SandboxStatus]:
         if sb is not None and sb.slurm:
             st.slurm_conf, st.slurm_running = sb.slurm_conf, slurm.running(sb_name)
             states = slurm.node_states(sb_name) if st.slurm_running else {}
+        if sb is not None and sb.registry_port:
+            st.registry, st.registry_running = sb.registry, registry.running(sb)
+            st.registry_auth, st.registry_ca = sb.registry_auth, str(sb.registry_ca)
+            pw = sb.registry_password_file
+            st.registry_password_file = str(pw) if pw else None
         for n in nodes:
             up_ns = n.netns in netns
             st.nodes.append(NodeStatus(

@@ -5,23 +5,28 @@ the state file is stored:
 
 - bridge ``cc-<name>``; host-side veth of node i ``cc<name>-<i>h``; netns ``cc-<name>-node<i>``;
 - state (sockets, pidfiles, keys, configs) under ``state_base()/<name>/``, the
-  Slurm cluster's (``up --slurm``) under ``state_base()/<name>/slurm/``,
-  image stores under ``data_base()/<name>/<node>/``;
+  Slurm cluster's (``up --slurm``) under ``state_base()/<name>/slurm/``, the
+  registry's (``up --registry``: CA, certificates, config, password) under
+  ``state_base()/<name>/registry/``,
+  image stores under ``data_base()/<name>/<node>/``, the registry's under
+  ``data_base()/<name>/registry/``;
 - the containers of node i in cgroup ``/clusterctl/<name>/node<i>``.
 
 Contract: :class:`Sandbox`, :class:`SandboxNode`, :func:`node_for`, :func:`check_name`,
 :func:`state_base`, :func:`data_base`, :func:`state_file`, :func:`load`, :func:`save`,
-:func:`recorded`.
+:func:`recorded`, :func:`registry_pidfile`.
 No other module of the sandbox package is imported here.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import ipaddress
 import json
 import os
 import re
+import socket
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -122,6 +127,8 @@ class Sandbox:
     bandwidth: str | None = None
     inventory_path: str | None = None
     slurm: bool = False  # a Slurm cluster (munged, slurmctld, one slurmd per node) runs on it
+    registry_port: int | None = None  # a registry (up --registry) listens on head_ip:registry_port
+    registry_auth: bool = False       # ... and asks for a login (htpasswd, user "clusterctl")
 
     @property
     def network(self) -> ipaddress.IPv4Network:
@@ -167,6 +174,59 @@ class Sandbox:
         return str(self.slurm_dir / "slurm.conf") if self.slurm else None
 
     @property
+    def registry(self) -> str | None:
+        """The registry's address ``HOST:PORT`` (this machine's bridge address); None without one."""
+        return f"{self.head_ip}:{self.registry_port}" if self.registry_port else None
+
+    @property
+    def registry_dir(self) -> Path:
+        """The registry's CA, certificates, config, password, pidfile and log."""
+        return self.dir / "registry"
+
+    @property
+    def registry_storage(self) -> Path:
+        """Where the registry keeps the images pushed to it."""
+        return self.data_dir / "registry"
+
+    @property
+    def registry_pidfile(self) -> Path:
+        return registry_pidfile(self.name)
+
+    @property
+    def registry_ca(self) -> Path | None:
+        """The CA certificate the registry's server certificate is signed by (every Docker
+        engine of this machine and the nodes trusts it); None without a registry."""
+        return self.registry_dir / "ca.crt" if self.registry_port else None
+
+    @property
+    def registry_password_file(self) -> Path | None:
+        """The file (mode 0600) holding the password of user ``clusterctl``; None without
+        a registry or without auth."""
+        return self.registry_dir / "password" if self.registry_port and self.registry_auth else None
+
+    def registry_pid(self) -> int | None:
+        """The pid of the sandbox's registry process (by its pidfile and its command line)."""
+        pid = dockerd.read_pid(self.registry_pidfile) if self.registry_port else None
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes() if pid else b""
+        except OSError:
+            return None
+        # a pid reused by another process does not name the registry's config
+        return pid if str(self.registry_dir / "config.yml").encode() in cmdline else None
+
+    def registry_up(self, timeout: float = 2.0) -> bool:
+        """True when the registry process runs, itself listens on ``registry`` (not another
+        process on that port) and accepts a TCP connection there."""
+        pid = self.registry_pid()
+        if pid is None or not _listens(pid, self.head_ip, self.registry_port):
+            return False
+        try:
+            with socket.create_connection((self.head_ip, self.registry_port), timeout=timeout):
+                return True
+        except OSError:
+            return False
+
+    @property
     def nodes(self) -> list[SandboxNode]:
         return [node_for(self.name, self.network, i) for i in range(1, self.node_count + 1)]
 
@@ -176,6 +236,30 @@ class Sandbox:
                 return n
         raise UserError(f'sandbox "{self.name}" has no node "{name}"; its nodes are '
                         f'{", ".join(n.name for n in self.nodes)}.')
+
+
+def _listens(pid: int, ip: str, port: int) -> bool:
+    """True when process ``pid`` holds a TCP socket listening on ``ip:port`` (IPv4)."""
+    want = f"{int(ipaddress.IPv4Address(ip)).to_bytes(4, 'big')[::-1].hex().upper()}:{port:04X}"
+    inodes = set()
+    try:
+        for line in Path(f"/proc/{pid}/net/tcp").read_text().splitlines()[1:]:
+            f = line.split()
+            if len(f) > 9 and f[1] == want and f[3] == "0A":  # 0A: LISTEN
+                inodes.add(f"socket:[{f[9]}]")
+        if not inodes:
+            return False
+        for fd in Path(f"/proc/{pid}/fd").iterdir():
+            with contextlib.suppress(OSError):
+                if os.readlink(fd) in inodes:
+                    return True
+    except OSError:
+        return False
+    return False
+
+
+def registry_pidfile(name: str) -> Path:
+    return state_base() / name / "registry" / "registry.pid"
 
 
 def node_for(sandbox: str, network: ipaddress.IPv4Network, index: int) -> SandboxNode:
