@@ -12,6 +12,7 @@ working directory (in_tmp).
 pytest_plugins = [
     "tests.fixtures.engine",
     "tests.fixtures.images",
+    "tests.fixtures.registry",
     "tests.fixtures.sshd",
     "tests.fixtures.sandbox",
     "tests.fixtures.slurm",

@@ -253,3 +253,56 @@ def test_the_runtime_fields_the_trainjob_notes_name_are_the_runtimes():
     body = _body("ddp-smoke", "trainjob", {"nnodes": 2})
     body["spec"]["failurePolicy"] = {"maxRestarts": 2}
     assert any("'failurePolicy' was unexpected" in e for e in schema_errors(body))
+
+
+# --------------------------------------------------------------------------- image by digest, pull Secret
+
+PINNED = "registry.example:5000/team/cpu@sha256:" + "c" * 64
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("job", ["ddp-smoke", "bert"])
+def test_a_pinned_image_and_a_pull_secret_validate_in_the_pod_spec(job, kind):
+    """imagePullSecrets where each CRD has a pod spec: a PyTorchJob replica's template, a
+    TrainJob's runtime patch of the node pods (Trainer 2.3; the TrainJob spec has none)."""
+    body = _body(job, kind, {"nnodes": 2, "image": PINNED, "pull_secret": f"{job}-registry",
+                             "registry_server": "registry.example:5000"})
+    assert schema_errors(body) == []
+    if kind == "pytorchjob":
+        pods = [r["template"]["spec"] for r in body["spec"]["pytorchReplicaSpecs"].values()]
+        assert body["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]["image"] == PINNED
+    else:
+        assert body["spec"]["trainer"]["image"] == PINNED
+        pods = [j["template"]["spec"]["template"]["spec"] for p in body["spec"]["runtimePatches"]
+                for j in p["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"]]
+    assert pods and all(p["imagePullSecrets"] == [{"name": f"{job}-registry"}] for p in pods)
+
+
+def test_a_job_with_nothing_else_to_patch_gets_a_patch_for_its_pull_secret_alone(tmp_path):
+    job = tmp_path / "plain.yaml"
+    job.write_text("image: reg.example/app:1\ncommand: [run]\n")
+    manifest = build_manifest(load_job(str(job)), kind="trainjob", nnodes=1, pull_secret="pull")
+    (patch,) = manifest.body["spec"]["runtimePatches"]
+    (node,) = patch["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"]
+    assert node["template"]["spec"]["template"]["spec"] == {"imagePullSecrets": [{"name": "pull"}]}
+    assert schema_errors(manifest.body) == []
+    assert manifest.pull_secret_command() == ("kubectl create secret docker-registry pull "
+                                              "--docker-server=reg.example --docker-username=... "
+                                              "--docker-password=...")
+
+
+@pytest.mark.parametrize(("kind", "misplace"), [
+    ("trainjob", lambda b: b["spec"]["trainer"].__setitem__("imagePullSecrets", [{"name": "p"}])),
+    ("trainjob", lambda b: b["spec"].__setitem__("imagePullSecrets", [{"name": "p"}])),
+    ("pytorchjob", lambda b: b["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]
+     .__setitem__("imagePullSecrets", [{"name": "p"}])),
+])
+def test_a_pull_secret_in_the_wrong_place_is_caught(kind, misplace):
+    body = _body("ddp-smoke", kind, {"nnodes": 2})
+    misplace(body)
+    assert any("'imagePullSecrets' was unexpected" in e for e in schema_errors(body))
+
+
+def test_a_bad_pull_secret_name_is_refused():
+    with pytest.raises(UserError, match="--pull-secret 'Bad_Name': not a Kubernetes Secret name"):
+        build_manifest(load_job("ddp-smoke"), kind="pytorchjob", nnodes=1, pull_secret="Bad_Name")

@@ -285,3 +285,28 @@ def test_a_fatal_code_of_a_stopped_rank_is_not_its_own(tmp_path):
     res, requeued = _run_batch(tmp_path, restart_count=0, srun_exit=143,
                                records="node1|3|true\nnode2|1|false")
     assert requeued == ["42"], res.stdout + res.stderr
+
+
+# --------------------------------------------------------------------------- images in a registry
+
+@pytest.mark.parametrize(("image", "uri"), [
+    ("127.0.0.1:5000/cpu@sha256:" + "a" * 64, "127.0.0.1:5000#cpu@sha256:" + "a" * 64),
+    ("registry.example:5000/team/cpu:2.13.0", "registry.example:5000#team/cpu:2.13.0"),
+    ("localhost/cpu:1", "localhost#cpu:1"),
+    ("nvcr.io#nvidia/pytorch:24.01-py3", "nvcr.io#nvidia/pytorch:24.01-py3"),   # already enroot's
+    ("clusterctl/cpu:2.13.0", "clusterctl/cpu:2.13.0"),        # no registry part: Docker's rule
+    ("ubuntu", "ubuntu"),
+])
+def test_enroot_image_puts_a_hash_after_the_registry(image, uri):
+    from clusterctl.run.slurm.script import enroot_image
+    assert enroot_image(image) == uri
+
+
+@pytest.mark.parametrize("container", ["docker", "pyxis"])
+def test_a_pinned_image_is_what_every_task_runs(container):
+    pinned = "registry.example:5000/team/cpu@sha256:" + "b" * 64
+    text = _render("ddp-smoke", container, image=pinned).text
+    if container == "pyxis":
+        assert f"--container-image=registry.example:5000#team/cpu@sha256:{'b' * 64}" in text
+    else:
+        assert shlex.quote(pinned) in text or pinned in text

@@ -12,6 +12,8 @@ from typing import Annotated
 
 import typer
 
+from clusterctl.cluster.registry import lookup
+from clusterctl.cluster.registry.reference import REGISTRY_HELP, Registry, parse_registry
 from clusterctl.core.console import err
 from clusterctl.core.errors import UserError
 from clusterctl.core.files import write_atomic
@@ -36,6 +38,17 @@ def export(
         "--set", metavar="NAME=VALUE",
         help="Set a job parameter or container env variable (repeatable; value taken as typed).")] = None,
     image: Annotated[str | None, typer.Option("--image", help="The image the cluster pulls (default: the job's).")] = None,
+    registry: Annotated[str | None, typer.Option(
+        "--registry", metavar="HOST[:PORT][/NS]",
+        help="Name the image as pushed to this registry, by digest (HOST[:PORT]/[NS/]NAME@sha256:...), "
+             "from this machine's Docker engine's record of the push (`clusterctl push IMAGE "
+             "--registry ...`); exit 2 when it was not pushed there. With credentials for it in "
+             "the Docker config (`docker login`), the pods pull with a Secret (--pull-secret).")] = None,
+    pull_secret: Annotated[str | None, typer.Option(
+        "--pull-secret", metavar="NAME",
+        help="The Secret (type docker-registry) the pods pull the image with: imagePullSecrets. "
+             "Default: <job>-registry when --registry has credentials in the Docker config, else "
+             "none. stderr says how to create it (credentials elided).")] = None,
     namespace: Annotated[str | None, typer.Option("--namespace", "-n", help="metadata.namespace (default: none; kubectl's).")] = None,
     runtime: Annotated[str, typer.Option("--runtime", help="trainjob: the ClusterTrainingRuntime to use.")] = exporting.DEFAULT_RUNTIME,
     rdma_resource: Annotated[str, typer.Option(
@@ -53,13 +66,23 @@ def export(
     """Write JOB as a Kubeflow PyTorchJob or TrainJob manifest (YAML): the same image, command,
     env (rank variables left to the operator), devices, /dev/shm, host network, mounts and
     secrets (as references to the Secret <job>-secrets, or --secret-name; stderr says how to
-    create it, values elided) as an SSH launch.  No cluster is contacted."""
+    create it, values elided) as an SSH launch.  With --registry the image is named by digest
+    as pushed there.  No cluster (nor registry) is contacted."""
+    reg = _registry(registry)
     spec = load_job(job, {"workdir": str(workdir)} if workdir is not None else None)
     if spec.workdir is not None:
-        image = _code_image(spec, image)
+        image = _code_image(spec, image, reg)
+    if reg is not None:
+        local = image_of(spec, image)
+        if local is None:
+            raise UserError(f"{spec.path}: job {spec.name} has no image: give `image` or `target`, or --image.")
+        image = lookup.pinned_reference(local, reg)
+    if pull_secret is None and reg is not None and lookup.has_credentials(reg):
+        pull_secret = exporting.pull_secret_name(spec)
     manifest = exporting.build_manifest(
         spec, kind=to, nnodes=nnodes, slots=slots, image=image, overrides=parse_sets(set_ or []),
-        namespace=namespace, runtime=runtime, rdma_resource=rdma_resource, secret_name=secret_name)
+        namespace=namespace, runtime=runtime, rdma_resource=rdma_resource, secret_name=secret_name,
+        pull_secret=pull_secret, registry_server=reg.address if reg is not None else None)
     text = manifest.text()
     if output is None:
         typer.echo(text, nl=False)
@@ -75,9 +98,25 @@ def export(
                   + (f"\n(the value{'s' if len(given) > 1 else ''} given by {', '.join(given.values())} "
                      f"{'are' if len(given) > 1 else 'is'} written nowhere)" if given else ""),
                   markup=False, highlight=False, soft_wrap=True)
+    if manifest.pull_secret:
+        where = (" (a runtime patch of the runtime's node pods: a TrainJob's own spec has no "
+                 "imagePullSecrets)" if to == "trainjob" else "")
+        err.print(f"the pods pull {manifest.image} with the Secret {manifest.pull_secret}{where}; "
+                  "create it before applying (the username and password of your `docker login`, "
+                  f"elided here):\n  {manifest.pull_secret_command()}",
+                  markup=False, highlight=False, soft_wrap=True)
 
 
-def _code_image(spec, image: str | None) -> str:
+def _registry(text: str | None) -> Registry | None:
+    if text is None:
+        return None
+    try:
+        return parse_registry(text)
+    except ValueError as e:
+        raise UserError(f"--registry: {e}; valid: {REGISTRY_HELP}.") from None
+
+
+def _code_image(spec, image: str | None, registry: Registry | None = None) -> str:
     """The job's workdir as an image over its image; stderr says the cluster must be able to
     pull it."""
     base = image_of(spec, image)
@@ -85,11 +124,12 @@ def _code_image(spec, image: str | None) -> str:
         raise UserError(f"{spec.path}: job {spec.name} has no image: give `image` or `target`, or --image.")
     ws = workspaces.prepare(spec, base, log=_note)
     ref = workspaces.code_image(ws, base, log=_note)
-    err.print(f"note: the manifest names {ref}, your code ({ws.tree.digest}) at /workspace over "
-              f"{ws.image or base}, built in this machine's Docker engine. A cluster pulls from a "
-              f"registry: docker tag {ref} REGISTRY/NAME:TAG && docker push REGISTRY/NAME:TAG, then "
-              "set the manifest's image to REGISTRY/NAME:TAG.",
-              markup=False, highlight=False, soft_wrap=True)
+    if registry is None:
+        err.print(f"note: the manifest names {ref}, your code ({ws.tree.digest}) at /workspace over "
+                  f"{ws.image or base}, built in this machine's Docker engine. A cluster pulls from a "
+                  f"registry: `{lookup.push_command(ref, Registry('REGISTRY'))}`, then export again "
+                  "with --registry REGISTRY (the manifest names it by digest).",
+                  markup=False, highlight=False, soft_wrap=True)
     return ref
 
 

@@ -14,6 +14,10 @@ What an SSH launch gives a container, and where it goes here
   ``torch-distributed`` runs a ``/bin/bash -c`` script that would ignore the args): the
   image's entrypoint (:data:`IMAGE_ENTRYPOINT`) for a job with a clusterctl target, else
   the command itself;
+* the image: the reference the caller gives (``export --registry``: pinned by digest,
+  ``HOST[:PORT]/[NS/]NAME@sha256:...``); a pull Secret (``pull_secret``) becomes
+  ``imagePullSecrets`` of the pod spec (PyTorchJob) or of a runtime patch of the runtime's
+  ``node`` pods (TrainJob: its own spec has no such field; Trainer 2.3's pod patch has);
 * the environment: the same layers as :mod:`clusterctl.run.plan` (target env, job env,
   ``--set``; :func:`clusterctl.run.plan.job_environment`).  The rank variables
   (``MASTER_ADDR MASTER_PORT RANK WORLD_SIZE NODE_RANK PET_*``) are left to the operator
@@ -82,6 +86,7 @@ from dataclasses import dataclass, field
 import yaml
 
 from clusterctl.cluster.containers import JOB_LABEL
+from clusterctl.cluster.registry.reference import digest_of
 from clusterctl.core.errors import UserError, did_you_mean, one_of
 from clusterctl.image import targets
 from clusterctl.run import mpi, recovery
@@ -251,6 +256,28 @@ class Manifest:
     secret_keys: tuple[str, ...] = ()
     #: Those of them given a value (job, target or ``--set``: where), left out of the manifest.
     secret_given: dict[str, str] = field(default_factory=dict)
+    #: The Secret of type docker-registry the pods pull the image with (imagePullSecrets).
+    pull_secret: str | None = None
+    #: The registry it is for (``HOST[:PORT]``; None: Docker Hub, kubectl's default).
+    pull_server: str | None = None
+
+    @property
+    def image(self) -> str:
+        """The image reference the pods run."""
+        spec = self.body["spec"]
+        if self.kind == "trainjob":
+            return spec["trainer"]["image"]
+        return spec["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]["image"]
+
+    def pull_secret_command(self) -> str | None:
+        """The ``kubectl create secret docker-registry`` line that makes :attr:`pull_secret`,
+        the username and password elided (``...``)."""
+        if not self.pull_secret:
+            return None
+        ns = self.body["metadata"].get("namespace")
+        return (f"kubectl create secret docker-registry {self.pull_secret}" + (f" -n {ns}" if ns else "")
+                + (f" --docker-server={self.pull_server}" if self.pull_server else "")
+                + " --docker-username=... --docker-password=...")
 
     def secret_command(self) -> str | None:
         """The ``kubectl create secret`` line that makes the Secret, each value elided
@@ -287,13 +314,19 @@ def build_manifest(job: Job, *, kind: str, nnodes: int, slots: int = 1, image: s
                    overrides: Mapping[str, str] | None = None, namespace: str | None = None,
                    runtime: str = DEFAULT_RUNTIME,
                    rdma_resource: str = DEFAULT_RDMA_RESOURCE,
-                   secret_name: str | None = None) -> Manifest:
+                   secret_name: str | None = None, pull_secret: str | None = None,
+                   registry_server: str | None = None) -> Manifest:
     """The manifest of ``job`` on ``nnodes`` pods of ``slots`` accelerators each.  Pure.
 
     ``kind``: ``pytorchjob`` or ``trainjob``; ``overrides``: the ``--set`` values
     (:func:`clusterctl.run.plan.parse_sets`); ``runtime``: the ClusterTrainingRuntime a
     TrainJob refers to; ``rdma_resource``: the resource name of the site's RDMA device
-    plugin; ``secret_name``: the Secret the secrets are read from (default ``<job>-secrets``).
+    plugin; ``secret_name``: the Secret the secrets are read from (default ``<job>-secrets``);
+    ``pull_secret``: a Secret of type docker-registry every pod pulls the image with
+    (``imagePullSecrets``; :func:`pull_secret_name` gives the usual one), None: none;
+    ``registry_server``: the registry it is for (``HOST[:PORT]``; default: the image's).
+    ``image`` is the final reference (pinned by digest where the caller found one:
+    :func:`clusterctl.cluster.registry.lookup.pinned_reference`).
     UserError (exit 2) for anything a manifest cannot carry.
     """
     if kind not in KINDS:
@@ -313,6 +346,10 @@ def build_manifest(job: Job, *, kind: str, nnodes: int, slots: int = 1, image: s
                         "letters, digits, '-' and '.', starting and ending with a letter or digit, "
                         "at most 253 characters (e.g. bert-secrets).")
     secret_name = secret_name or f"{name}-secrets"
+    if pull_secret is not None and not (len(pull_secret) <= 253 and _SUBDOMAIN.match(pull_secret)):
+        raise UserError(f"--pull-secret {pull_secret!r}: not a Kubernetes Secret name; valid: lower-case "
+                        "letters, digits, '-' and '.', starting and ending with a letter or digit, "
+                        f"at most 253 characters (e.g. {name}-registry).")
     params, env_sets = split_sets(job, overrides or {})
     nproc = nproc_for(job, slots, env_sets, "--set")
     values = {"nnodes": str(nnodes), "nproc_per_node": str(nproc), "world_size": str(nnodes * nproc),
@@ -355,7 +392,7 @@ def build_manifest(job: Job, *, kind: str, nnodes: int, slots: int = 1, image: s
     env[at:at] = resume
     volumes, mounts = _volumes(job, values, pod)
     restart_policy, backoff, recovery_notes = recovery_settings(job, kind, nnodes, runtime)
-    notes = _notes(job, kind, nnodes, nproc, pod, runtime, per_pod) + recovery_notes
+    notes = _notes(job, kind, nnodes, nproc, pod, runtime, per_pod, image) + recovery_notes
     container = {"name": CONTAINER[kind], "image": image, "args": args, "env": env}
     if pod.workdir and kind == "pytorchjob":
         container["workingDir"] = pod.workdir
@@ -363,12 +400,19 @@ def build_manifest(job: Job, *, kind: str, nnodes: int, slots: int = 1, image: s
                 "labels": {"app.kubernetes.io/managed-by": "clusterctl", JOB_LABEL: name}}
     if kind == "pytorchjob":
         body = _pytorchjob(job, metadata, container, pod, volumes, mounts, nnodes, nproc, notes,
-                           restart_policy=restart_policy, backoff=backoff)
+                           restart_policy=restart_policy, backoff=backoff, pull_secret=pull_secret)
     else:
-        body = _trainjob(job, metadata, container, pod, volumes, mounts, nnodes, nproc, runtime)
+        body = _trainjob(job, metadata, container, pod, volumes, mounts, nnodes, nproc, runtime,
+                         pull_secret=pull_secret)
     manifest = Manifest(kind=kind, name=job.name, body=body, notes=notes,
                         secret_name=secret_name if secret_keys else None, secret_keys=secret_keys,
-                        secret_given=given)
+                        secret_given=given, pull_secret=pull_secret,
+                        pull_server=registry_server or image_registry(image))
+    if pull_secret:
+        manifest.notes.append(
+            f"The pods pull the image with the Secret {pull_secret} (imagePullSecrets"
+            + (", a runtimePatch of the runtime's node pods: a TrainJob's own spec has no field for "
+               "it" if kind == "trainjob" else "") + f"); create it first: {manifest.pull_secret_command()}")
     if secret_keys:
         manifest.notes.append(
             f"Secrets ({', '.join(secret_keys)}) come from the Secret {secret_name}, never from this "
@@ -379,7 +423,8 @@ def build_manifest(job: Job, *, kind: str, nnodes: int, slots: int = 1, image: s
 
 
 def _pytorchjob(job, metadata, container, pod, volumes, mounts, nnodes, nproc, notes, *,
-                restart_policy: str = "Never", backoff: int | None = 0) -> dict:
+                restart_policy: str = "Never", backoff: int | None = 0,
+                pull_secret: str | None = None) -> dict:
     container = {**container, "ports": [{"name": "pytorchjob-port", "containerPort": PYTORCHJOB_PORT}]}
     if pod.resources:
         container["resources"] = {"limits": dict(pod.resources)}
@@ -393,6 +438,8 @@ def _pytorchjob(job, metadata, container, pod, volumes, mounts, nnodes, nproc, n
     spec["containers"] = [container]
     if volumes:
         spec["volumes"] = volumes
+    if pull_secret:
+        spec["imagePullSecrets"] = [{"name": pull_secret}]
     template = {"metadata": {"labels": dict(metadata["labels"])}, "spec": spec}
     # The operator's WORLD_SIZE is replicas x nprocPerNode: a contract whose WORLD_SIZE counts
     # nodes (accl-bert) gets nprocPerNode 1 and its processes per node in NPROC_PER_NODE.
@@ -412,7 +459,8 @@ def _pytorchjob(job, metadata, container, pod, volumes, mounts, nnodes, nproc, n
                      "pytorchReplicaSpecs": replicas}}
 
 
-def _trainjob(job, metadata, container, pod, volumes, mounts, nnodes, nproc, runtime) -> dict:
+def _trainjob(job, metadata, container, pod, volumes, mounts, nnodes, nproc, runtime, *,
+              pull_secret: str | None = None) -> dict:
     # The runtime's container has a command of its own (torch-distributed: a /bin/bash -c
     # script), which args alone would only be appended to: the TrainJob sets its command.
     argv = container["args"]
@@ -434,6 +482,8 @@ def _trainjob(job, metadata, container, pod, volumes, mounts, nnodes, nproc, run
         pod_patch["volumes"] = volumes
     if len(patch_container) > 1:
         pod_patch["containers"] = [patch_container]
+    if pull_secret:   # Trainer 2.3: a runtime patch may set the pods' imagePullSecrets
+        pod_patch["imagePullSecrets"] = [{"name": pull_secret}]
     if pod_patch:
         job_patch = {"name": CONTAINER["trainjob"],
                      "template": {"spec": {"template": {"spec": pod_patch}}}}
@@ -736,6 +786,20 @@ def _checkpoint_note(path: str) -> str:
             "(or replace the volume by a PersistentVolumeClaim every pod can write).")
 
 
+def pull_secret_name(job: Job) -> str:
+    """The usual name of the Secret a job's pods pull its image with: ``<job>-registry``."""
+    return f"{_dns_name(job.name)}-registry"
+
+
+def image_registry(image: str) -> str | None:
+    """The registry ``HOST[:PORT]`` an image reference names, by Docker's rule (a first path
+    part with a '.' or ':', or ``localhost``); None: Docker Hub.  Pure."""
+    first, slash, _ = image.partition("/")
+    if slash and ("." in first or ":" in first or first == "localhost"):
+        return first
+    return None
+
+
 def _dns_name(name: str) -> str:
     """A job name as a Kubernetes object name (RFC 1035 label: a-z, 0-9, '-', a letter
     first, at most 63)."""
@@ -750,9 +814,11 @@ def _dns_name(name: str) -> str:
 
 
 def _notes(job: Job, kind: str, nnodes: int, nproc: int, pod: PodSettings, runtime: str,
-           per_pod: Mapping[str, str]) -> list[str]:
-    notes = [f"{nnodes} node(s), {nproc} process(es) per node; the image must be pullable by the "
-             "cluster's nodes (push it to a registry and pass --image).",
+           per_pod: Mapping[str, str], image: str) -> list[str]:
+    pull = ("the nodes pull the image by digest: exactly the image pushed there" if digest_of(image)
+            else "the image must be pullable by the cluster's nodes (push it to a registry and pass "
+                 "--image)")
+    notes = [f"{nnodes} node(s), {nproc} process(es) per node; {pull}.",
              f"The operator sets {', '.join(OPERATOR_ENV[kind])} in each pod; clusterctl writes no rank "
              "variable (NODE_RANK is PET_NODE_RANK there).",
              "GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME are not set (no node was inspected); "
@@ -803,5 +869,5 @@ def _wrap(text: str, width: int = 96) -> list[str]:
 
 
 __all__ = ["IMAGE_ENTRYPOINT", "KINDS", "KUBEFLOW_RETRYABLE", "Manifest", "OPERATOR_ENV",
-           "build_manifest", "docker_size", "pod_settings", "recovery_settings", "resume_env",
-           "shell_word", "wrap_args"]
+           "build_manifest", "docker_size", "image_registry", "pod_settings", "pull_secret_name",
+           "recovery_settings", "resume_env", "shell_word", "wrap_args"]

@@ -39,7 +39,12 @@ Pyxis mode (rendered and golden-tested only: enroot/pyxis are not packaged here)
 ``srun --container-image=IMAGE --container-mounts=SRC:DST,... --no-container-mount-home
 [--container-workdir=DIR]``; the environment is exported in the task, the run directory
 is mounted so the task records its exit code the same way.  ``docker run`` options with
-no pyxis equivalent are listed in a comment, not applied.
+no pyxis equivalent are listed in a comment, not applied.  An image in a registry is
+written as enroot's URI wants it, ``REGISTRY#IMAGE`` (:func:`enroot_image`).
+
+Images by digest: with an inventory's ``registry:`` the caller passes the image pinned
+(``HOST[:PORT]/[NS/]NAME@sha256:...``, :func:`clusterctl.cluster.registry.lookup.pinned_reference`),
+so ``docker run`` (which pulls it where a node lacks it) and pyxis run exactly that image.
 
 Recovery (the job's recovery keys; :mod:`clusterctl.run.recovery` for an SSH launch): the
 resume contract's ``CLUSTERCTL_ATTEMPT`` is Slurm's restart count, and the job's
@@ -362,6 +367,28 @@ def _first_rank(t: planning.NodePlan) -> str:
     return f'CLUSTERCTL_FIRST_RANK="$((SLURM_NODEID * {t.nproc}))"\n'
 
 
+def enroot_image(image: str) -> str:
+    """``image`` as pyxis' ``--container-image`` takes it: ``[REGISTRY#]IMAGE[:TAG|@DIGEST]``.
+    Pure.
+
+    pyxis documents ``--container-image=[USER@][REGISTRY#]IMAGE[:TAG]|PATH`` (NVIDIA/pyxis,
+    ``srun --help``), an enroot URI: the registry, a port included, ends at ``#``, not at the
+    first ``/`` (``registry.example:5000#team/cpu``; enroot doc/cmd/import.md
+    ``docker://[USER@][REGISTRY#]IMAGE[:TAG]``).  A digest follows the image as in Docker's
+    syntax: enroot's URI parser (src/docker.sh ``docker::_parse_uri``) takes
+    ``REGISTRY#IMAGE@sha256:...``, and pyxis' own tests pull ``IMAGE@sha256:...``
+    (tests/docker_image.bats).  Older enroot 3.x releases parse ``REGISTRY#IMAGE[:TAG]`` only
+    and refuse a digest ("Invalid image reference").  The registry is the first path part
+    when Docker's rule says so (a '.' or ':' in it, or ``localhost``); an image without one
+    (``clusterctl/cpu:2.13.0``) is left as it is."""
+    if "#" in image:
+        return image
+    first, slash, rest = image.partition("/")
+    if slash and ("." in first or ":" in first or first == "localhost"):
+        return f"{first}#{rest}"
+    return image
+
+
 _PYXIS_MAPPED = {"-v": "mount", "--volume": "mount", "-w": "workdir", "--workdir": "workdir"}
 
 
@@ -380,7 +407,7 @@ def _pyxis_flags(t: planning.NodePlan, run_dir: str) -> tuple[list[str], list[st
         else:
             unmapped.append(opts[i])
         i += 1
-    flags = [f"--container-image={t.image}",
+    flags = [f"--container-image={enroot_image(t.image)}",
              "--container-mounts=" + ",".join([f"{run_dir}:{run_dir}", *mounts]),
              "--no-container-mount-home"]
     if workdir:

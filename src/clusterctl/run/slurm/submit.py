@@ -6,7 +6,12 @@
    (:func:`check_cluster`: Slurm new enough, ``--partition`` known); in docker mode with an
    inventory, push the image to its nodes first (clusterctl's own push); with
    ``--nnodes`` only Slurm picks the nodes, so the image must already be on them
-   (``on_note`` says so);
+   (``on_note`` says so).  An inventory with ``registry:``: the script names the image by
+   digest as this machine pushed it there (exit 2 when it was not:
+   :func:`clusterctl.cluster.registry.lookup.pinned_reference`); in docker mode each node
+   gets it as an SSH launch does (its layers over the relay push, then a pull by digest,
+   :func:`clusterctl.cluster.registry.pull.pull`), so it holds ``REPO@sha256:...``; pyxis
+   pulls it itself;
 2. write ``runs/<id>/sbatch.sh`` and run.json (``scheduler: slurm``), then
    ``sbatch --parsable`` (secret values only in sbatch's environment, never the script);
 3. follow: the job's labelled output (``N: text``, N the task = node rank) becomes the
@@ -44,6 +49,10 @@ from typing import TextIO
 
 from clusterctl.cluster import containers
 from clusterctl.cluster.inventory import Inventory
+from clusterctl.cluster.registry import lookup
+from clusterctl.cluster.registry import pull as registry_pull
+from clusterctl.cluster.registry import push as registry_push
+from clusterctl.cluster.registry.reference import digest_of
 from clusterctl.cluster.transport import Cluster
 from clusterctl.core.errors import ClusterctlError, UserError, did_you_mean, one_of
 from clusterctl.run import launch as launching
@@ -165,13 +174,28 @@ def render(job: Job, options: SlurmOptions, *, run_id: str, inventory: Inventory
     """The sbatch script of run ``run_id``, from the facts this machine gives (what both
     ``--dry-run`` and :func:`submit` use): clusterctl's environment (``env``, default
     os.environ: secrets listed by the job) and, with an inventory, its nodes' addresses
-    (the containers' ``--add-host`` entries). UserError (exit 2) on unusable input."""
+    (the containers' ``--add-host`` entries); with its ``registry:``, the image pinned by
+    digest there (:func:`pinned_image`). UserError (exit 2) on unusable input."""
     host_env = dict(os.environ if env is None else env)
+    image = pinned_image(job, inventory, image)
     addresses = launching.local_facts(inventory)["addresses"] if inventory is not None else None
     return slurm_script.render_script(job, options, run_id=run_id,
                                       run_dir=records.run_path(run_id).resolve(),
                                       inventory=inventory, image=image, overrides=overrides,
                                       host_env=host_env, addresses=addresses)
+
+
+def pinned_image(job: Job, inventory: Inventory | None, image: str | None) -> str | None:
+    """The image the script names: with an inventory's ``registry:``, the job's (or
+    ``image``) as pushed there, by digest (UserError naming the push command when it was
+    not); else ``image`` as given (None: the job's)."""
+    registry = inventory.registry if inventory is not None else None
+    if registry is None:
+        return image
+    local = plan.image_of(job, image)
+    if local is None:
+        return image        # the plan says what is missing
+    return lookup.pinned_reference(local, registry)
 
 
 def submit(job: Job, options: SlurmOptions, *, inventory: Inventory | None = None,
@@ -195,7 +219,9 @@ def submit(job: Job, options: SlurmOptions, *, inventory: Inventory | None = Non
     stop_event = stop_event or threading.Event()
     check_cluster(options, base_env)       # nothing pushed, written or submitted before this
     if options.container == "docker":
-        if inventory is not None and push:
+        if inventory is not None and push and inventory.registry is not None and digest_of(script.image):
+            _pull_pinned(inventory, plan.image_of(job, image) or script.image, script.image, progress)
+        elif inventory is not None and push:
             launching.local_image_id(script.image)          # UserError when not here
             with Cluster(inventory) as cluster:
                 launching.push_image(cluster, script.image, progress)
@@ -259,6 +285,27 @@ def submit(job: Job, options: SlurmOptions, *, inventory: Inventory | None = Non
             outcome.not_stopped[node] = f"container not removed: {why}"
     record = records.load(run_id)
     return SlurmResult(run_id, outcome.exit_code, record, outcome, job_id, info.state)
+
+
+def _pull_pinned(inventory: Inventory, local: str, reference: str, progress) -> None:
+    """Every node gets ``reference`` (the image pinned in the inventory's registry) as an SSH
+    launch gives it: the layers of ``local`` over the relay push, then a pull by digest,
+    which fetches only the manifest.  PushFailed naming each node that could not."""
+    image_id = launching.local_image_id(reference)          # UserError when not here
+    registry = inventory.registry
+    failed: dict[str, str] = {}
+    with Cluster(inventory) as cluster:
+        try:
+            launching.push_image(cluster, local, progress)
+        except launching.PushFailed as e:
+            failed.update(e.failures)
+        results = registry_pull.pull(cluster, reference, image_id, registry=registry.address,
+                                     auth=registry_push.credentials(registry),
+                                     nodes=[n for n in inventory.names if n not in failed],
+                                     progress=progress)
+    failed.update({r.node: r.error or r.describe() for r in results if not r.ok})
+    if failed:
+        raise launching.PushFailed(failed)
 
 
 def _new_record(job: Job, script: slurm_script.SlurmScript, inventory: Inventory | None,
