@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import glob
 import hashlib
+import ipaddress
+import os
 import secrets
 import threading
 import time
@@ -26,6 +28,13 @@ from clusterctl.cluster.distribute import relay
 from clusterctl.cluster.inventory import load_inventory
 from clusterctl.core.errors import NodeError
 from tests.fixtures.images import random_layers_image
+from tests.fixtures.sandbox import (
+    TEST_NAME,
+    TEST_SUBNET,
+    SandboxCluster,
+    cluster_fields,
+    held_sandbox,
+)
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.docker, pytest.mark.slow]
 
@@ -319,3 +328,92 @@ def test_unknown_strategy_is_exit_2(sandbox3):
                                  "--nodes", str(sandbox3.inventory_path)])
     assert result.exit_code == 2
     assert "--strategy 'tree': valid values are auto, star, relay" in " ".join(result.output.split())
+
+
+# A chain of 4 (the lost node in the middle feeds two more): this module's own sandbox, its
+# name and the sixth /24 after CLUSTERCTL_TEST_SUBNET's (sandbox3 and the others hold theirs).
+NAME4 = TEST_NAME[:7] + ("r" if TEST_NAME[:7] + "r" != TEST_NAME else "q")
+_net = ipaddress.IPv4Network(TEST_SUBNET)
+SUBNET4 = str(ipaddress.IPv4Network(f"{_net.network_address + 5 * _net.num_addresses}/{_net.prefixlen}"))
+
+
+@pytest.fixture(scope="module")
+def sandbox4():
+    if os.geteuid() != 0:
+        pytest.skip("the sandbox needs root (network namespaces, daemons)")
+    # every link at 80mbit (10 MB/s, tc tbf, the sandbox's bandwidth option): a 28 MB
+    # image streams for seconds, so a link can be cut mid-transfer deterministically
+    with held_sandbox(NAME4, SUBNET4, 4, slots=1, bandwidth="80mbit") as sb:
+        yield SandboxCluster(**cluster_fields(sb))
+
+
+def test_a_middle_node_cut_mid_push_is_named_and_the_nodes_after_it_are_fed_again(
+        docker_client, sandbox4, monkeypatch, tmp_path):
+    """node1 -> node2 -> node3 -> node4; node2's link is cut once it has received 6 MB.
+    node2 is named as lost (exit 1, the documented status of a push that failed on a node),
+    node3 and node4 are fed again, from the head, and end with the image's ID; node2 keeps
+    no half image and nothing of the push is left on any node."""
+    # the cut-off node cannot be reached to clean up: it stops itself once its stream has
+    # stalled this long (120 s by default; shorter here to keep the test short)
+    monkeypatch.setattr(relay, "STALL", 30)
+    trace_file = tmp_path / "push.trace"
+    monkeypatch.setenv("CLUSTERCTL_PUSH_TRACE", str(trace_file))
+    image = _build(docker_client, f"{TAG}:cut4", [16 * MB, 12 * MB])
+    nodes = list(sandbox4.nodes)
+    lost, after = nodes[1], nodes[2:]
+    watch = _Watch(sandbox4, lost, after=6 * MB)
+    from clusterctl.cli import push as push_cli  # the CLI's own display, watched as it goes
+    real_started, real_sent = push_cli.PlainProgress.started, push_cli.PlainProgress.sent
+
+    def started(self, node, plan):
+        real_started(self, node, plan)
+        watch.started(node, plan)
+
+    def sent(self, node, nbytes):
+        real_sent(self, node, nbytes)
+        watch.sent(node, nbytes)
+
+    monkeypatch.setattr(push_cli.PlainProgress, "started", started)
+    monkeypatch.setattr(push_cli.PlainProgress, "sent", sent)
+    try:
+        t0 = time.monotonic()
+        result = runner.invoke(app, ["push", image.ref, "--strategy", "relay", "--no-compress",
+                                     "--nodes", str(sandbox4.inventory_path)])
+        took = time.monotonic() - t0
+        text = " ".join(result.output.split())
+        print(result.output, trace_file.read_text())  # shown when the test fails
+        assert watch.fired.is_set(), f"{lost} never got 6 MB: nothing was tested"
+        assert result.exit_code == 1, text
+        assert "Traceback" not in text
+        assert f"push failed on 1 of 4 node(s): {lost}: the node stopped answering" in text
+        # the nodes after it: fed again, from the head, and the display says after what
+        assert (after[0], f"feeder {lost} failed: fed again from the head") in watch.plans
+        assert (after[1], f"feeder {after[0]} cut off by {lost}: fed again from the head") \
+            in watch.plans
+        assert f"head (again: {lost} failed)" in text
+        assert f"image on 3 of 4 node(s); without it: {lost}" in text
+        for node in [nodes[0], *after]:
+            assert _node_id(sandbox4, node, image.ref) == image.id, node
+        assert took < 60, took
+        # fed again at once, not after the rest of the first round: node1, whose hop into the
+        # lost node hangs until its ssh gives up (15 s), was still running then
+        rows = _timeline(trace_file)
+        again_at = [t for t, node, phase in rows if node == after[0] and phase == "exec-start"][1]
+        node1_end = [t for t, node, phase in rows if node == nodes[0]
+                     and phase.startswith("command-ended")][0]
+        assert again_at < node1_end, rows
+    finally:
+        sandbox4.link_up(lost)
+    try:
+        # nothing of the push left (the cut-off node stopped itself), no half image on it
+        deadline = time.monotonic() + 90
+        while sandbox4.relay_leftovers() and time.monotonic() < deadline:
+            time.sleep(1)
+        assert sandbox4.relay_leftovers() == []
+        assert _node_id(sandbox4, lost, image.id) is None
+        again = runner.invoke(app, ["push", image.ref, "--nodes", str(sandbox4.inventory_path)])
+        assert again.exit_code == 0, again.output
+        assert _node_id(sandbox4, lost, image.ref) == image.id
+        assert sandbox4.relay_leftovers() == []
+    finally:
+        _forget(docker_client, sandbox4, image)

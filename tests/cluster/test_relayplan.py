@@ -1,6 +1,6 @@
 """The relay plan (pure: which node feeds which) and the one-push agent (real keys, no node).
 
-plan_relay and choose_strategy take facts and give chains; HopAgent is checked
+plan_relay, choose_strategy, cut_off and plan_refeed take facts and give chains; HopAgent is checked
 with a real ed25519 key: what it offers, that its signatures verify, and that it
 refuses once its budget is spent or the push closed it.
 """
@@ -10,7 +10,13 @@ from __future__ import annotations
 import paramiko
 import pytest
 
-from clusterctl.cluster.distribute import choose_strategy, plan_relay
+from clusterctl.cluster.distribute import (
+    choose_strategy,
+    cut_off,
+    failed_upstream,
+    plan_refeed,
+    plan_relay,
+)
 from clusterctl.cluster.transport.agent import HopAgent
 
 A, B = frozenset({"sha256:a"}), frozenset({"sha256:b"})
@@ -115,3 +121,66 @@ def test_compression_is_chosen_only_when_the_link_is_the_bottleneck():
     assert should_compress(200 * MBs, 0.4, 250 * MBs)[0] is False       # zstd barely keeps up
     ok, why = should_compress(10 * MBs, 0.95, 500 * MBs)                # random bytes
     assert ok is False and "95%" in why
+
+
+# --------------------------------------------------------------------------- a node lost mid-push
+
+CHAIN6 = plan_relay({f"n{i}": A for i in range(1, 7)})  # n1 -> n2 -> ... -> n6
+
+
+def test_a_lost_middle_node_cuts_off_every_node_after_it_that_has_not_completed():
+    assert cut_off(CHAIN6, lost={"n3"}) == ["n4", "n5", "n6"]
+    # the lost node itself has failed (named), it is not fed again; nodes above it go on
+    assert "n3" not in cut_off(CHAIN6, lost={"n3"})
+    # a node below that already has the image (its whole stream) fed all of it onward too
+    assert cut_off(CHAIN6, lost={"n3"}, completed={"n4", "n5", "n6"}) == []
+    assert cut_off(CHAIN6, lost={"n3"}, completed={"n4"}) == []
+    assert cut_off(CHAIN6, lost={"n3"}, completed={"n5"}) == ["n4"]
+    # two lost nodes in one chain: the one below is failed too, the rest cut off
+    assert cut_off(CHAIN6, lost={"n2", "n4"}) == ["n3", "n5", "n6"]
+    assert cut_off(CHAIN6, lost=set()) == []
+    # the chain's first node is fed by the head: nothing above it to lose
+    assert cut_off(CHAIN6, lost={"n1"}) == ["n2", "n3", "n4", "n5", "n6"]
+
+
+def test_a_broken_hop_cuts_off_the_node_it_fed_but_not_its_feeder():
+    assert cut_off(CHAIN6, lost=set(), broken={("n2", "n3")}) == ["n3", "n4", "n5", "n6"]
+    assert cut_off(CHAIN6, lost=set(), broken={("n5", "n6")}) == ["n6"]
+
+
+def test_only_the_chain_with_the_failure_is_cut_off():
+    plan = plan_relay({f"n{i}": A for i in range(1, 7)}, width=2)  # n1-n2-n3, n4-n5-n6
+    assert cut_off(plan, lost={"n2"}) == ["n3"]
+    assert cut_off(plan, lost={"n2", "n4"}) == ["n3", "n5", "n6"]
+
+
+def test_the_cut_off_nodes_are_fed_again_from_the_head_one_new_chain_per_broken_chain():
+    refeed = plan_refeed(CHAIN6, cut_off(CHAIN6, lost={"n3"}))
+    assert refeed.chains == (("n4", "n5", "n6"),)
+    assert refeed.roots == ["n4"] and refeed.feeder("n4") is None
+    assert refeed.feeder("n6") == "n5"
+    # a node of the old chain not fed again is left out: the next one is fed by the one before
+    assert plan_refeed(CHAIN6, ["n3", "n5", "n6"]).chains == (("n3", "n5", "n6"),)
+    # two chains broken: two new chains (their need and the push's width kept), in order
+    plan = plan_relay({"a1": A, "b1": B, "a2": A, "b2": B, "a3": A, "b3": B})
+    cut = cut_off(plan, lost={"a1", "b2"})
+    assert cut == ["a2", "a3", "b3"]
+    assert plan_refeed(plan, cut).chains == (("a2", "a3"), ("b3",))
+    assert plan_refeed(plan, []).chains == ()
+    with pytest.raises(ValueError, match="not in the plan: x9"):
+        plan_refeed(plan, ["a2", "x9"])
+
+
+def test_the_failure_that_cut_a_node_off_is_the_nearest_one_above_it():
+    assert failed_upstream(CHAIN6, "n5", lost={"n3"}) == "n3"
+    assert failed_upstream(CHAIN6, "n4", lost={"n3"}) == "n3"
+    assert failed_upstream(CHAIN6, "n5", lost={"n2", "n4"}) == "n4"
+    assert failed_upstream(CHAIN6, "n6", lost=set(), broken={("n4", "n5")}) == "n4"
+    assert failed_upstream(CHAIN6, "n3", lost={"n5"}) is None
+    assert failed_upstream(CHAIN6, "n1", lost={"n2"}) is None
+
+
+def test_keep_drops_nodes_and_closes_the_chain_over_them():
+    assert CHAIN6.keep(["n1", "n3", "n6"]).chains == (("n1", "n3", "n6"),)
+    assert CHAIN6.keep([]).chains == ()
+    assert CHAIN6.keep(["n6", "n2"]).chains == (("n2", "n6"),)  # the plan's order, not the argument's

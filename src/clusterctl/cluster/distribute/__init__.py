@@ -30,7 +30,8 @@ The modules, from the top; each imports only modules below it (no cycles)::
     fanout       push_image: plan every node, then star (batches sharing one save) or relay
     relay        relay_push: chains of nodes forwarding while they receive, in rounds
     wire         compress on the wire or not, from a measurement of link and zstd
-    relayplan    plan_relay (pure): which node feeds which; choose_strategy
+    relayplan    plan_relay (pure): which node feeds which; choose_strategy; after a failure,
+                 cut_off and plan_refeed: which nodes are fed again, by whom
     node         one node: plan_node, deliver, push_to_node, PushResult, PushProgress
     imagesource  pick_source: read the layer store (only the layers to send), else docker save
     storesave    the load archive made from the layer store (plan_archive is pure)
@@ -106,6 +107,9 @@ from clusterctl.cluster.distribute.relayplan import (
     STRATEGIES,
     RelayPlan,
     choose_strategy,
+    cut_off,
+    failed_upstream,
+    plan_refeed,
     plan_relay,
 )
 from clusterctl.cluster.distribute.savestream import SharedSave
@@ -116,7 +120,7 @@ __all__ = [
     "DOCKER_SAVE", "ImageSource", "LAYER_STORE", "pick_source",
     "ChunkReader", "FilterStats", "LayerIndex", "Member", "NoProgress", "NodePlan",
     "PushProgress", "PushResult", "RELAY_FROM_BYTES", "RELAY_FROM_NODES", "RelayPlan", "STRATEGIES", "SharedSave", "SourceImage", "StreamError",
-    "cached_layout", "chain_ids", "choose_strategy", "plan_relay", "relay_push", "deliver", "engine_writes_oci", "filter_save_stream",
+    "cached_layout", "chain_ids", "choose_strategy", "cut_off", "failed_upstream", "plan_refeed", "plan_relay", "relay_push", "deliver", "engine_writes_oci", "filter_save_stream",
     "layout_for", "layout_from_metadata", "legacy_layer_position", "members",
     "node_chain_ids", "node_has_image", "plan_node", "push_image", "push_to_node",
     "scan_layout", "source_image", "store_layout",

@@ -57,6 +57,7 @@ class PushResult:
     head_bytes: int = 0   # bytes the head sent for this node (0 when fed by another node)
     compression: str = ""  # relay: "zstd (why)" / "none (why)"
     read_from: str = ""    # where the head read the image: "layer store (...)" / "docker save (why)"
+    refed_after: str = ""  # relay: the node whose failure cut this one off (it was fed again)
 
     @property
     def ok(self) -> bool:

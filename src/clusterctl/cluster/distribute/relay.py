@@ -41,10 +41,19 @@ group, so nothing outlives a push for long, even when the head cannot reach it.
 
 Failures: a node that stops answering (keepalive round trips stop for
 LOST_AFTER s) or whose command ends without feeding its children is named
-as failed; the nodes below it in its chain are stopped (their process
-groups killed) and fed again in the next round, as a new chain from the
-head.  ``docker load`` registers nothing from a truncated stream, so no node
-keeps half an image: the next push to it works.
+as failed; the nodes below it in its chain that had not completed are
+stopped (their process groups killed) and, as soon as their commands have
+ended, fed again in a round of their own, as a new chain from the head
+(:func:`~clusterctl.cluster.distribute.relayplan.cut_off` and
+:func:`~clusterctl.cluster.distribute.relayplan.plan_refeed` decide which and
+how), while the rest of the first round goes on: a node above the failure
+whose hop to it hangs waits for that hop's ssh to give up (15 s) and must not
+hold up the re-feed.  A lost node is not waited for: it is not cleaned up from
+here (it stops itself: STALL, or its session with the head gone), and its
+result says why it failed.  ``docker load`` registers nothing from a truncated
+stream and a node tags only an image whose ID it verified, so no node keeps
+half an image: the next push to it works.  Nothing of this costs a round trip
+when nothing fails.
 """
 
 from __future__ import annotations
@@ -73,7 +82,13 @@ from clusterctl.cluster.distribute.node import (
     load_failure,
     tag_for,
 )
-from clusterctl.cluster.distribute.relayplan import RelayPlan, plan_relay
+from clusterctl.cluster.distribute.relayplan import (
+    RelayPlan,
+    cut_off,
+    failed_upstream,
+    plan_refeed,
+    plan_relay,
+)
 from clusterctl.cluster.distribute.savestream import SharedSave
 from clusterctl.cluster.distribute.source import SourceImage
 from clusterctl.cluster.distribute.tarstream import StreamError
@@ -107,6 +122,9 @@ mkdir "$d" || { echo "could not make the push's temporary directory $d" >&2; exi
 trap 'rm -rf "$d"' EXIT
 trap 'exit 143' TERM
 trap 'exit 129' HUP
+# the head's session gone, a write to stderr would end this shell without its EXIT trap
+# (SIGPIPE's default), leaving $d behind: exit through the trap instead
+trap 'exit 141' PIPE
 cut -d' ' -f5 /proc/$$/stat > "$d/pgid"
 mkfifo "$d/in" && : > "$d/known_hosts" && : > "$d/progress" || exit 1
 # every 2 s: tell the head how far dd got; stop everything when the stream stalls for
@@ -206,9 +224,8 @@ rm -rf "$d"
 # After the last round, on every node the push still reaches: stop and remove whatever of this
 # push ($1: its token) is left, whichever way a round ended (a command whose answer was lost,
 # a cleanup that timed out).  A node the head cannot reach stops and cleans up itself ($STALL).
-SWEEP_SCRIPT = r"""
-case "$1" in *[!0-9a-f]*|'') exit 2 ;; esac
-for d in /tmp/clusterctl-push."$1".*; do
+# (the loop body both sweeps share: stop a part's processes, remove its directory)
+_SWEEP_ONE = r"""
   [ -d "$d" ] || continue
   for f in "$d/pgid" "$d/hop"; do
     p=$(cat "$f" 2>/dev/null) && [ -n "$p" ] && kill -TERM "-$p" 2>/dev/null
@@ -216,6 +233,16 @@ for d in /tmp/clusterctl-push."$1".*; do
   rm -rf "$d"
 done
 """
+SWEEP_SCRIPT = r"""
+case "$1" in *[!0-9a-f]*|'') exit 2 ;; esac
+for d in /tmp/clusterctl-push."$1".*; do""" + _SWEEP_ONE
+
+# After a later round, on a node that succeeded in it: stop and remove what is left of its
+# earlier rounds' parts ($@: their directories; a cleanup that timed out), only those (the
+# other nodes' parts of this push may still run, and a sandbox's nodes share one /tmp).
+SWEEP_DIRS_SCRIPT = r"""
+for d in "$@"; do
+  case "$d" in /tmp/clusterctl-push.*) ;; *) exit 2 ;; esac""" + _SWEEP_ONE
 
 _BYTES = re.compile(r"^(?:clusterctl-alive )?(\d+) bytes")
 _HOP = re.compile(r"^clusterctl-hop (\d+) (\d+)\Z")
@@ -239,6 +266,7 @@ class _NodeRun:
     head_bytes: int = 0
     exit_code: int | None = None
     lost: str | None = None           # why the node counts as lost
+    unreachable: bool = False         # lost because it stopped answering: not waited for
     stdout: str = ""
     stderr_tail: list[str] = field(default_factory=list)
     hop_failed: list[str] = field(default_factory=list)
@@ -256,15 +284,15 @@ def relay_push(cluster, client, image: SourceImage, plans: dict[str, NodePlan],
                open_stream: Callable[[], Iterator[bytes]] | None = None) -> dict[str, PushResult]:
     """Bring the image to every node in ``streaming`` through relay chains, in rounds.
 
-    A round's starved nodes (fed through a node that failed) are the next
-    round's, fed again from the head; every round finishes at least the first
-    node of each chain, so the rounds end.  ``compress`` None: decided by
-    :func:`~clusterctl.cluster.distribute.wire.decide` (a measurement).  ``shared``:
+    A round's starved nodes (fed through a node that failed) are fed again from
+    the head by a round of their own, started as soon as their commands have ended;
+    every round finishes at least the first node of each chain, so the rounds end.
+    Every node in ``streaming`` has a result: the image verified, or why not.
+    ``compress`` None: decided by :func:`~clusterctl.cluster.distribute.wire.decide` (a measurement).  ``shared``:
     the head's stream for a round's chain roots (default: one ``docker save``);
     ``open_stream``: the same bytes, for the compression measurement's sample."""
     shared = shared or (lambda names: SharedSave(client, image.id, names))
     results: dict[str, PushResult] = {}
-    remaining = list(streaming)
     why = "--compress" if compress else "--no-compress"
     if compress is None:  # measured: the link into the first node, zstd on the image here
         try:
@@ -278,14 +306,10 @@ def relay_push(cluster, client, image: SourceImage, plans: dict[str, NodePlan],
     token = secrets.token_hex(6)
     lost: set[str] = set()
     swept: set[str] = set()  # nodes whose part of this push is already swept
-    round_no = 0
     try:
-        while remaining:
-            round_no += 1
-            starved = _round(cluster, shared, image, plans, remaining, layout, progress,
-                             compress=compress, width=width, round_no=round_no, results=results,
-                             token=token, lost=lost, swept=swept)
-            remaining = [n for n in remaining if n in starved]
+        _round(cluster, shared, image, plans, list(streaming), layout, progress,
+               compress=compress, width=width, round_no=1, results=results,
+               token=token, lost=lost, swept=swept)
     finally:
         reachable = [n for n in streaming
                      if n not in lost and n not in swept and cluster.is_connected(n)]
@@ -295,7 +319,12 @@ def relay_push(cluster, client, image: SourceImage, plans: dict[str, NodePlan],
 
 
 def _round(cluster, shared, image, plans, names, layout, progress, *, compress, width,
-           round_no, results, token, lost, swept) -> set[str]:
+           round_no, results, token, lost, swept, chains: RelayPlan | None = None,
+           earlier: dict[str, list[str]] | None = None) -> None:
+    """One round: ``chains`` (None: planned here from what each node needs) fed from the
+    head; nodes cut off by a failure are fed again by a round of their own, started as
+    soon as their commands have ended (not when this round ends), and waited for here."""
+    earlier = {} if earlier is None else earlier  # node -> its directories of earlier rounds
     runs: dict[str, _NodeRun] = {}
     prepared = cluster.map(lambda conn: _prepare(conn, plans[conn.name], token), names)
     for name in names:
@@ -306,10 +335,47 @@ def _round(cluster, shared, image, plans, names, layout, progress, *, compress, 
         else:
             runs[name] = value
     if not runs:
-        return set()
-    plan = plan_relay({n: frozenset(plans[n].send or ()) for n in runs}, width=width)
+        return
+    if chains is None:
+        plan = plan_relay({n: frozenset(plans[n].send or ()) for n in runs}, width=width)
+    else:
+        plan = chains.keep(runs)
     zstd = bool(compress) and all(r.zstd for r in runs.values())
     agents: list[HopAgent] = []
+    refeeds: list[threading.Thread] = []
+    failures: list[BaseException] = []
+    dispatched: set[str] = set()
+
+    def refeed(batch: list[str]) -> None:
+        """Feed ``batch`` (cut off, their commands ended) again, from the head, now."""
+        dead = _dead(plan, runs)
+        cut = dispatched | set(batch)  # their hops broke because they were stopped
+        broken = {(f, c) for f, c in dead["broken"] if f not in cut}
+        for name in batch:
+            earlier.setdefault(name, []).append(runs[name].dir)
+            cause = failed_upstream(plan, name, lost=dead["lost"], broken=broken) \
+                or plan.feeder(name)
+            feeder = plan.feeder(name)
+            why = (f"feeder {feeder} failed" if cause == feeder
+                   else f"feeder {feeder} cut off by {cause}")
+            plans[name].result.refed_after = cause
+            progress.started(name, f"{why}: fed again from the head")
+        dispatched.update(batch)
+
+        def again() -> None:
+            try:
+                cluster.map(lambda conn: _cleanup(runs[conn.name]), batch)
+                _round(cluster, shared, image, plans, batch, layout, progress,
+                       compress=compress, width=width, round_no=round_no + 1, results=results,
+                       token=token, lost=lost, swept=swept, chains=plan_refeed(plan, batch),
+                       earlier=earlier)
+            except BaseException as e:  # noqa: BLE001 - raised again by the round that started it
+                failures.append(e)
+
+        thread = threading.Thread(target=again, daemon=True, name=f"relay-round-{round_no + 1}")
+        thread.start()
+        refeeds.append(thread)
+
     try:
         for name in plan.nodes:
             run = runs[name]
@@ -333,7 +399,7 @@ def _round(cluster, shared, image, plans, names, layout, progress, *, compress, 
                                   args=(shared, image, plan, runs, plans, layout, progress, zstd))
         sender.start()
         trace.mark("head", "all-started")
-        starved = _watch(plan, runs)
+        starved = _watch(plan, runs, refeed)
         trace.mark("head", "watch-end")
         sender.join(timeout=60)  # a send blocked on a lost node is abandoned (daemon thread)
         for t in readers:
@@ -342,34 +408,46 @@ def _round(cluster, shared, image, plans, names, layout, progress, *, compress, 
         for agent in agents:
             agent.close()
         # a node that succeeded ended its command, whose trap removed its directory: it is
-        # swept below, at the same time as the others finish; the rest are stopped here
-        cluster.map(lambda conn: _cleanup(runs[conn.name]),
-                    [n for n, run in runs.items() if not _succeeded(run)])
+        # swept below, at the same time as the others finish; the rest are stopped here,
+        # but for the nodes fed again (their new round did that first) and the nodes that
+        # stopped answering (not waited for: each stops itself, see the module's text)
+        stop = [n for n, run in runs.items()
+                if not _succeeded(run) and n not in dispatched and not run.unreachable]
+        for name in [n for n, run in runs.items() if run.unreachable]:
+            threading.Thread(target=_cleanup, args=(runs[name],), daemon=True,
+                             name=f"relay-cleanup-{name}").start()
+        cluster.map(lambda conn: _cleanup(runs[conn.name]), stop)
         lost.update(name for name, run in runs.items() if run.lost)
-    finishing = []
-    for name in plan.nodes:
-        if name in starved:
-            progress.started(name, f"feeder {plan.feeder(name)} failed: fed again from the head")
-        else:
-            finishing.append(name)
+    finishing = [name for name in plan.nodes if name not in starved]
     # A node that succeeded in the first round had one directory of this push, which its
     # command's exit trap removed with nothing left running (the command waits for its
     # children): no sweep.  After a later round an earlier round's directory may be left
-    # (its cleanup timed out): swept now.  What is left per node (that sweep, a confirmation
-    # its own command could not give) is a command on its own connection: all at once, not
+    # (its cleanup timed out): swept now, by name (the rest of this push may still run).
+    # What is left per node (that sweep, a confirmation its own command could not give)
+    # is a command on its own connection: all at once, not
     # one node after the other (0.3-2 s each on a busy node); a lost node's answers at once
     succeeded = [n for n in plan.nodes if _succeeded(runs[n]) and n not in starved]
     sweeping = succeeded if round_no > 1 else []
     with ThreadPoolExecutor(max_workers=max(1, min(len(finishing) + len(sweeping),
                                                    cluster.settings.fanout)),
                             thread_name_prefix="relay-finish") as pool:
-        sweeps = [pool.submit(_sweep, runs[n].conn, token) for n in sweeping]
+        sweeps = [pool.submit(_sweep, runs[n].conn, token, earlier.get(n, ()))
+                  for n in sweeping]
         done = pool.map(lambda n: _finish(runs[n], image, plans[n], progress), finishing)
         results.update(zip(finishing, done, strict=True))
         for future in sweeps:
             future.result()
     swept.update(succeeded)
-    return starved
+    for thread in refeeds:
+        thread.join()
+    if failures:
+        raise failures[0]
+
+
+def _dead(plan: RelayPlan, runs: dict[str, _NodeRun]) -> dict:
+    """What failed so far, as :func:`cut_off` and :func:`failed_upstream` take it."""
+    return {"lost": {n for n in plan.nodes if runs[n].lost},
+            "broken": {(n, c) for n in plan.nodes for c in runs[n].hop_failed}}
 
 
 # --------------------------------------------------------------------------- on the nodes
@@ -447,6 +525,7 @@ def _read(run: _NodeRun, progress: PushProgress) -> None:
                     break
             if not chan.get_transport().is_active():
                 run.lost = run.lost or "the connection was lost (the node stopped answering)"
+                run.unreachable = True
                 break
             if run.lost:
                 break
@@ -459,6 +538,7 @@ def _read(run: _NodeRun, progress: PushProgress) -> None:
         code = chan.recv_exit_status() if chan.exit_status_ready() else None
         if code == -1 and not chan.get_transport().is_active():
             run.lost = run.lost or "the connection was lost (the node stopped answering)"
+            run.unreachable = True
         run.exit_code = code
     except _SEND_ERRORS as e:
         run.lost = run.lost or f"the connection broke: {e}"
@@ -612,43 +692,53 @@ def _zstd(chunks: Iterable[bytes]) -> Iterator[bytes]:
 
 # --------------------------------------------------------------------------- watching
 
-def _watch(plan: RelayPlan, runs: dict[str, _NodeRun]) -> set[str]:
+def _watch(plan: RelayPlan, runs: dict[str, _NodeRun],
+           refeed: Callable[[list[str]], None] | None = None) -> set[str]:
     """Wait for every node's command; name lost nodes and stop those fed through them.
 
     Returns the starved nodes: fed through a node that was lost or a hop that
     broke, to be fed again.  A node whose own load failed (say its dockerd
-    stopped) still feeds its children (``tee -p``): they are not starved."""
-    starved: set[str] = set()
+    stopped) still feeds its children (``tee -p``): they are not starved.
+    ``refeed`` gets the starved nodes as soon as all of them have ended (once
+    each), while the others still run."""
+    starved: list[str] = []
+    handed: set[str] = set()
+
+    def cut() -> None:  # chain order: a starved node starves the rest of its chain
+        dead = _dead(plan, runs)
+        for name in cut_off(plan, lost=dead["lost"] | set(starved), broken=dead["broken"],
+                            completed={n for n in plan.nodes if _succeeded(runs[n])}):
+            if name not in starved:
+                starved.append(name)
+                _stop(runs[name])
+
+    def hand_over() -> None:
+        batch = [n for n in starved if n not in handed]
+        if refeed is not None and batch and all(runs[n].done.is_set() for n in batch):
+            handed.update(batch)
+            refeed(batch)
+
     while not all(runs[n].done.is_set() for n in plan.nodes):
         now = time.monotonic()
         for name in plan.nodes:
             run = runs[name]
             if not run.done.is_set() and run.lost is None and now - run.last_pong > LOST_AFTER:
                 run.lost = f"the node stopped answering for {LOST_AFTER:.0f}s"
+                run.unreachable = True
+                trace.mark(name, "lost")
                 _close_later(run)
             if not run.done.is_set() and run.killed is not None and now - run.killed > STOP_WAIT:
                 run.lost = run.lost or f"its command did not stop within {STOP_WAIT:.0f}s"
                 _close_later(run)
-        for name in plan.nodes:  # chain order: a starved node starves the rest of its chain
-            feeder = plan.feeder(name)
-            if feeder is None or name in starved or _succeeded(runs[name]) or runs[name].lost:
-                continue  # a node lost itself has failed; it is not fed again
-            f = runs[feeder]
-            if f.lost or feeder in starved or name in f.hop_failed:
-                starved.add(name)
-                _stop(runs[name])
+        cut()
+        hand_over()
         # the next check when a node's command ends (not up to 0.5 s after the last one did)
         pending = [runs[n] for n in plan.nodes if not runs[n].done.is_set()]
         if pending:
             pending[-1].done.wait(0.5)
-    for name in plan.nodes:  # a feed that ended early fails the load: fed again, not failed
-        feeder = plan.feeder(name)
-        run = runs[name]
-        if feeder is None or name in starved or _succeeded(run) or run.lost:
-            continue
-        if feeder in starved or runs[feeder].lost or name in runs[feeder].hop_failed:
-            starved.add(name)
-    return starved
+    cut()  # a feed that ended early fails the load: fed again, not failed
+    hand_over()
+    return set(starved)
 
 
 def _close_later(run: _NodeRun) -> None:
@@ -697,10 +787,13 @@ def _cleanup(run: _NodeRun) -> None:
     trace.mark(run.name, "cleanup-end")
 
 
-def _sweep(conn, token: str) -> None:
+def _sweep(conn, token: str, dirs=None) -> None:
+    """Whatever of this push is left on the node; with ``dirs``, only those directories."""
     trace.mark(conn.name, "sweep-start")
+    argv = (["sh", "-c", SWEEP_SCRIPT, "clusterctl-relay-sweep", token] if dirs is None else
+            ["sh", "-c", SWEEP_DIRS_SCRIPT, "clusterctl-relay-sweep", *dirs])
     try:
-        conn.run(["sh", "-c", SWEEP_SCRIPT, "clusterctl-relay-sweep", token], timeout=30)
+        conn.run(argv, timeout=30)
     except NodeError:
         pass  # lost since: its own command stops and cleans up after STALL seconds
     trace.mark(conn.name, "sweep-end")

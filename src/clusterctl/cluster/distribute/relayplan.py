@@ -8,7 +8,10 @@ while they receive.  Contract:
   node of every chain, every other node is fed by the node before it;
 * :class:`RelayPlan` - ``feeder(node)`` (None: the head), ``children(node)``,
   ``roots``, ``chains``, ``downstream(node)``, ``hops`` (node-to-node links);
-* :func:`choose_strategy` - ``star`` or ``relay`` for a push.
+* :func:`choose_strategy` - ``star`` or ``relay`` for a push;
+* :func:`cut_off` - after a failure: the nodes their chain can no longer feed;
+* :func:`plan_refeed` - who feeds those again: new chains from the head;
+* :func:`failed_upstream` - the failure that cut a node off (what the display names).
 
 Why chains: with every link at rate B, a chain moves S bytes to N nodes in
 about (S + (N-1) x c)/B for a pipeline chunk c, and the head's uplink carries
@@ -21,7 +24,7 @@ they lack).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 STRATEGIES = ("auto", "star", "relay")
@@ -68,6 +71,14 @@ class RelayPlan:
     def children(self, node: str) -> list[str]:
         return [fed for feeder, fed in self.hops if feeder == node]
 
+    def keep(self, nodes: Iterable[str]) -> RelayPlan:
+        """The same chains with only ``nodes`` in them, in their order (a chain left empty
+        is dropped; a node dropped from a chain's middle: the next one is fed by the one
+        before it)."""
+        wanted = set(nodes)
+        return RelayPlan(tuple(c for c in (tuple(n for n in chain if n in wanted)
+                                           for chain in self.chains) if c))
+
     def downstream(self, node: str) -> list[str]:
         """Every node fed, directly or not, through ``node`` (in feeding order)."""
         for chain in self.chains:
@@ -96,6 +107,54 @@ def plan_relay(needs: Mapping[str, frozenset[str]], *, width: int = 1) -> RelayP
             chains.append(tuple(members[start:end]))
             start = end
     return RelayPlan(tuple(chains))
+
+
+def cut_off(plan: RelayPlan, *, lost: Collection[str],
+            broken: Collection[tuple[str, str]] = (),
+            completed: Collection[str] = ()) -> list[str]:
+    """The nodes of ``plan`` that their chain can no longer feed, in the plan's order.
+
+    ``lost``: nodes that failed as feeders (stopped answering, their command gone);
+    ``broken``: hops (feeder, fed) that broke while the feeder went on; ``completed``:
+    nodes that have the image.  A node is cut off when it has not completed, is not
+    lost itself (a lost node is failed, not fed again), and its feeder is lost or cut
+    off, or its hop broke: everything after a failure in a chain, up to its end."""
+    out: list[str] = []
+    for chain in plan.chains:
+        for feeder, node in zip(chain, chain[1:], strict=False):
+            if node in completed or node in lost:
+                continue
+            if feeder in lost or feeder in out or (feeder, node) in broken:
+                out.append(node)
+    return out
+
+
+def plan_refeed(plan: RelayPlan, nodes: Iterable[str]) -> RelayPlan:
+    """Who feeds ``nodes`` (cut off from their chains in ``plan``) again: the head, as new
+    chains, one per chain they were cut from, in the same order.
+
+    The same chains keep the same need (one stream each) and the push's width; the head,
+    not a node that completed, feeds them: it has the stream at hand (the layer store or
+    ``docker save``), where a node would first have to export the image (``docker save``
+    on that node, a full export whatever the others lack) over an uplink that may still
+    be feeding its own chain.  ValueError for a node not in ``plan``."""
+    nodes = list(nodes)
+    unknown = [n for n in nodes if n not in plan.nodes]
+    if unknown:
+        raise ValueError(f"not in the plan: {', '.join(unknown)}")
+    return plan.keep(nodes)
+
+
+def failed_upstream(plan: RelayPlan, node: str, *, lost: Collection[str],
+                    broken: Collection[tuple[str, str]] = ()) -> str | None:
+    """The failure that cut ``node`` off: the nearest node above it in its chain that is
+    lost, or whose hop down the chain broke (then that feeder); None when there is none."""
+    below, feeder = node, plan.feeder(node)
+    while feeder is not None:
+        if feeder in lost or (feeder, below) in broken:
+            return feeder
+        below, feeder = feeder, plan.feeder(feeder)
+    return None
 
 
 def choose_strategy(requested: str, streaming: Sequence[str], star_bytes: int | None = None) -> str:
