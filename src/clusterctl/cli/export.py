@@ -13,7 +13,7 @@ from typing import Annotated
 import typer
 
 from clusterctl.cluster.registry import lookup
-from clusterctl.cluster.registry.reference import REGISTRY_HELP, Registry, parse_registry
+from clusterctl.cluster.registry.reference import Registry, registry_option
 from clusterctl.core.console import err
 from clusterctl.core.errors import UserError
 from clusterctl.core.files import write_atomic
@@ -68,7 +68,7 @@ def export(
     secrets (as references to the Secret <job>-secrets, or --secret-name; stderr says how to
     create it, values elided) as an SSH launch.  With --registry the image is named by digest
     as pushed there.  No cluster (nor registry) is contacted."""
-    reg = _registry(registry)
+    reg = registry_option(registry)
     spec = load_job(job, {"workdir": str(workdir)} if workdir is not None else None)
     if spec.workdir is not None:
         image = _code_image(spec, image, reg)
@@ -105,15 +105,6 @@ def export(
                   "create it before applying (the username and password of your `docker login`, "
                   f"elided here):\n  {manifest.pull_secret_command()}",
                   markup=False, highlight=False, soft_wrap=True)
-
-
-def _registry(text: str | None) -> Registry | None:
-    if text is None:
-        return None
-    try:
-        return parse_registry(text)
-    except ValueError as e:
-        raise UserError(f"--registry: {e}; valid: {REGISTRY_HELP}.") from None
 
 
 def _code_image(spec, image: str | None, registry: Registry | None = None) -> str:

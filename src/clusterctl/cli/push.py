@@ -20,7 +20,7 @@ from clusterctl.cluster import distribute
 from clusterctl.cluster.inventory import load_inventory
 from clusterctl.cluster.registry import pull as registry_pull
 from clusterctl.cluster.registry import push as registry_push
-from clusterctl.cluster.registry.reference import REGISTRY_HELP, parse_registry
+from clusterctl.cluster.registry.reference import registry_option
 from clusterctl.cluster.transport import Cluster
 from clusterctl.core.console import err, interactive, out, print_table
 from clusterctl.core.errors import UserError
@@ -148,7 +148,7 @@ def push(
     if nodes is None and registry is None:
         raise UserError("push: give --nodes FILE (or $CLUSTERCTL_NODES), --registry "
                         "HOST[:PORT][/NAMESPACE], or both.")
-    target = _registry(registry)
+    target = registry_option(registry)
     inventory = load_inventory(nodes) if nodes is not None else None
     target = target or (inventory.registry if inventory is not None else None)
     if target is not None:
@@ -169,23 +169,18 @@ def push(
     wires = sorted({r.compression for r in results if r.compression})
     if wires:
         out.print("on the wire: " + "; ".join(wires), markup=False)
+    _end(results, "push")
+
+
+def _end(results, verb: str) -> None:
+    """A partial outcome (which nodes have the image now, which do not) and exit 1, or nothing."""
     failed = [r for r in results if not r.ok]
     if failed:
-        # a partial outcome: which nodes have the image now, which do not
         out.print(f"image on {len(results) - len(failed)} of {len(results)} node(s); "
                   f"without it: {', '.join(r.node for r in failed)}", markup=False)
-        err.print(f"push failed on {len(failed)} of {len(results)} node(s): "
+        err.print(f"{verb} failed on {len(failed)} of {len(results)} node(s): "
                   + "; ".join(f"{r.node}: {r.error}" for r in failed), markup=False)
         raise typer.Exit(1)
-
-
-def _registry(text: str | None):
-    if text is None:
-        return None
-    try:
-        return parse_registry(text)
-    except ValueError as e:
-        raise UserError(f"--registry: {e}; valid: {REGISTRY_HELP}.") from None
 
 
 def _push_registry(image: str, target, inventory, *, accept_new_host_keys: bool) -> None:
@@ -213,14 +208,7 @@ def _push_registry(image: str, target, inventory, *, accept_new_host_keys: bool)
     print_table(f"push {pushed.reference}", ["node", "layers sent", "pull seconds", "result"],
                 [(escape(r.node), _size(sent.get(r.node, 0)), f"{r.seconds:.1f}", escape(r.describe()))
                  for r in results])
-    failed = [r for r in results if not r.ok]
-    if failed:
-        # a partial outcome: which nodes have the image now, which do not
-        out.print(f"image on {len(results) - len(failed)} of {len(results)} node(s); "
-                  f"without it: {', '.join(r.node for r in failed)}", markup=False)
-        err.print(f"pull failed on {len(failed)} of {len(results)} node(s): "
-                  + "; ".join(f"{r.node}: {r.error}" for r in failed), markup=False)
-        raise typer.Exit(1)
+    _end(results, "pull")
 
 
 def register(app: typer.Typer) -> None:

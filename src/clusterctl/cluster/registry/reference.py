@@ -16,6 +16,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from clusterctl.core.errors import UserError
+
 #: ``HOST[:PORT][/NAMESPACE]``: a DNS name or IPv4 address, a port, lower-case path parts
 #: (the distribution spec's path component grammar).
 _HOST = r"(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*"
@@ -75,6 +77,17 @@ def parse_registry(text: str) -> Registry:
     if port is not None and not 1 <= port <= 65535:
         raise ValueError(f"{text!r}: port {port} is out of range (1-65535)")
     return Registry(m.group("host").lower(), port, m.group("ns").strip("/"))
+
+
+def registry_option(text: str | None, option: str = "--registry") -> Registry | None:
+    """A command line's registry option (None: not given); UserError naming the option and
+    what is valid when it is not a registry address.  Pure."""
+    if text is None:
+        return None
+    try:
+        return parse_registry(text)
+    except ValueError as e:
+        raise UserError(f"{option}: {e}; valid: {REGISTRY_HELP}.") from None
 
 
 def split_tag(image: str) -> tuple[str, str | None]:
