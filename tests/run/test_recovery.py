@@ -128,3 +128,15 @@ def test_the_resume_contract_is_the_same_for_every_rank():
     assert env == {"CLUSTERCTL_RUN_ID": "r1", "CLUSTERCTL_ATTEMPT": "2",
                    "CLUSTERCTL_EXCLUDED_NODES": "n1,n3", "CLUSTERCTL_CHECKPOINT_DIR": "/shared/ck"}
     assert set(env) == set(recovery.RESUME_ENV)
+
+
+def test_a_node_that_could_not_get_the_image_is_replaced_like_one_failing_its_checks():
+    """A node lost in the middle of the relay push (the nodes after it are fed again) is
+    named by PushFailed; launch excludes it and a spare takes its rank, as for preflight."""
+    from clusterctl.run.launch import CollectiveFailed, PushFailed, _failed_nodes
+
+    got = _failed_nodes(PushFailed({"node2": "the node stopped answering (link down)"}))
+    assert got == {"node2": "could not get the image: the node stopped answering (link down)"}
+    assert _failed_nodes(CollectiveFailed({"node3": "slow: 8 Mbit/s"})) == {"node3": "slow: 8 Mbit/s"}
+    nodes, spares, swaps = recovery.replace_nodes(["node1", "node2", "node3"], ["node4"], got, min_nodes=None)
+    assert nodes == ["node1", "node4", "node3"] and spares == [] and swaps == {"node2": "node4"}

@@ -581,10 +581,9 @@ def _prepare_attempt(run: _Run):
             plans = _check_and_plan(run, cluster)
             _collective_recheck(run, inv)
             return cluster, plans
-        except (PreflightFailed, CollectiveFailed) as e:
+        except (PreflightFailed, CollectiveFailed, PushFailed) as e:
             cluster.close()
-            bad = e.bad if isinstance(e, CollectiveFailed) else {
-                c.node: "failed its checks: " + "; ".join(c.problems) for c in e.checks if c.problems}
+            bad = _failed_nodes(e)
             if run.attempt == 0 and not run.spares:
                 raise          # as without spares: a table of what is wrong where, exit 2
             run.note(f"attempt {run.attempt}: " + "; ".join(f"{n} {why}" for n, why in bad.items()))
@@ -598,6 +597,16 @@ def _prepare_attempt(run: _Run):
         except BaseException:
             cluster.close()
             raise
+
+
+def _failed_nodes(e: ClusterctlError) -> dict[str, str]:
+    """The nodes a failed check or push names, and why (a node lost in the middle of the
+    relay push is one like a node failing preflight: a spare takes its rank).  Pure."""
+    if isinstance(e, CollectiveFailed):
+        return dict(e.bad)
+    if isinstance(e, PushFailed):
+        return {n: f"could not get the image: {why}" for n, why in e.failures.items()}
+    return {c.node: "failed its checks: " + "; ".join(c.problems) for c in e.checks if c.problems}
 
 
 class CollectiveFailed(ClusterctlError):
