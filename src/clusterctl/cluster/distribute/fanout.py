@@ -36,6 +36,8 @@ from clusterctl.cluster.distribute.relayplan import choose_strategy
 from clusterctl.cluster.distribute.source import SourceImage, source_image
 from clusterctl.cluster.transport import Cluster
 from clusterctl.core.errors import NodeError
+from clusterctl.core.files import one_at_a_time
+from clusterctl.core.paths import cache_dir
 
 
 def push_image(image_ref: str, target, *, progress: PushProgress | None = None,
@@ -55,9 +57,29 @@ def push_image(image_ref: str, target, *, progress: PushProgress | None = None,
     image = source_image(client, image_ref)
     progress = progress or NoProgress()
     if isinstance(target, Cluster):
-        return _push_all(target, client, image, progress, nodes, strategy, compress)
-    with Cluster(target, fanout=fanout, accept_new_host_keys=accept_new_host_keys) as cluster:
+        with _one_push_of(image, target, nodes, progress):
+            return _push_all(target, client, image, progress, nodes, strategy, compress)
+    with Cluster(target, fanout=fanout, accept_new_host_keys=accept_new_host_keys) as cluster, \
+            _one_push_of(image, cluster, nodes, progress):
         return _push_all(cluster, client, image, progress, nodes, strategy, compress)
+
+
+def _one_push_of(image: SourceImage, cluster: Cluster, nodes: Iterable | None, progress: PushProgress):
+    """One push of an image from this machine at a time (two people, or a push and a launch,
+    putting the same image on the same nodes): the second waits for the first, says so on
+    every node's progress line, and then finds the nodes that got it (the plan is made
+    after the wait) and sends nothing to them.  Two pushes at once would both succeed
+    (``docker load`` of the same layers is safe), but each would send the whole image."""
+    names = [n.name for n in cluster.nodes] if nodes is None else [str(n) for n in nodes]
+
+    lock = cache_dir() / "push" / f"{image.id.removeprefix('sha256:')}.lock"
+
+    def waiting(_why: str) -> None:
+        for name in names:
+            progress.started(name, f"waiting for another push of this image from this machine "
+                                   f"to end ({lock})")
+
+    return one_at_a_time(lock, waiting, "push")
 
 
 def _push_all(cluster: Cluster, client, image: SourceImage, progress: PushProgress,
