@@ -14,11 +14,9 @@ directory holds step --fault-step, one fault hits node2 (rank 1), from outside t
 * ``engine-stop``: its dockerd gets SIGKILL, as a crash: a lost node, the spare takes it;
 * ``sigstop``: rank 1's process gets SIGSTOP: the others wait in their next all-reduce,
   the hang watchdog (``--hang-timeout``, these runs only) declares the hang; the timeout
-  is part of the detection time.  The timeout must be longer than a healthy run's
-  longest silence, which is its start (torchrun's and the rank's ``import torch``,
-  ``init_process_group``: no line at all), or the restart itself is declared hung: by
-  default (auto) it is 10 s or, when longer, 1.5 x the slowest program start measured
-  before at that node count + 5 s, rounded up to 5 s.
+  is part of the detection time.  By default it is 10 s: the watchdog's clock starts at
+  the job's first step line (ddp-smoke's ``hang_start_line``), so the program's silent
+  start (``import torch``, ``init_process_group``) has the start timeout instead.
 
 Once every rank has trained a step after the restart, the run is stopped (as Ctrl-C
 would: exit 130): what it is measured for is shown, its other steps (--steps, 30, enough
@@ -97,7 +95,6 @@ from __future__ import annotations
 import argparse
 import io
 import json
-import math
 import os
 import re
 import selectors
@@ -152,10 +149,9 @@ PEERS = (
                "Amazon SageMaker HyperPod' (Dec 2025): recovery under 2 minutes, from 15-30 minutes"},
 )
 GOALS = {"lost": 10.0, "dead": 1.0, "beyond": 30.0}
-AUTO_HANG_MIN = 10.0           # seconds: the auto hang timeout's floor (the issue's "10 s or so")
-AUTO_HANG_FALLBACK = 30.0      # seconds, before any program start was measured at a node count
-HANG_RULE = ("sigstop runs only: 10 s, or 1.5 x the slowest program start measured before at "
-             "that node count + 5 s, rounded up to 5 s")
+AUTO_HANG = 10.0               # seconds: the hang timeout of the sigstop runs (the issue's "10 s or so")
+HANG_RULE = ("sigstop runs only: 10 s; the watchdog's clock starts at ddp-smoke's first step line "
+             "(the job's hang_start_line), so the silent program start needs no allowance")
 
 
 # --------------------------------------------------------------------------- output, stamped
@@ -376,19 +372,18 @@ class Bench:
         return t
 
     def hang_timeout(self, kind: str, n: int) -> float | None:
-        """The watchdog only where the fault needs it (sigstop): --hang-timeout, else (auto)
-        10 s or, when longer, 1.5 x the slowest program start measured so far at ``n``
-        nodes + 5 s, rounded up to 5 s: a healthy run's longest silence is its start
-        (torchrun's and the rank's ``import torch``, ``init_process_group``: no line), and
-        it must stay under the timeout, or the restart itself is declared hung."""
+        """The watchdog only where the fault needs it (sigstop): --hang-timeout, else 10 s.
+        The watchdog's clock starts at ddp-smoke's first step line (the job's
+        ``hang_start_line``; DDP_SMOKE_PROGRESS=1 prints one per step), so the timeout
+        only has to exceed the silence between two steps, not the program's silent start
+        (torchrun's and the ranks' ``import torch``, ``init_process_group``), which has
+        the start timeout (5 min).  ``n``: kept for the callers (the rule no longer
+        depends on the node count)."""
         if kind != "sigstop":
             return None
         if self.args.hang_timeout is not None:
             return self.args.hang_timeout
-        seen = self.program.get(n)
-        if not seen:
-            return AUTO_HANG_FALLBACK
-        return max(AUTO_HANG_MIN, 5.0 * math.ceil((1.5 * max(seen) + 5.0) / 5.0))
+        return AUTO_HANG
 
     def _launch(self, kind: str, inv: Path, run_id: str, ck: Path, max_restarts: int, stream: Stamped,
                 notes: list, stop: threading.Event | None = None):
