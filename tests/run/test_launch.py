@@ -418,6 +418,8 @@ def test_sigint_stops_every_container_and_exits_130(clean_nodes, cpu_image, runs
 @pytest.mark.docker
 @pytest.mark.slow
 def test_master_port_in_use_is_refused_before_anything_starts(clean_nodes, cpu_image, runs_dir):
+    """A port the user pinned (--set MASTER_PORT) that something holds on the master is
+    refused, naming the process; an unpinned one is moved off (tests/run/test_concurrent_runs.py)."""
     sb = clean_nodes
     port = load_inventory(sb.inventory_path).master_port
     listener = subprocess.Popen(
@@ -430,7 +432,8 @@ def test_master_port_in_use_is_refused_before_anything_starts(clean_nodes, cpu_i
         stdout=subprocess.PIPE, text=True)
     try:
         assert listener.stdout.readline().strip() == "listening"
-        res = cli("launch", str(FAIL_RANK_JOB), "--nodes", str(sb.inventory_path), "--image", cpu_image)
+        res = cli("launch", str(FAIL_RANK_JOB), "--nodes", str(sb.inventory_path), "--image", cpu_image,
+                  "--set", f"MASTER_PORT={port}")
     finally:
         listener.kill()
         listener.wait()

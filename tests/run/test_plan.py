@@ -684,3 +684,69 @@ def test_a_hang_timeout_adds_sys_ptrace_and_nothing_else(tmp_path):
     from clusterctl.run.launch import launch
     with pytest.raises(UserError, match="a hang timeout needs a followed run"):
         launch(load_job(job), load_inventory(inv), detach=True)
+
+
+# --------------------------------------------------------------------------- the master port
+
+def test_pinned_master_port_by_precedence_and_none_when_left_default(tmp_path):
+    from clusterctl.run.plan import PinnedPort, pinned_master_port
+
+    job = load_job(write(tmp_path, "job.yaml", "image: x\ncommand: [run]\n"))
+    pinned_job = load_job(write(tmp_path, "pinned.yaml", "image: x\nmaster_port: 29500\ncommand: [run]\n"))
+    env_job = load_job(write(tmp_path, "envjob.yaml", "image: x\nenv: {MASTER_PORT: '31000'}\ncommand: [run]\n"))
+    placeholder_job = load_job(write(tmp_path, "ph.yaml",
+                                     "image: x\nenv: {MASTER_PORT: '{master_port}'}\ncommand: [run]\n"))
+    plain = load_inventory(write(tmp_path, "plain.yaml", """
+        nodes:
+          - {name: n1, host: 10.0.0.1}
+          - {name: n2, host: 10.0.0.2, env: {MASTER_PORT: "30001"}}
+    """))
+    fixed = load_inventory(write(tmp_path, "fixed.yaml", """
+        master_port: 29611
+        nodes:
+          - {name: n1, host: 10.0.0.1, env: {MASTER_PORT: "30002"}}
+    """))
+    # left default (a non-master's env does not count; a placeholder is no number)
+    assert pinned_master_port(job, plain) is None
+    assert pinned_master_port(placeholder_job, plain) is None
+    # the job's master_port pins even the default's value: the user asked for it
+    assert pinned_master_port(pinned_job, plain).port == 29500
+    assert pinned_master_port(env_job, plain).port == 31000
+    # --set beats the master's inventory env, which beats the job and the inventory's master_port
+    assert pinned_master_port(pinned_job, fixed, {"MASTER_PORT": "30003"}) == \
+        PinnedPort(30003, "--set MASTER_PORT")
+    assert pinned_master_port(pinned_job, fixed).port == 30002
+    assert "inventory env of n1" in pinned_master_port(pinned_job, fixed).where
+    fixed.master.env.pop("MASTER_PORT")
+    assert pinned_master_port(job, fixed).port == 29611 and "fixed.yaml" in pinned_master_port(job, fixed).where
+    for bad in ("http", "0", "70000", ""):
+        with pytest.raises(UserError, match=r"--set MASTER_PORT = .* is not a port; valid: a whole number"):
+            pinned_master_port(job, plain, {"MASTER_PORT": bad})
+
+
+def test_choose_master_port_skips_busy_and_held_ports_and_says_when_none_is_left():
+    from clusterctl.run.plan import choose_master_port
+
+    assert choose_master_port(29500, [], {}) == 29500
+    assert choose_master_port(29500, [22, 29500, 29502], {29501: "run a of user alice"}) == 29503
+    assert choose_master_port(65534, [65534], {}) == 65535
+    with pytest.raises(UserError) as e:
+        choose_master_port(29500, range(29500, 29600), {}, where="node1")
+    assert "no free master port on node1: 29500-29599" in e.value.message
+    assert "--set MASTER_PORT" in e.value.message
+    with pytest.raises(UserError, match="65534-65535"):
+        choose_master_port(65534, [65534], {65535: "run b of user bob"})
+
+
+def test_the_planned_env_carries_the_port_launch_chose(tmp_path):
+    """launch gives make_plan the inventory with the chosen port: MASTER_PORT, PET_MASTER_PORT
+    and the {master_port} placeholder agree on it, on every node."""
+    from dataclasses import replace
+    job = load_job(write(tmp_path, "job.yaml", 'image: x\ncommand: [run, "--port={master_port}"]\n'))
+    inv = load_inventory(write(tmp_path, "inv.yaml", """
+        nodes:
+          - {name: n1, host: 10.0.0.1}
+          - {name: n2, host: 10.0.0.2}
+    """))
+    for p in make_plan(job, replace(inv, master_port=29503), run_id="r"):
+        assert (p.env["MASTER_PORT"], p.env["PET_MASTER_PORT"], p.argv[-1]) == ("29503", "29503", "--port=29503")

@@ -235,4 +235,155 @@ def test_a_stopped_run_has_an_exit_code_and_says_who_stopped_it(runs_dir):
     assert (saved.nodes[0].state, saved.nodes[0].exit_code, saved.nodes[0].stopped_by) == (
         "stopped", 1, "clusterctl stop (me@here)")
     row = records.summary_rows([saved])[0]
-    assert row[4:6] == ["stopped", "143"] and row[-1] == "stopped by clusterctl stop (me@here)"
+    assert row[1] == records.current_user() and row[5:7] == ["stopped", "143"]
+    assert row[-1] == "stopped by clusterctl stop (me@here)"
+
+
+# --------------------------------------------------------------------------- two users, two processes
+
+def _as(monkeypatch, user: str) -> None:
+    """This process is ``user`` (getpass.getuser reads LOGNAME first)."""
+    monkeypatch.setenv("LOGNAME", user)
+
+
+def test_each_record_names_its_launcher_and_without_run_id_you_get_your_newest(runs_dir, monkeypatch):
+    _as(monkeypatch, "alice")
+    make("alice-old", 1)
+    _as(monkeypatch, "bob")
+    make("bob-run", 2)
+    _as(monkeypatch, "alice")
+    make("alice-new", 3).save()           # a later save keeps the launcher's name
+    assert [(r.run_id, r.user) for r in records.list_runs()] == [
+        ("alice-new", "alice"), ("bob-run", "bob"), ("alice-old", "alice")]
+    bob_run = records.load("bob-run")
+    bob_run.note = "alice looked"
+    bob_run.save()                        # a rewrite by another user keeps the owner
+    assert records.load("bob-run").user == "bob"
+    assert records.resolve(None).run_id == "alice-new"
+    _as(monkeypatch, "bob")
+    assert records.resolve(None).run_id == "bob-run"
+    assert records.resolve("alice-new").user == "alice"    # named: anyone's
+    _as(monkeypatch, "carol")
+    with pytest.raises(UserError) as e:
+        records.resolve(None)
+    assert "no runs of user carol" in e.value.message and "alice-new of user alice" in e.value.message
+    legacy = json.loads((runs_dir / "bob-run" / "run.json").read_text())
+    legacy.pop("user")                    # a record written before the user field: anyone's
+    (runs_dir / "bob-run" / "run.json").write_text(json.dumps(legacy))
+    assert records.resolve(None).run_id == "bob-run" and records.others_run(records.load("bob-run")) is None
+
+
+def test_stop_refuses_another_users_run_and_logs_and_runs_name_the_owner(runs_dir, monkeypatch):
+    _as(monkeypatch, "alice")
+    rec = make("alices", 1, state="running", detached=True)
+    done = make("alices-done", 0, state="succeeded", exit_code=0)
+    (done.dir / "node1.log").write_text("hello from alice\n")
+    _as(monkeypatch, "bob")
+    before = (rec.dir / "run.json").read_text()
+    res = runner.invoke(app, ["stop", "alices"])
+    assert res.exit_code == 2, res.output
+    assert "run alices is user alice's run, not yours (bob); nothing was stopped" in res.output
+    assert "clusterctl stop alices --any-user" in res.output and "Traceback" not in res.output
+    assert (rec.dir / "run.json").read_text() == before           # untouched
+    res = runner.invoke(app, ["stop"])                             # bob has no run: none is picked
+    assert res.exit_code == 2 and "no runs of user bob" in res.output and "alices of user alice" in res.output
+    res = runner.invoke(app, ["logs", "alices-done"])                 # from runs/: no node asked
+    assert res.exit_code == 0 and "run alices-done is user alice's run" in res.output
+    assert "node1[0]| hello from alice" in res.output
+    table = runner.invoke(app, ["runs"]).output
+    assert "alices" in table and "alice" in table.split("alices", 1)[1].splitlines()[0]
+    assert "no runs of user bob" in runner.invoke(app, ["runs", "--mine"]).output
+    assert json.loads(runner.invoke(app, ["runs", "--json"]).output)[0]["user"] == "alice"
+
+
+#: A process that waits for ``go`` to exist, then does its part (argv: runs dir, go file, ...).
+_WAIT = ("import os, sys, time\n"
+         "os.environ['CLUSTERCTL_RUNS'] = sys.argv[1]\n"
+         "from clusterctl.run import plan, records\n"
+         "print('ready', flush=True)\n"
+         "while not os.path.exists(sys.argv[2]): time.sleep(0.001)\n")
+
+
+def _at_once(tmp_path, code: str, args_per_process: list[list[str]], env_per_process=None):
+    """Start one real Python process per item, release them together, return (code, out, err)."""
+    import subprocess
+    import sys
+
+    go = tmp_path / "go"
+    procs = [subprocess.Popen([sys.executable, "-c", _WAIT + code, str(tmp_path / "runs"), str(go), *args],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              env={**os.environ, **((env_per_process or [{}] * len(args_per_process))[i])})
+             for i, args in enumerate(args_per_process)]
+    for p in procs:          # every one has imported clusterctl and polls for `go`
+        assert p.stdout.readline() == "ready\n"
+    go.touch()
+    return [(p.wait(timeout=60), *p.communicate()) for p in procs]
+
+
+def test_two_processes_recording_the_same_run_id_at_once_one_wins_the_other_is_refused(runs_dir, tmp_path):
+    code = ("from clusterctl.run import records\nfrom clusterctl.core.errors import UserError\n"
+            "r = records.RunRecord(run_id='same-id', job='j', inventory='', image='img', note=sys.argv[3])\n"
+            "try:\n    r.save()\nexcept UserError as e:\n    print(e.message); sys.exit(2)\n"
+            "print('won')\n")
+    users = ["alice", "bob", "carol", "dave"]
+    results = _at_once(tmp_path, code, [[u] for u in users], [{"LOGNAME": u} for u in users])
+    assert sorted(r[0] for r in results) == [0, 2, 2, 2], results
+    winner = users[[r[0] for r in results].index(0)]
+    saved = records.load("same-id")
+    assert (saved.user, saved.note) == (winner, winner)          # the winner's record, whole
+    for rc, out, err in results:
+        assert err == "" and (rc == 0 or "run id 'same-id' is already recorded" in out), (out, err)
+    assert os.listdir(runs_dir / "same-id") == ["run.json"]       # no temp file left
+
+
+def test_two_processes_rewriting_one_record_at_once_never_leave_it_half_written(runs_dir, tmp_path):
+    make("shared", 1, state="running")
+    code = ("from clusterctl.run import records\n"
+            "for i in range(200):\n"
+            "    r = records.load('shared')\n"
+            "    r.note = sys.argv[3] * (i % 500)\n"
+            "    r.argv = [sys.argv[3]] * (i % 37)\n"
+            "    r.save()\n"
+            "bad = 0\n")
+    reader = ("from clusterctl.run import records\nbad = 0\n"
+              "for i in range(2000):\n"
+              "    try:\n        records.load('shared')\n"
+              "    except Exception as e:\n        bad += 1; print(e)\n"
+              "print('bad', bad)\n")
+    results = _at_once(tmp_path, "exec(sys.argv[4])\n", [["a", code], ["b", code], ["r", reader]])
+    assert [r[0] for r in results] == [0, 0, 0], results
+    assert results[2][1].strip().splitlines()[-1] == "bad 0", results[2]
+    assert records.load("shared").note[:1] in ("a", "b", "")
+    assert os.listdir(runs_dir / "shared") == ["run.json"]
+
+
+def test_launches_choosing_a_master_port_at_once_get_different_ones(runs_dir, tmp_path):
+    """Four real processes take a port on one master at the same moment, each holding its
+    claim while it lives; a fifth after they ended gets the first port again."""
+    code = ("port = records.take_master_port(sys.argv[3], '10.0.0.1', lambda held: "
+            "plan.choose_master_port(29500, [29501], {p: h.words() for p, h in held.items()}))\n"
+            "print(port, flush=True)\n"
+            "time.sleep(2)\n")              # alive: its claim counts
+    results = _at_once(tmp_path, code, [[f"run{i}"] for i in range(4)])
+    assert all(r[0] == 0 for r in results), results
+    ports = sorted(int(r[1]) for r in results)
+    assert ports == [29500, 29502, 29503, 29504], results
+    # every launch has ended without recording a run: their claims are stale, and removed
+    assert records.port_holders("10.0.0.1") == {}
+    assert records.take_master_port("later", "10.0.0.1", lambda held: 29500) == 29500
+    assert [p.name for p in (runs_dir / records.PORTS_DIR).glob("*.json")] == ["later.json"]
+
+
+def test_a_live_runs_record_holds_its_port_on_its_master_only(runs_dir, monkeypatch):
+    _as(monkeypatch, "alice")
+    make("live", 1, state="running", detached=True, master_addr="10.0.0.1", master_port=29500)
+    make("done", 2, state="succeeded", master_addr="10.0.0.1", master_port=29501)
+    make("elsewhere", 3, state="running", detached=True, master_addr="10.0.0.9", master_port=29502)
+    held = records.port_holders("10.0.0.1")
+    assert list(held) == [29500] and held[29500].words() == "run live of user alice (running)"
+    assert records.port_holders("10.0.0.1", skip_run="live") == {}
+    msg = records.held_message(29500, "node1", held[29500], "--set MASTER_PORT")
+    assert msg.startswith("port 29500 on node1 (--set MASTER_PORT) is held by run live of user alice")
+    with pytest.raises(UserError, match="held by run live"):
+        records.take_master_port("new", "10.0.0.1", lambda h: (_ for _ in ()).throw(
+            UserError(records.held_message(29500, "node1", h[29500]))))

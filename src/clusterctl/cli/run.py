@@ -637,8 +637,10 @@ def logs(
         help="A run that restarted: attempt K's output (0 the first; default the latest).")] = None,
 ) -> None:
     """Show a run's merged, prefixed output: from the nodes while its containers exist,
-    from runs/<run-id>/ after."""
+    from runs/<run-id>/ after. Without RUN: your newest run; another user's run, named,
+    is shown with its owner named first (on stderr)."""
     record = records.resolve(run)
+    _name_owner(record)
     if attempt is not None:
         record = record.at_attempt(attempt)
     if node is not None:
@@ -732,8 +734,10 @@ def attach(run: RunArg = None) -> None:
 def status(run: RunArg = None, nodes: RunNodesOption = None,
            json_: Annotated[bool, typer.Option("--json", help="One JSON object per node.")] = False) -> None:
     """Each node's container of a run: state, exit code, start and end (from the nodes,
-    else from the run record)."""
+    else from the run record). Without RUN: your newest run; another user's run, named,
+    says whose it is in its heading."""
     record = records.resolve(run)
+    owner = records.others_run(record)
     slurm_note = ""
     if record.scheduler == "slurm":
         rows, slurm_note = _slurm_status_rows(record)
@@ -746,13 +750,15 @@ def status(run: RunArg = None, nodes: RunNodesOption = None,
         if not records.record_ended(record, rows) and orphaned:
             records.mark_unknown_if_orphaned(record)
     if json_:
-        typer.echo(json.dumps({"run_id": record.run_id, "state": record.state, "exit_code": record.exit_code,
+        typer.echo(json.dumps({"run_id": record.run_id, "user": record.user or None,
+                               "state": record.state, "exit_code": record.exit_code,
                                "stopped_by": record.stopped_by, "note": record.note or None,
                                "attempt": record.attempt, "excluded": record.excluded,
                                **({"slurm": slurm_note} if slurm_note else {}),
                                "nodes": [json.loads(r.model_dump_json()) for r in rows]}, indent=2))
         return
-    print_table(f"run {escape(record.run_id)} ({escape(record.job)}; {escape(run_outcome(record))})",
+    print_table(f"run {escape(record.run_id)} ({escape(record.job)}; {escape(run_outcome(record))})"
+                + (f", user {escape(owner)}'s run" if owner else ""),
                 ["node", "rank", "container state", "exit code", "started (UTC)", "finished (UTC)", "source"],
                 [[escape(c) for c in row] for row in records.status_rows(rows)])
     if slurm_note:
@@ -807,10 +813,21 @@ def _slurm_status_rows(record: records.RunRecord) -> tuple[list[records.NodeStat
 
 def stop(run: RunArg = None, nodes: RunNodesOption = None,
          grace: Annotated[int, typer.Option("--grace", min=0,
-                                            help="Seconds between SIGTERM and SIGKILL.")] = 3) -> None:
+                                            help="Seconds between SIGTERM and SIGKILL.")] = 3,
+         any_user: Annotated[bool, typer.Option(
+             "--any-user", help="Stop RUN even when another user launched it (without it, "
+                                "another user's run is refused, exit 2).")] = False) -> None:
     """Stop and remove a run's containers on every node (idempotent); their output is kept
-    in runs/<run-id>/. Exit 1 when a node could not be reached."""
+    in runs/<run-id>/. Without RUN: your newest run. Another user's run only with
+    --any-user. Exit 1 when a node could not be reached."""
     record = records.resolve(run)
+    owner = records.others_run(record)
+    if owner and not any_user:
+        raise UserError(f"run {record.run_id} is user {owner}'s run, not yours "
+                        f"({records.current_user()}); nothing was stopped. To stop it anyway: "
+                        f"`clusterctl stop {record.run_id} --any-user`.")
+    if owner:
+        err.print(f"run {record.run_id} is user {owner}'s run; stopping it (--any-user)", markup=False)
     if record.scheduler == "slurm":
         env = _slurm_env(record)
         require_binaries("squeue", "scancel", "scontrol", packages="slurm-client")
@@ -845,6 +862,13 @@ def stop(run: RunArg = None, nodes: RunNodesOption = None,
         raise typer.Exit(1)
 
 
+def _name_owner(record: records.RunRecord) -> None:
+    """Another user's run: a line on stderr naming whose it is (stdout stays its output)."""
+    owner = records.others_run(record)
+    if owner:
+        err.print(f"run {record.run_id} is user {owner}'s run", markup=False)
+
+
 def _stopped_words(c, was_running: bool, grace: int) -> str:
     """One container's end in words: who ended it, with its real exit code or signal."""
     code = records.describe_exit(c.exit_code) or "exit code unknown"
@@ -857,9 +881,16 @@ def _stopped_words(c, was_running: bool, grace: int) -> str:
 
 # --------------------------------------------------------------------------- runs
 
-def runs(json_: Annotated[bool, typer.Option("--json", help="The run records as JSON.")] = False) -> None:
-    """List recorded runs, newest first."""
+def runs(json_: Annotated[bool, typer.Option("--json", help="The run records as JSON.")] = False,
+         mine: Annotated[bool, typer.Option(
+             "--mine", help="Only your own runs (default: every user's, with a user column).")] = False
+         ) -> None:
+    """List recorded runs, newest first: every user's (who launched each is in the user
+    column), or only yours with --mine."""
     found = records.list_runs()
+    if mine:
+        me = records.current_user()
+        found = [r for r in found if records.owned_by(r, me)]
     slurm_ok = shutil.which("squeue") is not None and shutil.which("scontrol") is not None
     for rec in found:        # what is true now, not what was last written
         if rec.scheduler == "slurm" and slurm_ok:
@@ -871,9 +902,10 @@ def runs(json_: Annotated[bool, typer.Option("--json", help="The run records as 
         typer.echo(json.dumps([json.loads(r.model_dump_json()) for r in found], indent=2))
         return
     if not found:
-        out.print(f"no runs recorded in {records.runs_dir().resolve()}", markup=False)
+        out.print(f"no runs {f'of user {records.current_user()} ' if mine else ''}recorded in "
+                  f"{records.runs_dir().resolve()}", markup=False)
         return
-    print_table("runs (newest first)", ["run", "job", "code", "nodes", "state", "exit", "started (UTC)",
+    print_table("runs (newest first)", ["run", "user", "job", "code", "nodes", "state", "exit", "started (UTC)",
                                         "finished (UTC)", "first failure / stopped by"],
                 [[escape(c) for c in row] for row in records.summary_rows(found)])
 

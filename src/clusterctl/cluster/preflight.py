@@ -170,6 +170,14 @@ class NodeCheck:
     interface: str | None = None    # the NIC holding it (or the inventory's, verified)
     master_port: int | None = None  # checked on the master only
     master_port_free: bool | None = None
+    # on the master: the TCP ports something listens on (launch chooses a free master port
+    # from them), and when the master port is busy, who holds it ("python3 (pid 812)")
+    listening_ports: list[int] | None = None
+    master_port_holder: str | None = None
+    # how the master port is judged: None busy is a problem (check); "choose" busy is no
+    # problem, the caller picks another from listening_ports (launch, port not pinned);
+    # "pinned" busy is a problem naming the process that holds it
+    master_port_mode: str | None = None
     kernel: str | None = None           # uname -r
     clock_offset: float | None = None   # seconds the node's clock is ahead of this machine's
     clock_uncertainty: float | None = None  # half the round trip that measured it
@@ -398,16 +406,46 @@ def port_free(conn: NodeConnection, port: int, timeout: float | None = 30) -> bo
     return port not in listening_ports(conn, timeout)
 
 
+_SS_USER = re.compile(r'\("([^"]+)",pid=(\d+)')
+
+
+def parse_ss_holders(text: str, port: int) -> list[str]:
+    """``python3 (pid 812)`` for each process listening on ``port`` in ``ss -Hltnp`` text
+    (``users:(("python3",pid=812,fd=3))``); none when ss may not name them (another user's)."""
+    found: list[str] = []
+    for line in text.splitlines():
+        fields = line.split()
+        if len(fields) >= 4 and fields[3].rsplit(":", 1)[-1] == str(port):
+            for name, pid in _SS_USER.findall(line):
+                words = f"{name} (pid {pid})"
+                if words not in found:
+                    found.append(words)
+    return found
+
+
+def port_holder(conn: NodeConnection, port: int, timeout: float | None = 30) -> str | None:
+    """Who listens on ``port`` on the node, in words (``python3 (pid 812)``), from ``ss
+    -Hltnp``; None when that cannot tell (no ss, or the process is another user's).  One
+    more round trip: asked only when a pinned master port is busy."""
+    try:
+        r = conn.run(["ss", "-Hltnp"], timeout=timeout)
+    except NodeError:
+        return None
+    holders = parse_ss_holders(r.stdout, port) if r.exit_code == 0 else []
+    return ", ".join(holders) or None
+
+
 # --------------------------------------------------------------------------- one node, all checks
 
 def check_node(conn: NodeConnection, *, devices: Iterable[str] = (),
                required_bytes: int | None = None, master_port: int | None = None,
                expected_arch: str | None = None, image_ref: str | None = None,
-               timeout: float | None = 30) -> NodeCheck:
+               timeout: float | None = 30, master_port_mode: str | None = None) -> NodeCheck:
     """Run every check on one connected node, collecting problems instead of stopping.
 
     ``devices`` are checked in addition to the node's own ``devices``;
-    ``master_port`` is checked free when given (pass it for the master only);
+    ``master_port`` is checked free when given (pass it for the master only;
+    ``master_port_mode``: see :attr:`NodeCheck.master_port_mode`);
     ``expected_arch`` (amd64, arm64, or a uname name) must match the node's;
     ``image_ref``: record the node's ID of that image (compared across nodes later).
     Kernel, clock offset and accelerator driver are always recorded (:func:`node_facts`).
@@ -416,16 +454,18 @@ def check_node(conn: NodeConnection, *, devices: Iterable[str] = (),
     ~0.3 s on a loaded machine); the checks then read their commands' recorded results
     (:class:`_Replay`), so problems come in a fixed order with the single checks' words.
     """
-    result = _new_check(conn.node, devices, required_bytes, master_port, expected_arch)
+    result = _new_check(conn.node, devices, required_bytes, master_port, expected_arch,
+                        master_port_mode)
     replay = _Replay.record(conn, devices=result.devices, ports=master_port is not None,
                             image_ref=image_ref, timeout=timeout)
     return _judge(replay, result, image_ref, timeout)
 
 
 def _new_check(node, devices: Iterable[str], required_bytes: int | None, master_port: int | None,
-               expected_arch: str | None) -> NodeCheck:
+               expected_arch: str | None, master_port_mode: str | None = None) -> NodeCheck:
     result = NodeCheck(node=node.name, host=node.host, ssh=True, required_bytes=required_bytes,
-                       master_port=master_port, expected_arch=expected_arch)
+                       master_port=master_port, expected_arch=expected_arch,
+                       master_port_mode=master_port_mode if master_port is not None else None)
     result.devices = list(dict.fromkeys([*getattr(node, "devices", []), *devices]))
     return result
 
@@ -712,8 +752,20 @@ def apply_consistency(checks: Sequence[NodeCheck], cluster: Cluster | None = Non
 def _check_master_port(conn: NodeConnection, result: NodeCheck, timeout) -> list[str]:
     problems: list[str] = []
     port = result.master_port
-    result.master_port_free = _attempt(problems, lambda: port_free(conn, port, timeout))
-    if result.master_port_free is False:
+    listening = _attempt(problems, lambda: listening_ports(conn, timeout))
+    if listening is None:
+        return problems
+    result.listening_ports = sorted(listening)
+    result.master_port_free = port not in listening
+    if result.master_port_free or result.master_port_mode == "choose":
+        return problems     # "choose": the caller takes a free port from listening_ports
+    if result.master_port_mode == "pinned":
+        result.master_port_holder = port_holder(conn, port, timeout)
+        problems.append(f"master port {port} is already in use on the master"
+                        + (f" by {result.master_port_holder}" if result.master_port_holder else "")
+                        + " (another job? leave the port unpinned and launch picks a free one, "
+                          "or pin another)")
+    else:
         problems.append(f"master port {port} is already in use on the master "
                         "(another job? set master_port in the inventory)")
     return problems
@@ -723,7 +775,8 @@ def run_preflight(cluster: Cluster, *, devices: Iterable[str] | None = None,
                   devices_for=None, required_bytes: int | None = None,
                   check_master_port: bool = True, expected_arch: str | None = None,
                   image_ref: str | None = None, nodes=None,
-                  timeout: float | None = 30, compare_image: bool = True) -> list[NodeCheck]:
+                  timeout: float | None = 30, compare_image: bool = True,
+                  master_port_mode: str | None = None) -> list[NodeCheck]:
     """Check every node (or ``nodes``) in parallel; one NodeCheck per node in rank order.
 
     ``devices`` are required on every node; ``devices_for(node)`` (optional)
@@ -733,7 +786,12 @@ def run_preflight(cluster: Cluster, *, devices: Iterable[str] | None = None,
     driver, clock; an odd node gets a problem or a warning naming what differs.
     ``compare_image=False``: each node's ID of ``image_ref`` is recorded (``image_id``),
     not compared (launch pushes next, and skips the nodes whose ID is the local one).
+    ``master_port_mode`` (:attr:`NodeCheck.master_port_mode`): "choose" (a busy master port
+    is no problem: the master's ``listening_ports`` are recorded for the caller to choose
+    from), "pinned" (a busy one is a problem naming who holds it), None (a problem).
     """
+    if master_port_mode not in (None, "choose", "pinned"):
+        raise ValueError(f"master_port_mode {master_port_mode!r}: None, 'choose' or 'pinned'")
     inventory = cluster.inventory
     master = inventory.nodes[0].name
     port = getattr(inventory, "master_port", None) if check_master_port else None
@@ -742,13 +800,14 @@ def run_preflight(cluster: Cluster, *, devices: Iterable[str] | None = None,
         extra = [*(devices or []), *(devices_for(conn.node) if devices_for else [])]
         return check_node(conn, devices=extra, required_bytes=required_bytes,
                           master_port=port if conn.name == master else None,
-                          expected_arch=expected_arch, image_ref=image_ref, timeout=timeout)
+                          expected_arch=expected_arch, image_ref=image_ref, timeout=timeout,
+                          master_port_mode=master_port_mode)
 
     if tree.enabled(cluster):
         results = _preflight_through_tree(
             cluster, nodes, lambda node: [*(devices or []), *(devices_for(node) if devices_for else [])],
             required_bytes=required_bytes, master=master, port=port, expected_arch=expected_arch,
-            image_ref=image_ref, timeout=timeout)
+            image_ref=image_ref, timeout=timeout, master_port_mode=master_port_mode)
     else:
         results = cluster.map(one, nodes)
     checks = []
@@ -772,7 +831,8 @@ class _Later:
 
 
 def _preflight_through_tree(cluster: Cluster, nodes, devices_of, *, required_bytes, master, port,
-                            expected_arch, image_ref, timeout) -> dict[str, NodeCheck | NodeError]:
+                            expected_arch, image_ref, timeout,
+                            master_port_mode: str | None = None) -> dict[str, NodeCheck | NodeError]:
     """run_preflight's checks with both scripts of every node run through the tree
     (:mod:`clusterctl.cluster.transport.tree`: one connection from here).  The clock's
     window is the whole tree call's, so its uncertainty is wider than a node's own channel."""
@@ -783,7 +843,7 @@ def _preflight_through_tree(cluster: Cluster, nodes, devices_of, *, required_byt
     token = uuid.uuid4().hex   # one for every node: its patterns are compiled once
     for node in targets:
         result = _new_check(node, devices_of(node), required_bytes,
-                            port if node.name == master else None, expected_arch)
+                            port if node.name == master else None, expected_arch, master_port_mode)
         scripts = _Replay.scripts(node, devices=result.devices, ports=result.master_port is not None,
                                   image_ref=image_ref)
         prepared[node.name] = (result, token, scripts)

@@ -509,7 +509,8 @@ class _Spec(BaseModel):
     master_port: int | None = Field(None, ge=1, le=65535, description=(
         "The port rank 0 listens on for this job, when its workload fixes one: wins over the "
         "inventory's `master_port`; `MASTER_PORT` in the inventory's env or `--set "
-        "MASTER_PORT=...` win over it. Not set: the inventory's."))
+        "MASTER_PORT=...` win over it; a pinned port must be free on the master. Not set: "
+        "the inventory's, or when that is the default, the first free from 29500 up."))
     max_workdir_size: str | int | None = Field(None, description=(
         "The most the shipped workdir may hold; a bigger one is refused naming its largest "
         "files. Default 100MiB."),

@@ -118,12 +118,41 @@ def _ipv4(text: str) -> bool:
         return False
 
 
-def with_job_port(job, inventory):
-    """The inventory with the job's ``master_port`` when it sets one (the port preflight checks
-    free on the master and the plan gives rank 0), else the inventory as it is."""
-    if job.master_port is None or job.master_port == inventory.master_port:
+def with_job_port(job, inventory, overrides: Mapping[str, str] | None = None):
+    """The inventory with the master port the user pinned (:func:`clusterctl.run.plan.pinned_master_port`:
+    ``--set MASTER_PORT``, the master's inventory env, the job's) as its ``master_port`` (the
+    port preflight checks free on the master and the plan gives rank 0), else the inventory
+    as it is (launch then chooses a free port from it up: :func:`master_port`)."""
+    pinned = plan.pinned_master_port(job, inventory, overrides)
+    if pinned is None or pinned.port == inventory.master_port:
         return inventory
-    return replace(inventory, master_port=job.master_port)
+    return replace(inventory, master_port=pinned.port)
+
+
+def master_port(run_id: str, inventory, master_addr: str, pinned: plan.PinnedPort | None,
+                listening: Sequence[int], *, note: Callable[[str], None] = lambda _text: None) -> int:
+    """The attempt's master port, taken under the runs directory's port lock
+    (:func:`clusterctl.run.records.take_master_port`): the pinned one unless a run of this
+    runs directory holds it (UserError naming that run and its user); else the first port
+    from the inventory's up that nothing listens on (``listening``: the master's ports, as
+    preflight read them) and no run holds (``note`` hears why, when it is not the first)."""
+    node, first = inventory.master.name, inventory.master_port
+    seen: dict[int, records.Holder] = {}
+
+    def choose(held: Mapping[int, records.Holder]) -> int:
+        seen.update(held)
+        if pinned is not None:
+            if pinned.port in held:
+                raise UserError(records.held_message(pinned.port, node, held[pinned.port], pinned.where))
+            return pinned.port
+        return plan.choose_master_port(first, listening, {p: h.words() for p, h in held.items()},
+                                       where=node)
+
+    port = records.take_master_port(run_id, master_addr, choose, on_wait=note)
+    if pinned is None and port != first:
+        why = f"held by {seen[first].words()}" if first in seen else "in use there"
+        note(f"master port {port} on {node}: {first} is {why}")
+    return port
 
 
 def hang_timeout_of(job, given: float | None) -> float | None:
@@ -152,7 +181,7 @@ def dry_run(job, inventory, *, run_id: str | None = None, image: str | None = No
     With a workdir, the snapshot is taken (the same refusals as launch's) and handed to
     ``on_code``; each node's copy is shown at its ``code_dir`` (unexpanded)."""
     run_id = records.check_run_id(run_id) if run_id else records.new_run_id(job.name)
-    inventory = with_job_port(job, inventory)
+    inventory = with_job_port(job, inventory, overrides)
     code = None
     if job.workdir is not None:
         snap = code_snapshot.take(job.workdir, limit_bytes=job.max_workdir_size
@@ -172,11 +201,14 @@ def dry_run(job, inventory, *, run_id: str | None = None, image: str | None = No
 
 def preflight(cluster: Cluster, devices: Mapping[str, Sequence[str]], *,
               image_ref: str | None = None, compare_image: bool = True,
-              on_warning: Callable[[str, str], None] | None = None
-              ) -> tuple[dict[str, str], list[str], dict[str, str | None]]:
+              on_warning: Callable[[str, str], None] | None = None,
+              choose_port: bool = False
+              ) -> tuple[dict[str, str], list[str], dict[str, str | None], list[int]]:
     """Check every node before anything starts; returns the interface found per node,
-    the nodes that have Docker's init binary (their containers get ``--init``) and each
-    node's ID of ``image_ref`` (None: the node lacks it, or no ``image_ref``).
+    the nodes that have Docker's init binary (their containers get ``--init``), each
+    node's ID of ``image_ref`` (None: the node lacks it, or no ``image_ref``) and the ports
+    something listens on on the master (``choose_port``: a busy master port is no problem,
+    the caller chooses another from these; else it is one, naming who holds it).
 
     SSH, docker, arch, disk, the devices each node's container will get
     (``devices``: node -> ``--device`` specs, :func:`clusterctl.run.plan.node_devices` and
@@ -189,14 +221,16 @@ def preflight(cluster: Cluster, devices: Mapping[str, Sequence[str]], *,
     host_paths = {node: [d.split(":", 1)[0] for d in specs] for node, specs in devices.items()}
     checks = pf.run_preflight(cluster, devices_for=lambda node: host_paths.get(node.name, []),
                               check_master_port=True, image_ref=image_ref,
-                              compare_image=compare_image)
+                              compare_image=compare_image,
+                              master_port_mode="choose" if choose_port else "pinned")
     if any(c.problems for c in checks):
         raise PreflightFailed(checks)
     for c in checks:
         for warning in c.warnings:
             if on_warning is not None:
                 on_warning(c.node, warning)
-    return pf.interfaces(checks), pf.init_nodes(checks), {c.node: c.image_id for c in checks}
+    return (pf.interfaces(checks), pf.init_nodes(checks), {c.node: c.image_id for c in checks},
+            checks[0].listening_ports or [])
 
 
 # --------------------------------------------------------------------------- start
@@ -393,7 +427,7 @@ def launch(job, inventory, *, image: str | None = None, overrides: Mapping[str, 
     if policy.recovers:         # a lost node is noticed within seconds (issue 22: <= 10 s)
         settings = replace(settings, **RECOVERY_PROBES)
     run_id = resume.run_id if resume is not None else _fresh_run_id(run_id, job)
-    inventory = with_job_port(job, inventory)
+    inventory = with_job_port(job, inventory, overrides)
     try:
         if resume is not None:
             nodes_now, spares = resumed_nodes(resume), list(resume.spares)
@@ -508,6 +542,8 @@ def _adopted(run: _Run, record: records.RunRecord):
     """The open cluster and the plans (names, ranks, secrets to mask) of a running attempt
     taken over; its logs are rewritten whole from the containers while they are followed."""
     inv = attempt_inventory(run.inventory, [n.node for n in record.nodes])
+    if record.master_port:     # the port the attempt was given (its env, as it runs)
+        inv = replace(inv, master_port=record.master_port)
     cluster = Cluster(inv, accept_new_host_keys=run.accept_new_host_keys).__enter__()
     plans = plan.make_plan(run.job, inv, run_id=run.run_id, image=run.image, overrides=run.overrides,
                            extra_docker_args=watchdog_options(run.hang), **local_facts(inv),
@@ -644,6 +680,12 @@ def _check_and_plan(run: _Run, cluster: Cluster) -> list[plan.NodePlan]:
     and the image pushed where it is missing."""
     job, inv = run.job, cluster.inventory
     extra = plan.job_devices(job)
+    facts = local_facts(inv)
+    pinned = plan.pinned_master_port(job, inv, run.overrides)
+    if pinned is not None:      # a run of this runs directory holds it: say which, before any check
+        held = records.port_holders(facts["master_addr"], skip_run=run.run_id).get(pinned.port)
+        if held is not None:
+            raise UserError(records.held_message(pinned.port, inv.master.name, held, pinned.where))
     warm = bool(run.attempt == 0 and run.policy.recovers and run.spares)
     # the code travels while preflight checks the nodes (a copy on a node is a cache:
     # when preflight fails, nothing was started all the same)
@@ -653,16 +695,18 @@ def _check_and_plan(run: _Run, cluster: Cluster) -> list[plan.NodePlan]:
         warming = pool.submit(_spares_code, run) if warm and run.workspace else None
         # with push, preflight's docker channel also reads each node's ID of the image, so
         # push skips the nodes that have it without a channel of its own (issue 12)
-        interfaces, init_nodes, node_ids = preflight(
+        interfaces, init_nodes, node_ids, listening = preflight(
             cluster, {n.name: [*plan.node_devices(job, n), *extra] for n in inv.nodes},
-            image_ref=run.ref, compare_image=not run.push, on_warning=run.on_warning)
+            image_ref=run.ref, compare_image=not run.push, on_warning=run.on_warning,
+            choose_port=pinned is None)
         code, sent = shipping.result() if shipping is not None else (None, {})
         if warming is not None:
             warming.result()
     run.mark("checked")
     if run.attempt == 0:
         run.sent = sent
-    facts = local_facts(inv)
+    port = master_port(run.run_id, inv, facts["master_addr"], pinned, listening, note=run.note)
+    inv = replace(inv, master_port=port)
     plans = plan.make_plan(job, inv, run_id=run.run_id, image=run.image, interfaces=interfaces,
                            overrides=run.overrides, extra_docker_args=watchdog_options(run.hang),
                            init_nodes=init_nodes, code=code, **facts,
@@ -755,7 +799,7 @@ def _record_attempt(run: _Run, plans: Sequence[plan.NodePlan], *, detach: bool, 
         record.supervised = run.supervised
         record.checkpoint_start = run.marks[0] if run.marks else None
     else:
-        record.nodes, record.master_addr = fresh.nodes, fresh.master_addr
+        record.nodes, record.master_addr, record.master_port = fresh.nodes, fresh.master_addr, fresh.master_port
         record.state, record.exit_code, record.finished, record.first_failure = "starting", None, None, None
     record.attempt = run.attempt
     record.excluded = dict(run.excluded)

@@ -116,8 +116,9 @@ INTERFACE_ENV: tuple[str, ...] = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")
 CONTAINER_ENV: dict[str, str] = {
     "MASTER_ADDR": "The master's (rank 0's) address as the other nodes reach it: its "
                    "inventory host, an ~/.ssh/config alias resolved to its HostName.",
-    "MASTER_PORT": "The port the master listens on for torch.distributed: the inventory's "
-                   "master_port (default 29500).",
+    "MASTER_PORT": "The port the master listens on for torch.distributed: the job's or the "
+                   "inventory's master_port when one is set, else the first port from 29500 up "
+                   "that is free on the master and held by no other run.",
     "NODE_RANK": "This node's rank: 0 for the master, then the inventory's file order.",
     "NNODES": "The number of nodes of the run.",
     "NPROC_PER_NODE": "The processes this node starts: the job's nproc_per_node, or the "
@@ -237,6 +238,65 @@ def container_name(run_id: str, node: str, attempt: int = 0) -> str:
     """``<run_id>-<node>`` (``<run_id>-<node>-a<K>`` for attempt K > 0) with characters docker
     refuses in names replaced by ``-``."""
     return _CONTAINER_UNSAFE.sub("-", f"{run_id}-{node}" + (f"-a{attempt}" if attempt else ""))
+
+
+# --------------------------------------------------------------------------- the master port
+
+#: How many ports from the default master port up launch tries (29500-29599).
+MASTER_PORT_SPAN = 100
+
+
+@dataclass(frozen=True)
+class PinnedPort:
+    """A master port the user fixed, and where (for messages)."""
+
+    port: int
+    where: str
+
+
+def pinned_master_port(job: Job, inventory, overrides: Mapping[str, str] | None = None
+                       ) -> PinnedPort | None:
+    """The master port the user fixed, by precedence: ``--set MASTER_PORT``, the master's
+    inventory env, the job's env (a number), the job's ``master_port``, the inventory's
+    ``master_port`` when it is not the default (29500).  None: nothing fixes it, and launch
+    takes the first free port from the inventory's up (:func:`choose_master_port`).
+    UserError naming where, for a value that is not a port.  Pure."""
+    from clusterctl.cluster.inventory.model import DEFAULT_MASTER_PORT
+
+    _params, env_sets = split_sets(job, overrides or {})
+    master = inventory.master
+    job_env = job.env.get("MASTER_PORT")
+    given = [("--set MASTER_PORT", env_sets.get("MASTER_PORT")),
+             (f"MASTER_PORT in the inventory env of {master.name}", master.env.get("MASTER_PORT")),
+             ("MASTER_PORT in the job's env", job_env if job_env and not placeholders(job_env) else None),
+             ("the job's master_port", job.master_port)]
+    for where, value in given:
+        if value is None:
+            continue
+        text = str(value).strip()
+        if not text.isdigit() or not 1 <= int(text) <= 65535:
+            raise UserError(f"{where} = {escaped(str(value))!r} is not a port; valid: a whole number "
+                            "from 1 to 65535 (or leave it out: launch picks a free one from "
+                            f"{DEFAULT_MASTER_PORT} up).")
+        return PinnedPort(int(text), where)
+    if inventory.master_port != DEFAULT_MASTER_PORT:
+        return PinnedPort(inventory.master_port, f"master_port in {inventory.path}")
+    return None
+
+
+def choose_master_port(first: int, busy: Iterable[int], held: Mapping[int, str], *,
+                       span: int = MASTER_PORT_SPAN, where: str = "the master") -> int:
+    """The first port from ``first`` up (``span`` of them) that nothing listens on
+    (``busy``: the master's listening ports) and no run holds (``held``: port -> that run,
+    in words).  UserError naming the range when every one is taken.  Pure."""
+    taken = set(busy) | set(held)
+    last = min(first + span, 65536) - 1
+    for port in range(first, last + 1):
+        if port not in taken:
+            return port
+    raise UserError(f"no free master port on {where}: {first}-{last} are all in use or held by "
+                    "runs; stop a run (`clusterctl runs` lists them) or pin a port outside that "
+                    "range (--set MASTER_PORT=PORT, or master_port in the job or inventory).")
 
 
 # --------------------------------------------------------------------------- planning

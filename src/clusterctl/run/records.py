@@ -15,7 +15,16 @@ Besides the record itself (:class:`RunRecord`, :func:`load`, :func:`resolve`,
 The ``docker`` commands themselves live in :mod:`clusterctl.cluster.containers`.
 
 run.json is rewritten atomically (temp file + rename) so a reader never sees a
-half-written record, even while ``launch`` is still updating it.
+half-written record, even while ``launch`` is still updating it; a new record is
+created exclusively (a hard link of the temp file), so two launches that draw the same
+run id never share a directory: the second is refused before anything starts.
+
+Who: each record names the user who launched it (:func:`current_user`, in ``user``);
+:func:`resolve` without a run id finds the current user's newest run, :func:`others_run`
+names the owner of a run that is not the current user's.  Ports: :func:`take_master_port` gives a launch its master port
+under a lock of the runs directory (``runs/.ports/``), after looking at the ports the
+runs there hold (:func:`port_holders`: live runs' records and the claims of launches
+whose record is not written yet), so two launches at once never get the same one.
 """
 
 from __future__ import annotations
@@ -28,15 +37,17 @@ import secrets
 import signal
 import socket
 import tempfile
-from datetime import datetime, timezone
+from collections.abc import Callable, Mapping
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field, PrivateAttr, ValidationError
 
 from clusterctl.cluster.containers import ContainerState, find_containers
 from clusterctl.core import exitcodes
 from clusterctl.core.deadline import bounded
 from clusterctl.core.errors import UserError, did_you_mean
+from clusterctl.core.files import one_at_a_time, write_atomic
 from clusterctl.core.paths import runs_dir
 
 RECORD_NAME = "run.json"
@@ -94,13 +105,18 @@ def describe_exit(code: int | None) -> str:
     return f"exit {code}"
 
 
+def current_user() -> str:
+    """The user running clusterctl: ``LOGNAME``, ``USER`` (as ``getpass.getuser``), else the
+    password database's name of the uid, else the uid."""
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return str(os.getuid())
+
+
 def who() -> str:
     """Who is asking, for the record: ``user@host``."""
-    try:
-        user = getpass.getuser()
-    except (KeyError, OSError):
-        user = str(os.getuid())
-    return f"{user}@{socket.gethostname()}"
+    return f"{current_user()}@{socket.gethostname()}"
 
 
 class Launcher(BaseModel):
@@ -246,6 +262,11 @@ class RunRecord(BaseModel):
     supervised: bool = False   # followed by a supervisor of its own (launch --detach with restarts/hangs)
     next_nodes: list[str] = Field(default_factory=list)   # while restarting: the next attempt's nodes
     checkpoint_start: str | None = None    # the checkpoint directory's newest file when the run began
+    user: str = ""   # who launched it (current_user() of the first save; "": an older record)
+
+    # False for a record made here and not saved yet: its first save creates run.json
+    # exclusively (True: read from disk, or saved once already)
+    _on_disk: bool = PrivateAttr(default=False)
 
     @property
     def dir(self) -> Path:
@@ -283,20 +304,48 @@ class RunRecord(BaseModel):
                         + ", ".join(map(str, have)))
 
     def save(self) -> Path:
-        """Write run.json atomically (a reader sees the old or the new record, never half)."""
+        """Write run.json atomically (a reader sees the old or the new record, never half).
+
+        The first save of a record made here (not read from disk) creates run.json
+        exclusively and records who launched it (``user``): when the run id is recorded
+        already (another launch drew it at the same moment), UserError, and the other's
+        record is left as it was."""
         d = self.dir
         d.mkdir(parents=True, exist_ok=True)
         target = d / RECORD_NAME
+        new = not self._on_disk
+        if new and not self.user:
+            self.user = current_user()
         fd, tmp = tempfile.mkstemp(prefix=".run.", suffix=".json", dir=d)
         try:
             with os.fdopen(fd, "w") as f:
                 f.write(self.model_dump_json(indent=2))
                 f.write("\n")
-            os.replace(tmp, target)
-        except BaseException:
+            if new:
+                _create_exclusively(tmp, target, self.run_id)
+            else:
+                os.replace(tmp, target)
+        finally:
             Path(tmp).unlink(missing_ok=True)
-            raise
+        self._on_disk = True
         return target
+
+
+def _create_exclusively(tmp: str, target: Path, run_id: str) -> None:
+    """``tmp``'s content as ``target``, only when ``target`` does not exist (a hard link:
+    atomic and exclusive); UserError naming the run id when it does."""
+    try:
+        try:
+            os.link(tmp, target)
+        except FileExistsError:
+            raise
+        except OSError:     # a file system without hard links: O_EXCL claims the name first
+            os.close(os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+            os.replace(tmp, target)
+    except FileExistsError:
+        raise UserError(f"run id {run_id!r} is already recorded in {target.parent} (another launch "
+                        "took it at the same moment?); nothing was started: choose another "
+                        "--run-id, or leave it out for a new one.") from None
 
 
 def run_path(run_id: str) -> Path:
@@ -315,10 +364,16 @@ def load(run_id: str) -> RunRecord:
             "runs recorded there; CLUSTERCTL_RUNS points to another runs directory."
         )
     try:
-        return RunRecord.model_validate_json(path.read_text())
+        return _read(path)
     except (ValidationError, ValueError) as e:
         raise UserError(f"{path} is not a valid run record ({_first_error(e)}); "
                         "it was edited or written by another version.") from None
+
+
+def _read(path: Path) -> RunRecord:
+    record = RunRecord.model_validate_json(path.read_text())
+    record._on_disk = True
+    return record
 
 
 def _first_error(e: Exception) -> str:
@@ -337,15 +392,17 @@ def list_runs() -> list[RunRecord]:
     found: list[RunRecord] = []
     for path in root.glob(f"*/{RECORD_NAME}"):
         try:
-            found.append(RunRecord.model_validate_json(path.read_text()))
+            found.append(_read(path))
         except (ValidationError, ValueError, OSError):
             continue  # a foreign or damaged directory is not a run; `runs` skips it
     found.sort(key=lambda r: (r.started, r.run_id), reverse=True)
     return found
 
 
-def resolve(run_id: str | None) -> RunRecord:
-    """``run_id``'s record, or the newest run's when None."""
+def resolve(run_id: str | None, *, user: str | None = None) -> RunRecord:
+    """``run_id``'s record (whoever's), or when None the newest run of ``user`` (default:
+    :func:`current_user`; a record older than the ``user`` field counts as anyone's).
+    UserError when there is none, naming the newest run of another user if there is one."""
     if run_id:
         return load(run_id)
     all_runs = list_runs()
@@ -354,7 +411,29 @@ def resolve(run_id: str | None) -> RunRecord:
             f"no runs recorded in {runs_dir().resolve()} yet; start one with "
             "`clusterctl launch JOB --nodes INVENTORY` (CLUSTERCTL_RUNS points elsewhere)."
         )
-    return all_runs[0]
+    user = user or current_user()
+    for r in all_runs:
+        if owned_by(r, user):
+            return r
+    other = all_runs[0]
+    raise UserError(
+        f"no runs of user {user} in {runs_dir().resolve()}; without RUN only your own runs are "
+        f"meant. The newest is {other.run_id} of user {other.user}: name it (e.g. `clusterctl "
+        f"status {other.run_id}`); `clusterctl runs` lists them all."
+    )
+
+
+def owned_by(record: RunRecord, user: str) -> bool:
+    """Whether ``record`` is ``user``'s run (an older record names nobody: anyone's)."""
+    return not record.user or record.user == user
+
+
+def others_run(record: RunRecord, user: str | None = None) -> str | None:
+    """The owner of ``record`` when it is not ``user``'s (default: the current user's) run,
+    else None: what ``logs``/``status`` name in a header and ``stop`` refuses without
+    ``--any-user``."""
+    user = user or current_user()
+    return None if owned_by(record, user) else record.user
 
 
 def summary_rows(records: list[RunRecord]) -> list[list[str]]:
@@ -363,7 +442,7 @@ def summary_rows(records: list[RunRecord]) -> list[list[str]]:
     for r in records:
         state = r.state + (f" ({len(r.attempts)} attempts)" if len(r.attempts) > 1 else "")
         rows.append([
-            r.run_id, r.job, code_words(r.code), str(len(r.nodes)), state,
+            r.run_id, r.user, r.job, code_words(r.code), str(len(r.nodes)), state,
             "" if r.exit_code is None else str(r.exit_code),
             _short_time(r.started), _short_time(r.finished),
             _why(r),
@@ -419,6 +498,123 @@ def _short_time(t: datetime | None) -> str:
 
 def dump(record: RunRecord) -> str:
     return json.dumps(json.loads(record.model_dump_json()), indent=2)
+
+
+# --- master ports: which runs hold which, one launch choosing at a time -------------------
+
+#: Record states of a run whose master port is (or is about to be) taken on its master.
+LIVE_STATES = ("starting", "running", "restarting")
+#: runs/.ports/: the lock launches choose their master port under, and their claims.
+PORTS_DIR = ".ports"
+#: A claim whose launch cannot be checked (another host) counts this long at most.
+CLAIM_TTL = timedelta(hours=12)
+
+
+class PortClaim(BaseModel):
+    """``runs/.ports/<run-id>.json``: the master port a launch took, from the moment it chose
+    it until its record says so (and while that launch lives)."""
+
+    run_id: str
+    user: str
+    master_addr: str
+    port: int
+    time: datetime = Field(default_factory=utcnow)
+    launcher: Launcher
+
+
+class Holder(BaseModel):
+    """A run that holds a master port."""
+
+    run_id: str
+    user: str = ""
+    state: str = ""
+
+    def words(self) -> str:
+        return f"run {self.run_id} of user {self.user or 'unknown'}" + (
+            f" ({self.state})" if self.state else "")
+
+
+def _claims_dir() -> Path:
+    return runs_dir() / PORTS_DIR
+
+
+def _claim_live(claim: PortClaim, recorded: Mapping[str, RunRecord]) -> bool:
+    """A claim counts while its launch lives (or, from another host, for CLAIM_TTL), and once
+    its run is recorded only while that record says the run goes on."""
+    gone = launcher_gone(claim.launcher)
+    if not (gone is False or (gone is None and utcnow() - claim.time < CLAIM_TTL)):
+        return False
+    record = recorded.get(claim.run_id)
+    return record is None or record.state in LIVE_STATES
+
+
+def _claims(recorded: Mapping[str, RunRecord]) -> list[tuple[Path, PortClaim | None, bool]]:
+    """Every claim file: (path, the claim or None when unreadable, whether it counts)."""
+    d = _claims_dir()
+    found = []
+    for path in sorted(d.glob("*.json")) if d.is_dir() else []:
+        try:
+            claim = PortClaim.model_validate_json(path.read_text())
+        except (ValidationError, ValueError, OSError):
+            found.append((path, None, False))
+            continue
+        found.append((path, claim, _claim_live(claim, recorded)))
+    return found
+
+
+def port_holders(master_addr: str, *, skip_run: str | None = None) -> dict[int, Holder]:
+    """port -> the run of this runs directory that holds it on the master ``master_addr``:
+    a run whose record says starting, running or restarting (not one whose launch died),
+    or a launch that claimed the port and has not recorded it yet.  ``skip_run``: a run
+    whose own ports do not count (its next attempt may take them again)."""
+    return _holders(master_addr, skip_run, _recorded())[0]
+
+
+def _recorded() -> dict[str, RunRecord]:
+    return {r.run_id: r for r in list_runs()}
+
+
+def _holders(master_addr: str, skip_run: str | None, recorded: Mapping[str, RunRecord]
+             ) -> tuple[dict[int, Holder], list[Path]]:
+    """port_holders, and the claim files that no longer count (to remove)."""
+    held: dict[int, Holder] = {}
+    for r in recorded.values():
+        if (r.run_id != skip_run and r.master_port and r.master_addr == master_addr
+                and r.state in LIVE_STATES and not launcher_died(r)):
+            held.setdefault(r.master_port, Holder(run_id=r.run_id, user=r.user, state=r.state))
+    stale = []
+    for path, claim, live in _claims(recorded):
+        if not live:
+            stale.append(path)
+        elif claim.run_id != skip_run and claim.master_addr == master_addr:
+            held.setdefault(claim.port, Holder(run_id=claim.run_id, user=claim.user,
+                                               state=getattr(recorded.get(claim.run_id), "state", "starting")))
+    return held, stale
+
+
+def held_message(port: int, node: str, holder: Holder, where: str = "") -> str:
+    """``port 29500 on node1 is held by run X of user alice (running)``, with what to do."""
+    return (f"port {port} on {node}{f' ({where})' if where else ''} is held by {holder.words()}; "
+            "nothing was started. Leave the port unpinned (launch then picks a free one), pin "
+            f"another, or wait for that run (`clusterctl status {holder.run_id}`).")
+
+
+def take_master_port(run_id: str, master_addr: str, choose: Callable[[Mapping[int, Holder]], int],
+                     *, on_wait: Callable[[str], None] = lambda _text: None) -> int:
+    """The master port of ``run_id``'s attempt on ``master_addr``: ``choose(holders)`` (which
+    may raise UserError) with the ports other runs hold (:func:`port_holders`), under the
+    runs directory's port lock, and claimed there before the lock is let go, so a launch
+    choosing at the same moment sees it.  Stale claims (their launch ended) are removed."""
+    d = _claims_dir()
+    with one_at_a_time(d / "lock", on_wait, "launch choosing its master port"):
+        held, stale = _holders(master_addr, run_id, _recorded())
+        port = choose(held)
+        for path in stale:
+            path.unlink(missing_ok=True)
+        claim = PortClaim(run_id=run_id, user=current_user(), master_addr=master_addr, port=port,
+                          launcher=this_launcher())
+        write_atomic(d / f"{run_id}.json", claim.model_dump_json(indent=2) + "\n")
+    return port
 
 
 # --- what a record implies about the nodes ---------------------------------------------------

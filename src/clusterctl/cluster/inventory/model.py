@@ -260,7 +260,9 @@ class InventoryFile(BaseModel):
 
     master_port: Port = Field(DEFAULT_MASTER_PORT, description=(
         "The TCP port the master (rank 0) listens on for torch.distributed: `MASTER_PORT` in "
-        "every container."))
+        "every container. Left at 29500: launch takes the first port from 29500 up that is "
+        "free on the master and held by no other run of this machine; any other value pins "
+        "it (a busy pinned port is refused, naming who holds it)."))
     ssh: SSHSettings = Field(default_factory=SSHSettings, description=(
         "How clusterctl reaches the nodes over SSH."))
     registry: str | None = Field(None, description=(
