@@ -1,0 +1,77 @@
+"""The launch's head cost at 256 and 1,000 nodes, modelled from measured per-node costs.
+
+Reads a launch benchmark's JSON (``docs/benchmarks/data/launch-tree.json`` by default:
+benchmarks/launch.py's figures at 1, 4, 8 and 16 sandbox nodes) and fits, per design,
+``cost(n) = fixed + per_node * n`` by least squares to the head's CPU seconds of the
+launch itself (``host_cpu``) and, where measured, of the whole clusterctl process; then
+prints the fit, its worst error on the measured points, and the projection to 32, 256 and
+1,000 nodes with the ratio to one node.  Pure arithmetic over measured figures: it says
+where the per-node costs lead, not what a real 1,000-node cluster would measure (whose
+nodes do not share this machine's two cores, and whose links are not a bridge).
+
+    .venv/bin/python benchmarks/launch_model.py [--json FILE] [--nodes 32,256,1000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+DATA = Path(__file__).resolve().parent.parent / "docs" / "benchmarks" / "data" / "launch-tree.json"
+
+
+def fit(points: list[tuple[int, float]]) -> tuple[float, float]:
+    """(fixed, per_node) of the least-squares line through ``points`` (n, seconds)."""
+    n = len(points)
+    if n == 1:
+        return points[0][1], 0.0
+    mx = sum(x for x, _ in points) / n
+    my = sum(y for _, y in points) / n
+    sxx = sum((x - mx) ** 2 for x, _ in points)
+    per = sum((x - mx) * (y - my) for x, y in points) / sxx if sxx else 0.0
+    return my - per * mx, per
+
+
+def model(doc: dict, targets: list[int]) -> list[dict]:
+    """One row per design and measure: the fit, its worst error, the projections."""
+    series: dict[tuple[str, str], list[tuple[int, float]]] = {}
+    for r in doc.get("launch", []):
+        if r.get("host_cpu") is not None:
+            series.setdefault((r["design"], "launch host CPU s"), []).append((r["nodes"], r["host_cpu"]))
+    for r in doc.get("process", []):
+        if r.get("cpu") is not None:
+            series.setdefault((r["design"], "whole process CPU s"), []).append((r["nodes"], r["cpu"]))
+    rows = []
+    for (design, what), pts in sorted(series.items()):
+        if len({x for x, _ in pts}) < 2:
+            continue
+        fixed, per = fit(pts)
+        one = fixed + per
+        worst = max(abs(fixed + per * x - y) for x, y in pts)
+        rows.append({"design": design, "measure": what, "fixed": fixed, "per_node": per,
+                     "measured": sorted(pts), "worst_error": worst,
+                     "projected": {n: fixed + per * n for n in targets},
+                     "ratio": {n: (fixed + per * n) / one for n in targets}})
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--json", type=Path, default=DATA)
+    p.add_argument("--nodes", default="32,256,1000")
+    args = p.parse_args(argv)
+    targets = [int(x) for x in args.nodes.split(",")]
+    doc = json.loads(args.json.read_text())
+    print(f"model of {args.json.name}: cost(n) = fixed + per_node * n (least squares)")
+    head = "".join(f" {n:>9} (x1)" for n in targets)
+    print(f"{'design':<11} {'measure':<20} {'fixed':>7} {'per node':>9} {'worst err':>9}{head}")
+    for r in model(doc, targets):
+        proj = "".join(f" {r['projected'][n]:>9.2f} ({r['ratio'][n]:.1f}x)" for n in targets)
+        print(f"{r['design']:<11} {r['measure']:<20} {r['fixed']:>7.3f} {r['per_node']:>9.4f} "
+              f"{r['worst_error']:>9.3f}{proj}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

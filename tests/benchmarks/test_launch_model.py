@@ -1,0 +1,29 @@
+"""benchmarks/launch_model.py: the least-squares model of the launch's head cost (pure)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+spec = importlib.util.spec_from_file_location("launch_model", ROOT / "benchmarks" / "launch_model.py")
+launch_model = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(launch_model)
+
+
+def test_a_line_is_fitted_exactly_and_projected():
+    fixed, per = launch_model.fit([(1, 0.03), (4, 0.06), (16, 0.18)])
+    assert round(fixed, 6) == 0.02 and round(per, 6) == 0.01
+    doc = {"launch": [{"nodes": n, "design": "d", "host_cpu": 0.02 + 0.01 * n} for n in (1, 4, 16)]}
+    [row] = launch_model.model(doc, [1000])
+    assert round(row["projected"][1000], 6) == 10.02 and round(row["ratio"][1000], 3) == round(10.02 / 0.03, 3)
+
+
+def test_the_published_data_is_modelled_within_its_own_scatter():
+    doc = json.loads((ROOT / "docs" / "benchmarks" / "data" / "launch-tree.json").read_text())
+    rows = {(r["design"], r["measure"]): r for r in launch_model.model(doc, [256, 1000])}
+    direct = rows[("direct", "launch host CPU s")]
+    assert direct["worst_error"] < 0.02 and 0.01 < direct["per_node"] < 0.02
+    # the tree with the nodes' own key costs the head a small fraction per node of direct's
+    assert rows[("tree-key", "launch host CPU s")]["per_node"] < direct["per_node"] / 10
