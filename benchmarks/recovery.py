@@ -656,8 +656,21 @@ def goal_rows(rows: list[dict]) -> list[dict]:
     return goals
 
 
+def kept_runs(prior: dict, faults: list[str], nodes: list[int]) -> list[dict]:
+    """``--merge FILE``: the runs of FILE that this run does not measure again (another
+    fault, or another node count).  Pure."""
+    return [r for r in prior.get("runs", []) if r["fault"] not in faults or r["nodes"] not in nodes]
+
+
 def json_document(runs: list[dict], args: argparse.Namespace, extra: dict, command: str,
                   conditions: dict) -> dict:
+    if getattr(args, "merge", None) is not None:
+        prior = json.loads(args.merge.read_text())
+        kept = kept_runs(prior, args.faults, args.nodes)
+        runs = [*kept, *runs]
+        merged = (f"{len(kept)} run(s) of other faults or node counts kept from {args.merge.name} "
+                  f"({prior.get('conditions', {}).get('date', '?')}: {prior.get('command', '?')})")
+        extra = {**extra, "note": "; ".join(t for t in (extra.get("note"), merged) if t)}
     prog = program_rows([r for r in runs if r["way"] == "recovery"])
     program = {p["nodes"]: p["median"] for p in prog}
     rows = summary_rows(runs, program)
@@ -861,6 +874,9 @@ def parser() -> argparse.ArgumentParser:
                    help="write every run, the summary and the run's conditions as JSON (benchmarks/plot.py)")
     p.add_argument("--plot", default=None, metavar="FILE.png",
                    help="draw the phases of each fault's restart (benchmarks/plot.py)")
+    p.add_argument("--merge", default=None, type=Path, metavar="FILE.json",
+                   help="keep FILE's runs of the faults and node counts not measured now (to "
+                        "measure one fault again without the others)")
     return p
 
 
