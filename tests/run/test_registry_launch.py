@@ -64,7 +64,11 @@ def test_push_and_launch_go_through_the_registry_by_digest(reg_sandbox, base_ima
     config.mkdir()
     monkeypatch.setenv("DOCKER_CONFIG", str(config))
 
-    # not logged in: the registry refuses the head's push, clearly, exit 2, nothing tagged
+    # not logged in: the registry refuses the head's push, clearly, exit 2, and the tag the
+    # push added is gone again (one of an earlier session's push to this address first)
+    for tag in docker_client.images.get(base_image).tags:
+        if tag.startswith(sb.registry + "/"):
+            docker_client.images.remove(tag, noprune=True)
     res = runner.invoke(app, ["push", base_image, "--nodes", str(cl.inventory_path)])
     assert res.exit_code == 2, res.output
     assert f"the registry {sb.registry} refused" in res.output and f"docker login {sb.registry}" in res.output
