@@ -19,7 +19,7 @@ INVENTORY ?= inventories/sandbox.yaml
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
 
-.PHONY: help setup venv image render demo demo-down test check docs docs-serve lint golden lock bench-plots bench-push bench-launch bench-validate bench-collective bench-scale bench-workdir bench-recovery clean
+.PHONY: help setup venv image render demo demo-down test check docs docs-serve lint golden lock bench-plots bench-push bench-launch bench-validate bench-collective bench-scale bench-workdir bench-recovery bench-registry clean
 
 help:
 	@echo "make demo        set up this machine, build the cpu image, start a $(NODES)-node sandbox, run ddp-smoke on it"
@@ -38,6 +38,7 @@ help:
 	@echo "make bench-scale [BENCH_ARGS=...]               a chatty job on 16 nodes: clusterctl's memory, every line counted (root)"
 	@echo "make bench-workdir [BENCH_ARGS=...]             a one-line edit to every rank: launch --workdir vs by hand vs rsync, 1/4/16 nodes (root)"
 	@echo "make bench-recovery [BENCH_ARGS=...]            fault -> every rank training again with launch --max-restarts, 4 and 8 nodes + a spare (root)"
+	@echo "make bench-registry [BENCH_ARGS=...]            the cpu image to 4/8 nodes: registry pulls vs relay vs push with a registry (root)"
 
 setup:
 	$(SUDO) env VENV=$(VENV) bash scripts/setup-host
@@ -139,6 +140,9 @@ bench-workdir: $(CLUSTERCTL)
 
 bench-recovery: $(CLUSTERCTL)
 	$(SUDO) $(VENV)/bin/python benchmarks/recovery.py $(BENCH_ARGS)
+
+bench-registry: $(CLUSTERCTL)
+	$(SUDO) $(VENV)/bin/python benchmarks/registry.py $(BENCH_ARGS)
 
 clean:
 	rm -rf dockerfiles/*/ .pytest_cache

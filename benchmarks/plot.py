@@ -11,7 +11,8 @@ Run on its own, this script draws every data file of ``docs/benchmarks/data/`` i
 
 A document (every shape)::
 
-    {"benchmark": "push" | "launch" | "collective" | "validate" | "scale" | "workdir" | "recovery",
+    {"benchmark": "push" | "launch" | "collective" | "validate" | "scale" | "workdir" | "recovery"
+                  | "registry",
      "schema": 1,
      "source": "where the figures come from, in words (a run of this script, or transcribed)",
      "command": "the command line that produced them",
@@ -166,6 +167,28 @@ SHAPES: dict[str, dict[str, tuple[str, ...]]] = {
         "program_start": ("nodes:int", "median:num", "worst?:num", "runs?:int"),
         # published figures of other tools, transcribed (not measured here)
         "peers": ("what:str", "seconds:num", "source?:str"),
+        "goals": ("what:str", "limit:num", "value?:num", "met?:bool"),
+    },
+    "registry": {
+        # S = image_mb (the engine's size), B = bytes_per_second, S/B = ideal_seconds;
+        # registry_mb: what the registry stores of it (gzip, as `docker push` sends it)
+        "conditions": ("bandwidth:str", "bytes_per_second:num", "image_mb:num", "ideal_seconds:num",
+                       "image?:str", "layers?:int", "registry_mb?:num", "layer_mb?:num",
+                       "repeat?:int", "sandbox_up_s?:num", "wall_min?:num", "note?:str"),
+        # way: pull (every node pulls from the registry) | relay (clusterctl push, no
+        # registry) | registry+relay (clusterctl push with a registry: the push to the registry
+        # on this machine, the layers by the relay, each node's pull by digest); case: cold |
+        # warm; seconds: until every node holds the image (by digest for pull, registry+relay);
+        # head_mb: MB that crossed the head's link (the bridge's tx); x_s: head bytes / S;
+        # t_over_ideal: seconds / (S/B); registry_s, relay_s, pull_s: its phases; wire: what the
+        # relay sent (zstd | none); cpu_busy: share of this machine's cores busy during the run
+        "rows": ("nodes:int", "way:str", "case:str", "seconds:num", "head_mb?:num", "x_s?:num",
+                 "t_over_ideal?:num", "registry_s?:num", "relay_s?:num", "pull_s?:num",
+                 "wire?:str", "cpu_busy?:num", "run?:int", "result?:str"),
+        # per node count and case, from the medians: "a/c seconds", "b/c seconds",
+        # "a/c head bytes", "b/c head bytes" (a = pull, b = relay, c = registry+relay)
+        "ratios": ("nodes:int", "case:str", "what:str", "value:num"),
+        # the issue's goal: limit (x S/B of the head's link), value measured, met
         "goals": ("what:str", "limit:num", "value?:num", "met?:bool"),
     },
 }
@@ -572,9 +595,45 @@ def recovery_table(doc: dict) -> str:
     return "\n\n".join(tables)
 
 
+REGISTRY_WAYS = ("pull", "relay", "registry+relay")
+REGISTRY_RATIOS = ("a/c seconds", "b/c seconds", "a/c head bytes", "b/c head bytes")
+
+
+def registry_table(doc: dict) -> str:
+    """Every run (node count, case, way), the ratios a/c and b/c, the goals."""
+    tables = []
+    rows = sorted(doc.get("rows") or [], key=lambda r: (r["nodes"], r["case"] != "cold",
+                                                        r.get("run") or 0, _rank(r["way"], REGISTRY_WAYS)))
+    if rows:
+        tables.append(_md(
+            ["nodes", "case", "run", "way", "seconds", "x S/B", "head MB", "head bytes x S",
+             "registry s", "relay s", "pull s", "wire", "CPU busy", "result"],
+            [[str(r["nodes"]), r["case"], "-" if r.get("run") is None else str(r["run"]), r["way"],
+              _f(r["seconds"], 1), _f(r.get("t_over_ideal"), 2), _f(r.get("head_mb"), 1),
+              _f(r.get("x_s"), 3), _f(r.get("registry_s"), 1), _f(r.get("relay_s"), 1),
+              _f(r.get("pull_s"), 1), r.get("wire") or "-", _f(r.get("cpu_busy"), 2),
+              (r.get("result") or "-").replace("|", "/")]
+             for r in rows]))
+    ratios = doc.get("ratios") or []
+    if ratios:
+        whats = _ordered([r["what"] for r in ratios], REGISTRY_RATIOS)
+        by = {(r["nodes"], r["case"], r["what"]): r["value"] for r in ratios}
+        keys = sorted({(r["nodes"], r["case"]) for r in ratios}, key=lambda k: (k[0], k[1] != "cold"))
+        tables.append(_md(["nodes", "case", *whats],
+                          [[str(n), c, *(_f(by.get((n, c, w)), 2, "x") for w in whats)]
+                           for n, c in keys]))
+    goals = doc.get("goals") or []
+    if goals:
+        tables.append(_md(["goal", "limit", "measured", "met"],
+                          [[g["what"], _f(g["limit"], 2), _f(g.get("value"), 2),
+                            "-" if g.get("met") is None else ("yes" if g["met"] else "**no**")]
+                           for g in goals]))
+    return "\n\n".join(tables)
+
+
 TABLES = {"push": push_table, "launch": launch_table, "collective": collective_table,
           "validate": validate_table, "scale": scale_table, "workdir": workdir_table,
-          "recovery": recovery_table}
+          "recovery": recovery_table, "registry": registry_table}
 
 
 def table(doc: dict) -> str:
@@ -908,6 +967,61 @@ def _recovery(plt, doc: dict):
     return fig
 
 
+REGISTRY_STYLE = {"pull": ("#7f7f7f", "s", "(a) every node pulls from the registry"),
+                  "relay": ("#2ca02c", "o", "(b) relay push, no registry"),
+                  "registry+relay": ("#1f77b4", "^", "(c) push with a registry: registry + relay")}
+
+
+def _median(values: list[float]) -> float:
+    values = sorted(values)
+    mid = len(values) // 2
+    return values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
+
+
+def _registry(plt, doc: dict):
+    c = doc["conditions"]
+    rows = [r for r in doc["rows"] if (r.get("result") or "ok") == "ok"]
+    counts = sorted({r["nodes"] for r in doc["rows"]})
+    fig, (cold, warm, link) = plt.subplots(1, 3, figsize=SIZE, dpi=DPI)
+    for way in _ordered([r["way"] for r in rows], REGISTRY_WAYS):
+        color, marker, label = REGISTRY_STYLE.get(way, (None, "o", way))
+        for ax, case in ((cold, "cold"), (warm, "warm")):
+            mine = [r for r in rows if r["way"] == way and r["case"] == case]
+            ns = sorted({r["nodes"] for r in mine})
+            if ns:
+                ax.plot(ns, [_median([r["seconds"] for r in mine if r["nodes"] == n]) for n in ns],
+                        marker=marker, color=color, label=label)
+                ax.scatter([r["nodes"] for r in mine], [r["seconds"] for r in mine], marker=marker,
+                           s=12, color=color, alpha=0.5)
+        for case, style in (("cold", "-"), ("warm", ":")):
+            mine = [r for r in rows if r["way"] == way and r["case"] == case and r.get("x_s") is not None]
+            ns = sorted({r["nodes"] for r in mine})
+            if ns:
+                link.plot(ns, [max(_median([r["x_s"] for r in mine if r["nodes"] == n]), 1e-4) for n in ns],
+                          marker=marker, linestyle=style, color=color, label=f"{way}, {case}")
+    ideal = c["ideal_seconds"]
+    cold.axhline(ideal, color="black", linestyle="--", linewidth=1, label=f"S/B = {ideal:g} s")
+    cold.axhline(1.3 * ideal, color="black", linestyle=":", linewidth=1, label="goal: 1.3 x S/B")
+    link.axhline(1.3, color="black", linestyle=":", linewidth=1, label="goal: 1.3 x S")
+    link.set_yscale("log")
+    link.yaxis.set_major_formatter(plt.FuncFormatter(lambda v, _pos: f"{v:g}"))
+    cold.set_title(f"cold: S = {c['image_mb']:g} MB", fontsize=9)
+    warm.set_title(f"warm: one new {c.get('layer_mb') or '?'} MB layer", fontsize=9)
+    link.set_title("bytes over the head's link, x S", fontsize=9)
+    cold.set_ylabel("seconds until every node holds the image (median)")
+    link.set_ylabel("head link bytes / S (median)")
+    for ax in (cold, warm, link):
+        ax.set_xlabel("nodes")
+        ax.set_xticks(counts)
+        ax.grid(alpha=0.3, which="both")
+    cold.set_ylim(bottom=0)
+    warm.set_ylim(bottom=0)
+    cold.legend(loc="upper left", fontsize=6)
+    link.legend(loc="center right", fontsize=5)
+    fig.suptitle(f"image to every node and into the registry, links {c['bandwidth']} ({_subtitle(doc)})")
+    return fig
+
+
 def figure(doc: dict):
     """The matplotlib figure of a checked document."""
     plt = _pyplot()
@@ -915,7 +1029,8 @@ def figure(doc: dict):
     if kind == "push":
         return (_push_phases if _phases_only(doc) else _push_nodes)(plt, doc)
     return {"launch": _launch, "collective": _collective, "validate": _validate,
-            "scale": _scale, "workdir": _workdir, "recovery": _recovery}[kind](plt, doc)
+            "scale": _scale, "workdir": _workdir, "recovery": _recovery,
+            "registry": _registry}[kind](plt, doc)
 
 
 def draw(doc: dict, out: str | os.PathLike) -> Path:

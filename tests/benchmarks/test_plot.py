@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import collective, launch, plot, push, scale, validate, workdir
+from benchmarks import collective, launch, plot, push, registry, scale, validate, workdir
 
 REPO = Path(__file__).resolve().parents[2]
 PAGES = REPO / "docs" / "benchmarks"
@@ -160,6 +160,43 @@ def test_workdir_rows_round_trip():
     assert "| 4 | python | 2.03x |" in table and "| warm | 2,001 | 22.6 | 0.065 | 0.071 | 3 | page cache |" in table
 
 
+def test_registry_rows_round_trip():
+    def out(seconds, registry_s=None, relay_s=None, pull_s=None, wire=None, failures=()):
+        return registry.Outcome(seconds, registry_s, relay_s, pull_s, wire, list(failures))
+
+    s, ideal = 1_198_000_000, 19.17
+    rows = [registry.row(8, "relay", "cold", out(30.2, relay_s=30.2, wire="zstd"), 560_000_000, s, ideal, 1),
+            registry.row(8, "registry+relay", "cold", out(61.0, 24.1, 33.4, 3.5, "none"),
+                         1_210_000_000, s, ideal, 1, 0.8712),
+            registry.row(8, "registry+relay", "cold", out(59.0, 23.0, 32.0, 4.0, "none"),
+                         1_206_000_000, s, ideal, 2),
+            registry.row(8, "pull", "cold", out(95.0, 24.0, pull_s=71.0), 3_600_000_000, s, ideal, 1),
+            registry.row(8, "pull", "warm", out(2.0, 0.5, pull_s=1.5), 44_000_000, s, ideal, 1),
+            registry.row(8, "registry+relay", "warm", out(4.0, 0.5, 3.0, 0.5), 6_000_000, s, ideal, 1),
+            registry.row(4, "relay", "warm", out(3.0, relay_s=3.0, failures=["node2: gone"]),
+                         5_000_000, s, ideal, 1)]
+    cond = {**COND, "bandwidth": "500mbit", "bytes_per_second": 62.5e6, "image_mb": 1198.0,
+            "ideal_seconds": ideal, "registry_mb": 402.3, "layer_mb": 5.0, "repeat": 2}
+    back = roundtrip(registry.json_document(rows, cond, "python benchmarks/registry.py"))
+    assert back["rows"][1]["x_s"] == 1.01 and back["rows"][1]["t_over_ideal"] == 3.18
+    assert back["rows"][6]["result"] == "FAILED: node2: gone"
+    ratios = {(r["nodes"], r["case"], r["what"]): r["value"] for r in back["ratios"]}
+    # medians: c cold = 60.0 s and 1208.0 MB; a failed run counts in none of them
+    assert ratios[(8, "cold", "a/c seconds")] == 1.58 and ratios[(8, "cold", "b/c seconds")] == 0.5
+    assert ratios[(8, "cold", "a/c head bytes")] == 2.98 and ratios[(8, "warm", "a/c seconds")] == 0.5
+    assert not any(k[0] == 4 for k in ratios), "no c run at 4 nodes: no ratio"
+    goals = {g["what"]: g for g in back["goals"]}
+    link = goals["8 nodes cold, push with a registry: head link busy (bytes / S, in S/B)"]
+    assert (link["value"], link["met"]) == (1.01, True)
+    assert goals["8 nodes cold, push with a registry: wall time (x S/B)"]["met"] is False
+    assert goals["8 nodes cold, every node pulls: head link busy (bytes / S, in S/B)"]["value"] == 3.0
+    table = plot.table(back)
+    assert "| 8 | cold | 1 | registry+relay | 61.0 | 3.18 | 1210.0 | 1.010 | 24.1 | 33.4 | 3.5 | none | 0.87 | ok |" in table
+    assert "| 8 | cold | 1.58x | 0.50x | 2.98x | 0.46x |" in table
+    assert table.index("| 8 | cold | 1 | relay |") < table.index("| 8 | cold | 1 | registry+relay |")
+    assert table.index("| 8 | cold | 2 |") < table.index("| 8 | warm | 1 |")
+
+
 # --------------------------------------------------------------------------- bad data
 
 
@@ -172,7 +209,7 @@ def committed() -> list[Path]:
 @pytest.mark.parametrize(("benchmark", "key", "field"), [
     ("push", "rows", "seconds"), ("launch", "launch", "host_cpu"), ("collective", "rows", "verdict_s"),
     ("validate", "rows", "new_cpu"), ("scale", "rows", "peak_mb"), ("push", "conditions", "ideal_seconds"),
-    ("workdir", "rows", "median"),
+    ("workdir", "rows", "median"), ("registry", "rows", "seconds"), ("registry", "conditions", "ideal_seconds"),
 ])
 def test_a_missing_field_is_named_with_its_file(tmp_path, capsys, benchmark, key, field):
     source = next(f for f in committed() if json.loads(f.read_text())["benchmark"] == benchmark

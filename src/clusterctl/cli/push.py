@@ -152,7 +152,8 @@ def push(
     inventory = load_inventory(nodes) if nodes is not None else None
     target = target or (inventory.registry if inventory is not None else None)
     if target is not None:
-        _push_registry(image, target, inventory, accept_new_host_keys=accept_new_host_keys)
+        _push_registry(image, target, inventory, accept_new_host_keys=accept_new_host_keys,
+                       fanout=fanout, strategy=strategy, compress=compress)
         return
     with _progress() as progress:
         results = distribute.push_image(image, inventory, progress=progress, fanout=fanout,
@@ -183,7 +184,8 @@ def _end(results, verb: str) -> None:
         raise typer.Exit(1)
 
 
-def _push_registry(image: str, target, inventory, *, accept_new_host_keys: bool) -> None:
+def _push_registry(image: str, target, inventory, *, accept_new_host_keys: bool, fanout: int | None = None,
+                   strategy: str = "auto", compress: bool | None = None) -> None:
     """``push --registry`` (or an inventory's registry): push once, then nodes pull by digest."""
     pushed = registry_push.push(image, target)
     err.print(f"pushed {image} to {target} as {pushed.tagged} in {pushed.seconds:.1f}s", markup=False)
@@ -194,8 +196,9 @@ def _push_registry(image: str, target, inventory, *, accept_new_host_keys: bool)
     # the layers go through the relay push (the head's link carries the image once); the
     # pull by digest then finds the image ID on the node and fetches only the manifest
     with _progress() as progress:
-        relayed = distribute.push_image(image, inventory, progress=progress,
-                                        accept_new_host_keys=accept_new_host_keys or None)
+        relayed = distribute.push_image(image, inventory, progress=progress, fanout=fanout,
+                                        accept_new_host_keys=accept_new_host_keys or None,
+                                        strategy=strategy, compress=compress)
     lost = {r.node: r for r in relayed if not r.ok}
     with Cluster(inventory, accept_new_host_keys=accept_new_host_keys or None) as cluster, \
             _progress() as progress:
