@@ -49,7 +49,7 @@ import yaml
 from clusterctl.cluster import distribute, engine, sandbox
 from clusterctl.cluster.inventory import load_inventory
 from clusterctl.cluster.transport import Cluster
-from clusterctl.core.errors import ClusterctlError, UserError
+from clusterctl.core.errors import UserError
 from clusterctl.image import targets
 from clusterctl.run import launch
 from clusterctl.run.collective import check as collective
@@ -162,13 +162,7 @@ def json_document(pair: dict, rows: list[dict], args: argparse.Namespace, push_s
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
-    try:
-        check(args)
-        return run(args)
-    except ClusterctlError as e:
-        print(f"error: {e.message}", file=sys.stderr)
-        return e.exit_code
+    return benchplot.run_main(parser, check, run, argv)
 
 
 def run(args: argparse.Namespace) -> int:

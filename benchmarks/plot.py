@@ -310,6 +310,21 @@ def document(benchmark: str, command: str, conditions_: dict, source: str | None
     return validate(doc)
 
 
+def run_main(parser, check, run, argv: list[str] | None = None) -> int:
+    """A benchmark script's ``main``: parse (malformed values: argparse's usage message, exit
+    2), ``check(args)`` the input before anything is made, then ``run(args)``; a clusterctl
+    error is its message and exit status, as the CLI gives it, never a traceback."""
+    from clusterctl.core.errors import ClusterctlError
+
+    args = parser().parse_args(argv)
+    try:
+        check(args)
+        return run(args)
+    except ClusterctlError as e:
+        print(f"error: {e.message}", file=sys.stderr)
+        return e.exit_code
+
+
 def check_outputs(*paths: str | None) -> None:
     """A script's --json/--plot files can be written (their directory exists), checked
     before the benchmark runs: the clusterctl UserError (exit 2) naming the option's value."""

@@ -63,7 +63,7 @@ from pathlib import Path
 
 from clusterctl.cluster import distribute, engine, sandbox
 from clusterctl.cluster.inventory import load_inventory
-from clusterctl.core.errors import ClusterctlError, UserError
+from clusterctl.core.errors import UserError
 
 if __package__:                 # imported as benchmarks.push (the tests)
     from . import plot as benchplot
@@ -381,13 +381,7 @@ def check(args: argparse.Namespace) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)   # malformed values: argparse's usage message, exit 2
-    try:
-        check(args)
-        return run(args)
-    except ClusterctlError as e:       # what the CLI does: the message, never a traceback
-        print(f"error: {e.message}", file=sys.stderr)
-        return e.exit_code
+    return benchplot.run_main(parser, check, run, argv)
 
 
 if __name__ == "__main__":

@@ -63,7 +63,6 @@ from pathlib import Path
 from clusterctl.cluster import distribute, engine, sandbox
 from clusterctl.cluster.inventory import load_inventory
 from clusterctl.cluster.transport import Cluster
-from clusterctl.core.errors import ClusterctlError
 from clusterctl.image import targets
 from clusterctl.run import launch, records, supervise
 from clusterctl.run.jobs import load_job
@@ -452,13 +451,7 @@ def check(args: argparse.Namespace) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)   # malformed values: argparse's usage message, exit 2
-    try:
-        check(args)
-        return run(args)
-    except ClusterctlError as e:       # what the CLI does: the message, never a traceback
-        print(f"error: {e.message}", file=sys.stderr)
-        return e.exit_code
+    return benchplot.run_main(parser, check, run, argv)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -762,13 +762,7 @@ def check(args: argparse.Namespace) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)   # malformed values: argparse's usage message, exit 2
-    try:
-        check(args)
-        return run(args)
-    except ClusterctlError as e:       # what the CLI does: the message, never a traceback
-        print(f"error: {e.message}", file=sys.stderr)
-        return e.exit_code
+    return benchplot.run_main(parser, check, run, argv)
 
 
 if __name__ == "__main__":
