@@ -86,8 +86,9 @@ def test_push_and_launch_go_through_the_registry_by_digest(reg_sandbox, base_ima
         assert node_image_id(cl, node, pinned) == local_id, node
     # the credentials went nowhere: no temp config left, the node user's config untouched
     assert tmp_dirs() <= before
-    own = Path.home() / ".docker" / "config.json"      # the node user's (root's) own config
-    assert not own.exists() or sb.registry not in own.read_text()
+    for node in sb.nodes:                              # each node user's own docker config
+        own = node.home / ".docker" / "config.json"
+        assert node.home.is_dir() and (not own.exists() or sb.registry not in own.read_text())
 
     # launch: the image is pinned by digest in every container and in the record
     job = tmp_path / "job.yaml"

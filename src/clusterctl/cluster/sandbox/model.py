@@ -108,6 +108,12 @@ class SandboxNode:
         return self.dir / "sshd_config"
 
     @property
+    def home(self) -> Path:
+        """The node user's $HOME over SSH: its own, empty, as on a fresh node (not this
+        machine's, whose ~/.bashrc bash would run before every command: sshd-sourced)."""
+        return self.dir / "home"
+
+    @property
     def sshd_pidfile(self) -> Path:
         return self.dir / "sshd.pid"
 

@@ -4,7 +4,9 @@ Key-only: one client key (ed25519) generated for the sandbox, accepted by every
 node; each node has its own host key, and the sandbox's known_hosts holds them
 all, so strict host-key checking works out of the box.  A node's sshd listens
 only on the node's address and points ``docker`` run over SSH at the node's own
-daemon (``SetEnv DOCKER_HOST``).
+daemon (``SetEnv DOCKER_HOST``) and gives the node's user a home of the node's own
+(``SetEnv HOME``, empty: a fresh node's, not this machine's dotfiles, which bash would
+source before every command sshd starts).
 
 Contract: :func:`ensure_keys`, :func:`ensure_sshd` (start, or keep one serving the
 same config), :func:`write_known_hosts`, :func:`sshd_running`, :func:`port_open`, and
@@ -60,8 +62,10 @@ def _sshd_config(sb: Sandbox, node: SandboxNode) -> str:
         "# push and launch open several sessions per node at once",
         "MaxSessions 64",
         "MaxStartups 64:30:128",
-        "# `docker` run over SSH talks to this node's own daemon",
-        f"SetEnv DOCKER_HOST={node.docker_host}",
+        "# `docker` run over SSH talks to this node's own daemon; $HOME is the node's own",
+        "# (empty, as on a fresh node): bash runs ~/.bashrc before every command sshd",
+        "# starts, and this machine's own could cost more than the command",
+        f"SetEnv DOCKER_HOST={node.docker_host} HOME={node.home}",
         "Subsystem sftp internal-sftp",
         "",
     ])
@@ -83,6 +87,7 @@ def sshd_running(node: SandboxNode) -> bool:
 def ensure_sshd(sb: Sandbox, node: SandboxNode, timeout: float = 20.0) -> None:
     """Start the node's sshd in its netns; one already serving this config there is kept."""
     node.dir.mkdir(parents=True, exist_ok=True)
+    node.home.mkdir(mode=0o700, exist_ok=True)
     _keygen(node.host_key, f"{sb.name}-{node.name}")
     config = _sshd_config(sb, node)
     same = node.sshd_config.exists() and node.sshd_config.read_text() == config
