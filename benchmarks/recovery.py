@@ -111,7 +111,6 @@ from pathlib import Path
 
 import yaml
 
-import clusterctl
 from clusterctl.cluster import distribute, engine, sandbox
 from clusterctl.cluster.inventory import load_inventory
 from clusterctl.core.errors import ClusterctlError, UserError
@@ -320,9 +319,9 @@ class Bench:
         self.args, self.sb, self.tmp = args, sb, tmp
         self.full = yaml.safe_load(full.read_text())
         self.names = [n["name"] for n in self.full["nodes"]]
-        pkg_root = str(Path(clusterctl.__file__).resolve().parent.parent)   # the code imported here
-        self.env = {**os.environ, "PYTHONPATH": pkg_root, "DOCKER_HOST": engine.engine_url() or "",
-                    "CLUSTERCTL_RUNS": os.environ["CLUSTERCTL_RUNS"], "CLUSTERCTL_PLAIN": "1"}
+        # the code imported here, with its bytecode as installed (benchplot.cli_env)
+        self.env = benchplot.cli_env(os.environ, DOCKER_HOST=engine.engine_url() or "",
+                                     CLUSTERCTL_RUNS=os.environ["CLUSTERCTL_RUNS"], CLUSTERCTL_PLAIN="1")
         self.sets = [f"DDP_SMOKE_STEPS={args.steps}", "DDP_SMOKE_STEP_SECONDS=1",
                      "DDP_SMOKE_PROGRESS=1", "DDP_SMOKE_TIMEOUT=120"]
         self.counter = 0

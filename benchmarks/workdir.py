@@ -82,7 +82,6 @@ from pathlib import Path
 
 import yaml
 
-import clusterctl
 from clusterctl.cluster import distribute, engine, sandbox
 from clusterctl.cluster.inventory import load_inventory
 from clusterctl.code import snapshot, store
@@ -320,9 +319,9 @@ class Bench:
         self.args, self.sb, self.tmp, self.project = args, sb, tmp, project
         self.full_inventory = full_inventory
         self.cli = [sys.executable, "-m", "clusterctl"]
-        pkg_root = str(Path(clusterctl.__file__).resolve().parent.parent)   # the code imported here
-        self.env = {**os.environ, "PYTHONPATH": pkg_root, "DOCKER_HOST": engine.engine_url() or "",
-                    "CLUSTERCTL_RUNS": str(tmp / "runs")}
+        # the code imported here, with its bytecode as installed (benchplot.cli_env)
+        self.env = benchplot.cli_env(os.environ, DOCKER_HOST=engine.engine_url() or "",
+                                     CLUSTERCTL_RUNS=str(tmp / "runs"))
         self.tag = f"clusterctl-bench/workdir-{args.name}:hand"
         key, known = sb.key_path, sb.known_hosts_path
         self.ssh = (f"ssh -F /dev/null -i {key} -o UserKnownHostsFile={known} "

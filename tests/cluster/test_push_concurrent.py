@@ -27,7 +27,7 @@ def clusterctl(*args: str) -> subprocess.Popen:
 
 def finish(procs: list[subprocess.Popen]) -> list[tuple[int, str]]:
     outs = [p.communicate(timeout=300)[0] for p in procs]
-    return [(p.returncode, out) for p, out in zip(procs, outs)]
+    return [(p.returncode, out) for p, out in zip(procs, outs, strict=True)]
 
 
 @pytest.fixture
