@@ -432,7 +432,7 @@ def whole_process(args: argparse.Namespace, invs: dict[str, dict[int, Path]],
                   results: dict[str, list[dict]]) -> None:
     print("\nwhole `clusterctl launch --detach` process (imports included), median of "
           f"{args.repeat}:\n{'nodes':>5} {'design':>10} {'CPU s':>6} {'wall s':>7}")
-    env = {**os.environ, "CLUSTERCTL_PLAIN": "1"}
+    env = benchplot.cli_env(os.environ, CLUSTERCTL_PLAIN="1")   # with its bytecode, as installed
     cpu = {}
     counts = sorted(invs["direct"])
     for n in counts:

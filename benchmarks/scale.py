@@ -251,7 +251,7 @@ def run_launch(args, inv: Path, nodes: list[str], name: str, *, stall: float,
     """``clusterctl launch`` in its own process; stdout read (after ``stall`` seconds)."""
     expected = int(args.rate * args.seconds)
     run_id = f"scale-{re.sub(r'[^a-z]+', '-', name)}-{int(time.time())}"
-    env = {**os.environ, "CLUSTERCTL_PLAIN": "1"}
+    env = benchplot.cli_env(os.environ, CLUSTERCTL_PLAIN="1")   # with its bytecode, as installed
     t0 = time.monotonic()
     with open(args.tmp / f"{name}.stderr", "w") as err:
         proc = subprocess.Popen(launch_argv(args, inv, run_id, unbounded=unbounded),
