@@ -325,6 +325,34 @@ def run_main(parser, check, run, argv: list[str] | None = None) -> int:
         return e.exit_code
 
 
+def node_counts(example: str):
+    """An argparse ``type`` for ``--nodes``: node counts separated by commas (sorted, once
+    each), each from 1 to the sandbox's maximum; ``example`` goes in the message."""
+    def parse(text: str) -> list[int]:
+        from clusterctl.cluster.sandbox import MAX_NODES
+
+        try:
+            counts = sorted({int(x) for x in text.split(",")})
+        except ValueError:
+            counts = []
+        if not counts or not all(1 <= n <= MAX_NODES for n in counts):
+            raise argparse.ArgumentTypeError(
+                f'"{text}": give node counts from 1 to {MAX_NODES} separated by commas, e.g. {example}')
+        return counts
+    return parse
+
+
+def positive_int(text: str) -> int:
+    """An argparse ``type``: a whole number, 1 or more (else argparse's usage message, exit 2)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f'"{text}": give a whole number, 1 or more')
+    return value
+
+
 def cli_env(env: dict[str, str], **extra: str) -> dict[str, str]:
     """``env`` for running the clusterctl imported here as its own process (``python -m
     clusterctl``) the way an installed copy runs: PYTHONPATH at that code and with its

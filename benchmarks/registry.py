@@ -458,28 +458,6 @@ def _conditions(args, image, rate: float, ideal: float, extra: dict, loads, star
 # --------------------------------------------------------------------------- input
 
 
-def node_counts(text: str) -> list[int]:
-    """``--nodes``: node counts separated by commas, each from 1 to the sandbox's maximum."""
-    try:
-        counts = sorted({int(x) for x in text.split(",")})
-    except ValueError:
-        counts = []
-    if not counts or not all(1 <= n <= sandbox.MAX_NODES for n in counts):
-        raise argparse.ArgumentTypeError(
-            f'"{text}": give node counts from 1 to {sandbox.MAX_NODES} separated by commas, e.g. 4,8')
-    return counts
-
-
-def positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f'"{text}": give a whole number, 1 or more')
-    return value
-
-
 def positive_float(text: str) -> float:
     try:
         value = float(text)
@@ -494,8 +472,8 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--image", default=targets.resolve("cpu").tag,
                    help="local image to distribute (default: the cpu target's image)")
-    p.add_argument("--nodes", default=[4, 8], type=node_counts, help="node counts, e.g. 4,8")
-    p.add_argument("--repeat", default=2, type=positive_int,
+    p.add_argument("--nodes", default=[4, 8], type=benchplot.node_counts("4,8"), help="node counts, e.g. 4,8")
+    p.add_argument("--repeat", default=2, type=benchplot.positive_int,
                    help="runs of every (node count, case, way)")
     p.add_argument("--bandwidth", default="500mbit", help="tbf rate per link, e.g. 500mbit")
     p.add_argument("--layer-mb", type=benchpush.megabytes, default=5.0,

@@ -690,18 +690,6 @@ def run(args: argparse.Namespace) -> int:
 
 # --------------------------------------------------------------------------- input
 
-def node_counts(text: str) -> list[int]:
-    """``--nodes``: node counts separated by commas, each from 1 to the sandbox's maximum."""
-    try:
-        counts = sorted({int(x) for x in text.split(",")})
-    except ValueError:
-        counts = []
-    if not counts or not all(1 <= n <= sandbox.MAX_NODES for n in counts):
-        raise argparse.ArgumentTypeError(
-            f'"{text}": give node counts from 1 to {sandbox.MAX_NODES} separated by commas, e.g. 1,4,16')
-    return counts
-
-
 def ways(text: str) -> list[str]:
     """``--ways``: some of workdir, by-hand, rsync, separated by commas."""
     chosen = list(dict.fromkeys(text.split(",")))
@@ -710,27 +698,17 @@ def ways(text: str) -> list[str]:
     return chosen
 
 
-def positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f'"{text}": give a whole number, 1 or more')
-    return value
-
-
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--nodes", default=[1, 4, 16], type=node_counts, help="node counts, e.g. 1,4,16")
-    p.add_argument("--repeat", default=3, type=positive, help="edit -> run loops per figure, after the cold one")
+    p.add_argument("--nodes", default=[1, 4, 16], type=benchplot.node_counts("1,4,16"), help="node counts, e.g. 1,4,16")
+    p.add_argument("--repeat", default=3, type=benchplot.positive_int, help="edit -> run loops per figure, after the cold one")
     p.add_argument("--bandwidth", default="1gbit", help="tbf rate per link, e.g. 1gbit")
-    p.add_argument("--files", default=2000, type=positive, help="files in the generated project")
+    p.add_argument("--files", default=2000, type=benchplot.positive_int, help="files in the generated project")
     p.add_argument("--seed", default=1, type=int, help="seed of the generated project's content")
     p.add_argument("--ways", default=list(WAYS), type=ways, help=",".join(WAYS))
     p.add_argument("--image", default=targets.resolve("cpu").tag,
                    help="the cpu target's image (FROM of the by-hand Dockerfile)")
-    p.add_argument("--slots", default=1, type=positive, help="ranks per node")
+    p.add_argument("--slots", default=1, type=benchplot.positive_int, help="ranks per node")
     p.add_argument("--name", default="bwd", help="sandbox name")
     p.add_argument("--subnet", default="10.213.77.0/24", help="sandbox subnet")
     p.add_argument("--snapshot-only", action="store_true",
