@@ -233,10 +233,7 @@ def run(args: argparse.Namespace) -> int:
         if rows and (args.json or args.plot):
             doc = json_document(pair, rows, args, pushed, benchplot.command_line(),
                                 benchplot.conditions(loads))
-            if args.json:
-                benchplot.write(doc, args.json)
-            if args.plot:
-                benchplot.draw(doc, args.plot)
+            benchplot.save(doc, args.json, args.plot)
         sandbox.down(args.name)
         shutil.rmtree(tmp, ignore_errors=True)
     return 0

@@ -378,10 +378,7 @@ def run(args: argparse.Namespace) -> int:
     finally:
         if any(results.values()) and (args.json or args.plot):
             doc = json_document(results, args, benchplot.command_line(), benchplot.conditions(loads))
-            if args.json:
-                benchplot.write(doc, args.json)
-            if args.plot:
-                benchplot.draw(doc, args.plot)
+            benchplot.save(doc, args.json, args.plot)
         sandbox.down(args.name)
         shutil.rmtree(tmp, ignore_errors=True)
     return 0

@@ -310,6 +310,14 @@ def document(benchmark: str, command: str, conditions_: dict, source: str | None
     return validate(doc)
 
 
+def save(doc: dict, json_path: str | None, plot_path: str | None) -> None:
+    """A script's ``--json FILE`` and ``--plot FILE.png``: each written when given."""
+    if json_path:
+        write(doc, json_path)
+    if plot_path:
+        draw(doc, plot_path)
+
+
 def run_main(parser, check, run, argv: list[str] | None = None) -> int:
     """A benchmark script's ``main``: parse (malformed values: argparse's usage message, exit
     2), ``check(args)`` the input before anything is made, then ``run(args)``; a clusterctl

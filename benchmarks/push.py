@@ -301,10 +301,7 @@ def run(args: argparse.Namespace) -> int:
         if rows and (args.json or args.plot):   # also what a failed or stopped run measured
             doc = json_document(rows, image, image.size, len(image.diff_ids), args.bandwidth,
                                 args.layer_mb, benchplot.command_line(), benchplot.conditions(loads))
-            if args.json:
-                benchplot.write(doc, args.json)
-            if args.plot:
-                benchplot.draw(doc, args.plot)
+            benchplot.save(doc, args.json, args.plot)
         sandbox.down(args.name)
         for image_ in reversed(built):
             try:

@@ -785,10 +785,7 @@ def run(args: argparse.Namespace) -> int:
             extra["wall_min"] = round((time.monotonic() - start) / 60, 1)
             if (args.json or args.plot) and runs:   # also what a failed or stopped run measured
                 doc = json_document(runs, args, extra, benchplot.command_line(), benchplot.conditions(loads))
-                if args.json:
-                    benchplot.write(doc, args.json)
-                if args.plot:
-                    benchplot.draw(doc, args.plot)
+                benchplot.save(doc, args.json, args.plot)
         finally:
             sandbox.down(args.name)
             shutil.rmtree(tmp, ignore_errors=True)

@@ -432,10 +432,7 @@ def run(args: argparse.Namespace) -> int:
             if rows and (args.json or args.plot):   # also what a failed or stopped run measured
                 doc = json_document(rows, _conditions(args, image, rate, ideal, extra, loads, start),
                                     benchplot.command_line())
-                if args.json:
-                    benchplot.write(doc, args.json)
-                if args.plot:
-                    benchplot.draw(doc, args.plot)
+                benchplot.save(doc, args.json, args.plot)
         finally:
             sandbox.down(args.name)
             for ref in reversed(built):

@@ -495,10 +495,7 @@ def run(args: argparse.Namespace) -> int:
         if results and (args.json or args.plot):
             doc = json_document([row(r) for r in results], args, timings,
                                 benchplot.command_line(), benchplot.conditions(loads))
-            if args.json:
-                benchplot.write(doc, args.json)
-            if args.plot:
-                benchplot.draw(doc, args.plot)
+            benchplot.save(doc, args.json, args.plot)
     bad = [r for r in results if r.name != "by hand" and (r.exit_code or not r.stdout.clean)]
     return 1 if bad else 0
 

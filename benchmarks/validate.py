@@ -189,10 +189,7 @@ def main() -> None:
     if args.json or args.plot:
         doc = json_document(rows, args.old_limit, benchplot.command_line(),
                             benchplot.conditions(loads))
-        if args.json:
-            benchplot.write(doc, args.json)
-        if args.plot:
-            benchplot.draw(doc, args.plot)
+        benchplot.save(doc, args.json, args.plot)
 
 
 if __name__ == "__main__":

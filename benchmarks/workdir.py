@@ -675,10 +675,7 @@ def run(args: argparse.Namespace) -> int:
         if (args.json or args.plot) and (snap or rows):   # also what a failed or stopped run measured
             doc = json_document(snap, delta, rows, args, extra, benchplot.command_line(),
                                 benchplot.conditions(loads))
-            if args.json:
-                benchplot.write(doc, args.json)
-            if args.plot:
-                benchplot.draw(doc, args.plot)
+            benchplot.save(doc, args.json, args.plot)
         if not args.snapshot_only:
             sandbox.down(args.name)
             try:
