@@ -1,0 +1,167 @@
+"""Launch and teardown on 32 real sandbox nodes with the default path (issue 24, item 3).
+
+32 nodes is the largest sandbox this suite brings up: each node is a network
+namespace with its own sshd and dockerd, and all of them share this machine's cores
+(2 on the reference machine), so a larger one would cost CI minutes for no new
+behaviour.  The sandbox has its own name and the sixth /24 after
+CLUSTERCTL_TEST_SUBNET, and is removed after the module, also on failure.  The image
+is a tiny one made here from this machine's own ``sh`` and ``sleep`` and the libraries
+they load (a few MB, unique to the run, removed after the module), pushed with the
+real CLI: 32 nodes load it in seconds, where the 253 MB base image took 228 s on
+2 cores.  The job is tests/fixtures/jobs/fail-rank-sh.yaml (fail-rank.yaml in sh).
+
+What is checked, on every one of the 32 nodes, with the real CLI (no timing: the
+figures are in benchmarks/launch.py and docs/benchmarks/launch.md):
+
+* ``test_launch_and_fail_fast_teardown_on_thirty_two_nodes``: a foreground launch
+  where the last rank fails.  Every rank starts and prints under its own node's
+  prefix; the failing node is named; the 31 others are stopped by the fail-fast
+  teardown (the record says so per node); launch exits with the rank's status; no
+  container is left on any node.  And the head logs in to each node exactly once for
+  the whole run (preflight, start, logs, wait and stop share that connection),
+  counted in each node's own sshd log: a second connection per node would double the
+  head's per-node cost, which is what keeps the default path flat (issue 24).
+* ``test_detached_launch_and_stop_on_thirty_two_nodes``: ``launch --detach`` returns
+  with all 32 running, then ``clusterctl stop`` removes every container and the
+  record says stopped.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import re
+import shutil
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from clusterctl.cli import app
+from clusterctl.cluster import containers
+from clusterctl.run import records
+from tests.fixtures import JOBS
+from tests.fixtures.sandbox import (
+    TEST_NAME,
+    TEST_SUBNET,
+    SandboxCluster,
+    cluster_fields,
+    held_sandbox,
+)
+
+pytestmark = [pytest.mark.sandbox, pytest.mark.docker, pytest.mark.slow]
+
+NODES = 32
+NAME = TEST_NAME[:7] + ("x" if TEST_NAME[:7] + "x" != TEST_NAME else "y")
+_net = ipaddress.IPv4Network(TEST_SUBNET)
+SUBNET = str(ipaddress.IPv4Network(f"{_net.network_address + 6 * _net.num_addresses}/{_net.prefixlen}"))
+FAIL_JOB = JOBS / "fail-rank-sh.yaml"
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def shell_image(docker_client, tmp_path_factory) -> Iterator[str]:
+    """An image FROM scratch with this machine's ``sh`` and ``sleep`` and the shared
+    libraries they load (from ``ldd``), unique to this run; removed after the module."""
+    root = tmp_path_factory.mktemp("shell-image") / "root"
+    for tool in ("sh", "sleep"):
+        path = Path(shutil.which(tool)).resolve()
+        libs = re.findall(r"(/\S+) \(0x", subprocess.run(["ldd", str(path)], capture_output=True,
+                                                       text=True, check=True).stdout)
+        for src, dest in [(path, f"bin/{tool}"), *((Path(lib), lib.lstrip("/")) for lib in libs)]:
+            (root / dest).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(Path(src).resolve(), root / dest)
+    (root.parent / "Dockerfile").write_text("FROM scratch\nCOPY root/ /\nENV PATH=/bin\n")
+    tag = f"clusterctl-test/shell-{uuid.uuid4().hex[:10]}:1"
+    docker_client.images.build(path=str(root.parent), tag=tag, rm=True)
+    yield tag
+    docker_client.images.remove(tag, force=True)
+
+
+@pytest.fixture(scope="module")
+def sandbox32(shell_image) -> SandboxCluster:
+    if os.geteuid() != 0:
+        pytest.skip("the sandbox needs root (network namespaces, daemons)")
+    t0 = time.monotonic()
+    with held_sandbox(NAME, SUBNET, NODES, slots=1) as sb:
+        cluster = SandboxCluster(**cluster_fields(sb))
+        up = time.monotonic() - t0
+        res = runner.invoke(app, ["push", shell_image, "--nodes", str(cluster.inventory_path)])
+        assert res.exit_code == 0, res.output[-3000:]
+        print(f"\n{NODES}-node sandbox {NAME} ({SUBNET}) up in {up:.1f}s, {shell_image} pushed to "
+              f"every node in {time.monotonic() - t0 - up:.1f}s (they share this machine's cores)")
+        yield cluster
+
+
+def logins(sb: SandboxCluster) -> dict[str, int]:
+    """Per node, the logins its own sshd has accepted so far (its log, LogLevel INFO)."""
+    return {node: _sshd_log(sb, node).count("Accepted publickey for ") for node in sb.nodes}
+
+
+def leftovers(sb: SandboxCluster) -> list[str]:
+    """Containers on any node's own daemon, and what a relay push left (its /tmp directory,
+    processes in the nodes' namespaces)."""
+    return [f"{node}: container {i}" for node in sb.nodes
+            for i in sb.node_docker(node, "ps", "-aq").stdout.split()] + sb.relay_leftovers()
+
+
+def _sshd_log(sb: SandboxCluster, node: str) -> str:
+    path = Path("/run/clusterctl/sandbox") / sb.name / node / "sshd.log"
+    return path.read_text(errors="replace")
+
+
+def test_launch_and_fail_fast_teardown_on_thirty_two_nodes(sandbox32, shell_image, runs_dir):
+    sb = sandbox32
+    assert len(sb.nodes) == NODES
+    last = NODES - 1
+    before = logins(sb)
+    res = runner.invoke(app, ["launch", str(FAIL_JOB), "--nodes", str(sb.inventory_path), "--image", shell_image,
+                              "--set", f"FAIL_RANK={last}", "--set", "FAIL_AFTER=10"])
+    out = res.output
+    assert res.exit_code == 3, out[-5000:]
+
+    # every rank started, under its own node's prefix (node rank r runs on node r+1)
+    for r, node in enumerate(sb.nodes):
+        assert f"{node}[{r}]| node rank {r} of {NODES} started" in out, (node, out[-5000:])
+    summary = out[out.index("FIRST FAILURE"):]
+    assert summary.startswith(f"FIRST FAILURE: node{NODES}[{last}] exited 3"), summary
+    assert f"node rank {last} failing with exit status 3" in summary   # its last lines
+
+    record = records.list_runs()[0]
+    assert record.state == "failed" and record.exit_code == 3
+    assert record.first_failure.node == f"node{NODES}" and record.first_failure.rank == last
+    assert [n.node for n in record.nodes] == list(sb.nodes)
+    stopped = [n.node for n in record.nodes if n.state == "stopped"]
+    assert stopped == list(sb.nodes)[:last], [(n.node, n.state) for n in record.nodes]
+    assert {n.stopped_by for n in record.nodes[:last]} == {
+        f"clusterctl launch (fail-fast after node{NODES}[{last}] exited 3)"}
+    assert leftovers(sb) == []
+
+    # the head's one connection per node, for the whole run
+    after = logins(sb)
+    assert {node: after[node] - before[node] for node in sb.nodes} == {node: 1 for node in sb.nodes}
+
+
+def test_detached_launch_and_stop_on_thirty_two_nodes(sandbox32, shell_image, runs_dir):
+    sb = sandbox32
+    inv = str(sb.inventory_path)
+    res = runner.invoke(app, ["launch", str(FAIL_JOB), "--nodes", inv, "--image", shell_image,
+                              "--set", "FAIL_RANK=99", "--detach", "--json"])
+    assert res.exit_code == 0, res.output[-3000:]
+    run_id = json.loads(res.stdout)["run_id"]   # the push and start lines go to stderr
+    for node in sb.nodes:   # launch has returned: every node's container is running
+        names = sb.node_docker(node, "ps", "--filter", f"label={containers.RUN_LABEL}={run_id}",
+                               "--format", "{{.State}}").stdout.split()
+        assert names == ["running"], (node, names)
+
+    res = runner.invoke(app, ["stop", run_id])
+    assert res.exit_code == 0, res.output[-3000:]
+    assert leftovers(sb) == []
+    record = records.load(run_id)
+    assert record.state == "stopped", record.state
+    assert all(n.state == "stopped" for n in record.nodes), [(n.node, n.state) for n in record.nodes]
