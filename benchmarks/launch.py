@@ -5,7 +5,9 @@ share this machine's cores, 2 on the reference machine, so every figure that wai
 on them grows with node count for that reason alone):
 
 * launch -> every container running at 1, 4, 8 and 16 nodes (detached, the image
-  already on the nodes, so no push), with the two kinds of work kept apart:
+  already on the nodes, so no push; after one launch on every node that is not
+  counted, since a node's first container of an image starts cold), with the two
+  kinds of work kept apart:
 
   - host work: CPU seconds of the clusterctl process itself (all its threads:
     ``time.process_time``), for preflight+plan and for the start calls.  This is the
@@ -13,6 +15,13 @@ on them grows with node count for that reason alone):
     the nodes' sshd, docker CLI and dockerd, which in the sandbox run on the same
     cores but are not clusterctl's work;
   - wall seconds of each phase, which is mostly waiting on the nodes (node work);
+  - node CPU: every other process's CPU seconds on this machine over the same span
+    (/proc/stat less the clusterctl process's own), i.e. the nodes' sshd, docker CLI,
+    dockerd, runc and the containers' start.  Divided by the cores, it is the wall time
+    the nodes' work alone needs here, whatever the head does;
+  - dispatch: from the first to the last node's start command asked for by this process
+    (direct designs): how long the head takes to get every node going.  Small against
+    the wall, the head is not what the wall waits on;
 
   each for four designs (:data:`DESIGNS`), alternated in the same run, with T(16)/T(1)
   (the tree designs against the 1-node direct figure: one node has no tree to make):
@@ -54,7 +63,7 @@ which `make demo` builds on the way to the cpu image):
 
 ``--json FILE`` writes every printed row and the run's conditions in benchmarks/plot.py's
 "launch" shape: ``launch`` (nodes, design, host_cpu, cpu_pre, cpu_start, wall, wall_pre,
-wall_start: medians), ``process`` (nodes, design, cpu, wall), ``teardown`` (nodes, design,
+wall_start, node_cpu, dispatch: medians), ``process`` (nodes, design, cpu, wall), ``teardown`` (nodes, design,
 stopped, detection, stop_calls, lines_first/lines_last, line_median/line_max, each_run,
 load_average) and ``ratios`` (the T(hi)/T(lo) lines); ``--plot`` draws them.
 
@@ -142,6 +151,8 @@ class Launch:
     wall_pre: float      # of which preflight + plan
     cpu: float           # CPU seconds of this process over the same span
     cpu_pre: float       # of which preflight + plan
+    node_cpu: float      # CPU seconds of everything else on this machine then: the nodes' work
+    dispatch: float | None   # first to last node's start command sent here (direct designs)
 
     @property
     def wall_start(self) -> float:
@@ -165,18 +176,30 @@ def time_to_running(inv_path: Path, image: str) -> Launch:
 
     def running(_record) -> None:
         marks.setdefault("running", (time.monotonic(), time.process_time()))
+        marks.setdefault("machine", (benchplot.busy_cpu_seconds(), 0.0))
+
+    sent: list[float] = []   # when each start command's channel was asked for, here
+    real_channel = connection.NodeConnection._channel
+
+    def traced_channel(self, argv, *a, **kw):
+        if len(argv) > 2 and argv[2] == launch._START_SCRIPT:
+            sent.append(time.monotonic())
+        return real_channel(self, argv, *a, **kw)
 
     launch.start_all = timed_start
-    t0, c0 = time.monotonic(), time.process_time()
+    connection.NodeConnection._channel = traced_channel
+    t0, c0, m0 = time.monotonic(), time.process_time(), benchplot.busy_cpu_seconds()
     try:
         result = launch.launch(job, inventory, image=image, overrides={"FAIL_RANK": "99"},
                                detach=True, push=False, on_started=running)
     finally:
         launch.start_all = real_start
+        connection.NodeConnection._channel = real_channel
     with Cluster(inventory) as cluster:
         supervise.stop_run(cluster, result.record, grace=0)
-    (t1, c1), (ts, cs) = marks["running"], marks["start"]
-    return Launch(t1 - t0, ts - t0, c1 - c0, cs - c0)
+    (t1, c1), (ts, cs), (m1, _) = marks["running"], marks["start"], marks["machine"]
+    return Launch(t1 - t0, ts - t0, c1 - c0, cs - c0, node_cpu=max(0.0, (m1 - m0) - (c1 - c0)),
+                  dispatch=max(sent) - min(sent) if len(sent) > 1 else None)
 
 
 def process_cpu(inv_path: Path, image: str, env: dict[str, str]) -> tuple[float, float]:
@@ -322,7 +345,9 @@ def launch_row(n: int, design_name: str, runs: list[Launch]) -> dict:
     """One printed launch row (medians over ``runs``) as the JSON holds it."""
     return {"nodes": n, "design": design_name,
             **{k: round(med(getattr(x, k) for x in runs), 4)
-               for k in ("cpu", "cpu_pre", "cpu_start", "wall", "wall_pre", "wall_start")}}
+               for k in ("cpu", "cpu_pre", "cpu_start", "wall", "wall_pre", "wall_start", "node_cpu")},
+            **({"dispatch": round(med(x.dispatch for x in runs), 4)}
+               if all(x.dispatch is not None for x in runs) else {})}
 
 
 def teardown_row(n: int, design_name: str, runs: list[Teardown], load: tuple[float, ...]) -> dict:
@@ -387,11 +412,17 @@ def run(args: argparse.Namespace) -> int:
 def launches(args: argparse.Namespace, invs: dict[str, dict[int, Path]],
              results: dict[str, list[dict]]) -> None:
     print(f"\nlaunch -> all containers running (detached, image present), median of {args.repeat};"
-          f"\nhost = CPU s of the clusterctl process (all threads); wall = mostly waiting on the nodes {SHARED}")
+          f"\nhost = CPU s of the clusterctl process (all threads); wall = mostly waiting on the nodes {SHARED};"
+          "\nnode CPU = the rest of this machine's CPU over the same span (the nodes' sshd, docker, containers);"
+          "\ndispatch = first to last node's start command sent from here (direct designs)")
     print(f"{'nodes':>5} {'design':>10} {'host CPU s':>10} {'preflight+plan':>14} {'start':>6}"
-          f" {'wall s':>7} {'preflight+plan':>14} {'start':>6}")
+          f" {'wall s':>7} {'preflight+plan':>14} {'start':>6} {'node CPU s':>10} {'dispatch s':>10}")
     got: dict[tuple[int, str], list[Launch]] = {}
     counts = sorted(invs["direct"])
+    # not counted: every node's first container of the image starts cold (its layers
+    # mounted the first time), which would make whichever run came first the slow one
+    warm = time_to_running(invs["direct"][counts[-1]], args.image)
+    print(f"(warm-up on {counts[-1]} nodes, not counted: wall {warm.wall:.2f}s)", flush=True)
     for n in counts:
         names = DESIGNS if n > 1 else ("direct", "old")   # one node: no tree to make
         for _ in range(args.repeat):
@@ -403,7 +434,8 @@ def launches(args: argparse.Namespace, invs: dict[str, dict[int, Path]],
             print(f"{n:>5} {name:>10} {med(x.cpu for x in s):>10.3f} "
                   f"{med(x.cpu_pre for x in s):>14.3f} {med(x.cpu_start for x in s):>6.3f} "
                   f"{med(x.wall for x in s):>7.2f} {med(x.wall_pre for x in s):>14.2f} "
-                  f"{med(x.wall_start for x in s):>6.2f}", flush=True)
+                  f"{med(x.wall_start for x in s):>6.2f} {med(x.node_cpu for x in s):>10.2f} "
+                  f"{_dispatch(s):>10}", flush=True)
             results["launch"].append(launch_row(n, name, s))
     lo, hi = counts[0], counts[-1]
     base = {"old": got[(lo, "old")]}
@@ -423,6 +455,12 @@ def launches(args: argparse.Namespace, invs: dict[str, dict[int, Path]],
         print(f"host CPU at {hi} nodes against direct: " + ", ".join(
             f"{name} {med(x.cpu for x in got[(hi, name)]) / med(x.cpu for x in got[(hi, 'direct')]):.2f}"
             for name in DESIGNS if name != "direct"))
+
+
+def _dispatch(runs: list[Launch]) -> str:
+    """The median first-to-last start command sent, or "-" (one node, or through the tree)."""
+    got = [x.dispatch for x in runs if x.dispatch is not None]
+    return f"{med(got):.3f}" if len(got) == len(runs) else "-"
 
 
 def whole_process(args: argparse.Namespace, invs: dict[str, dict[int, Path]],

@@ -65,7 +65,7 @@ SHAPES: dict[str, dict[str, tuple[str, ...]]] = {
         # launch -> every container running, medians: host_cpu = CPU s of the clusterctl
         # process (cpu_pre: preflight+plan, cpu_start: start); wall = seconds, mostly the nodes
         "launch": ("nodes:int", "design:str", "host_cpu:num", "cpu_pre?:num", "cpu_start?:num",
-                   "wall?:num", "wall_pre?:num", "wall_start?:num"),
+                   "wall?:num", "wall_pre?:num", "wall_start?:num", "node_cpu?:num", "dispatch?:num"),
         # the whole `clusterctl launch --detach` process: CPU s (imports included), wall s
         "process": ("nodes:int", "design:str", "cpu:num", "wall?:num"),
         # rank failure -> last other container stopped (stopped, s; medians), detection,
@@ -294,6 +294,14 @@ class Loads:
         return [min(self.seen), max(self.seen)]
 
 
+def busy_cpu_seconds() -> float:
+    """CPU seconds this machine's cores have been busy since boot, every process together
+    (/proc/stat: all but idle and iowait).  Between two reads, less a process's own CPU
+    time, it is what the rest did: in the sandbox, the nodes' sshd, docker and containers."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:8]]
+    return (sum(fields) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
+
+
 def conditions(loads: Loads | None = None, **extra) -> dict:
     """A run's conditions: when, where (host name, cores), the load seen, and ``extra``."""
     return {"date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "host": platform.node(),
@@ -497,8 +505,26 @@ def _teardown_table(doc: dict) -> str | None:
     return _md(header, rows)
 
 
+def _launch_split(doc: dict) -> str | None:
+    """Where the wall goes, for the rows that measured the nodes' CPU: the wall, the nodes'
+    CPU (and per node), that CPU spread over this machine's cores (the least wall the
+    nodes' work alone needs here) and the head's dispatch spread."""
+    rows_in = [r for r in doc.get("launch") or [] if r.get("node_cpu") is not None]
+    if not rows_in:
+        return None
+    cores = (doc.get("conditions") or {}).get("cpus") or 1
+    rows = [[str(r["nodes"]), r["design"], _f(r.get("wall"), 2), _f(r["node_cpu"], 2),
+             f"{r['node_cpu'] / r['nodes'] * 1000:.0f}", _f(r["node_cpu"] / cores, 2),
+             _f(r.get("dispatch"), 3)]
+            for d in _ordered([r["design"] for r in rows_in], DESIGNS)
+            for r in sorted((r for r in rows_in if r["design"] == d), key=lambda r: r["nodes"])]
+    header = ["nodes", "design", "wall s", "nodes' CPU s", "per node ms",
+              f"nodes' CPU / {cores} cores s", "head's dispatch s"]
+    return _md(header, rows)
+
+
 def launch_table(doc: dict) -> str:
-    return "\n\n".join(t for t in (_launch_pivot(doc), _teardown_table(doc)) if t)
+    return "\n\n".join(t for t in (_launch_pivot(doc), _launch_split(doc), _teardown_table(doc)) if t)
 
 
 def collective_table(doc: dict) -> str:

@@ -27,3 +27,17 @@ def test_the_published_data_is_modelled_within_its_own_scatter():
     assert direct["worst_error"] < 0.02 and 0.01 < direct["per_node"] < 0.02
     # the tree with the nodes' own key costs the head a small fraction per node of direct's
     assert rows[("tree-key", "launch host CPU s")]["per_node"] < direct["per_node"] / 10
+
+
+def test_the_wall_on_nodes_with_cores_of_their_own_adds_the_heads_cpu_beyond_one_node():
+    doc = {"launch": [{"nodes": n, "design": "direct", "host_cpu": 0.02 + 0.01 * n,
+                       **({"wall": 0.4} if n == 1 else {})} for n in (1, 4, 16)]}
+    rows = {r["measure"]: r for r in launch_model.model(doc, [32, 1000])}
+    own = rows[launch_model.OWN_CORES]
+    # the one-node wall, plus 10 ms of serial head CPU for each node beyond the first
+    assert round(own["projected"][32], 6) == round(0.4 + 0.01 * 31, 6)
+    assert round(own["ratio"][1000], 3) == round((0.4 + 0.01 * 999) / 0.4, 3)
+    assert own["measured"] == [] and own["worst_error"] is None   # an estimate, not a fit
+    # no one-node wall of the default path: nothing to estimate from
+    del doc["launch"][0]["wall"]
+    assert launch_model.OWN_CORES not in {r["measure"] for r in launch_model.model(doc, [32])}

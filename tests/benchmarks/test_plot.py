@@ -64,8 +64,8 @@ def test_push_rows_round_trip():
 
 
 def test_launch_rows_round_trip():
-    runs = [launch.Launch(wall=5.8, wall_pre=4.0, cpu=0.24, cpu_pre=0.2),
-            launch.Launch(wall=6.0, wall_pre=4.2, cpu=0.26, cpu_pre=0.21)]
+    runs = [launch.Launch(wall=5.8, wall_pre=4.0, cpu=0.24, cpu_pre=0.2, node_cpu=4.8, dispatch=0.01),
+            launch.Launch(wall=6.0, wall_pre=4.2, cpu=0.26, cpu_pre=0.21, node_cpu=5.2, dispatch=0.03)]
     tear = [launch.Teardown(0.6, 0.05, 0.5, 0.25, 0.53, 0.001, 0.004),
             launch.Teardown(0.7, 0.04, 0.6, 0.27, 0.55, 0.001, 0.003)]
     results = {"launch": [launch.launch_row(16, "direct", runs), launch.launch_row(1, "direct", runs[:1])],
@@ -80,6 +80,11 @@ def test_launch_rows_round_trip():
     assert td["stopped"] == 0.65 and td["each_run"] == [0.6, 0.7] and td["lines_last"] == 0.0035
     assert back["conditions"]["fail_grace"] == launch.supervise.Settings.fail_grace
     assert "| 16 | 0.250 (0.205 / 0.045) | 5.90 | 0.87 |" in plot.table(back)
+    # where the wall goes: the nodes' CPU, per node, spread over the run's cores, the dispatch
+    assert row["node_cpu"] == 5.0 and row["dispatch"] == 0.02
+    cores = back["conditions"]["cpus"]
+    assert f"| 16 | direct | 5.90 | 5.00 | 312 | {5.0 / cores:.2f} | 0.020 |" in plot.table(back)
+    assert "| 1 | direct | 5.80 | 4.80 | 4800 |" in plot.table(back)   # one run: its own figures
 
 
 def test_collective_rows_round_trip():
