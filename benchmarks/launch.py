@@ -341,13 +341,21 @@ def med(values) -> float:
     return statistics.median(list(values))
 
 
-def launch_row(n: int, design_name: str, runs: list[Launch]) -> dict:
-    """One printed launch row (medians over ``runs``) as the JSON holds it."""
+def launch_row(n: int, design_name: str, runs: list[Launch], cores: int | None = None) -> dict:
+    """One printed launch row (medians over ``runs``) as the JSON holds it; ``cores``: this
+    machine's (default), which the nodes' CPU is spread over."""
     return {"nodes": n, "design": design_name,
             **{k: round(med(getattr(x, k) for x in runs), 4)
                for k in ("cpu", "cpu_pre", "cpu_start", "wall", "wall_pre", "wall_start", "node_cpu")},
+            **_node_split(n, med(x.node_cpu for x in runs), cores or os.cpu_count() or 1),
             **({"dispatch": round(med(x.dispatch for x in runs), 4)}
                if all(x.dispatch is not None for x in runs) else {})}
+
+
+def _node_split(n: int, node_cpu: float, cores: int) -> dict:
+    """The nodes' CPU per node (ms) and spread over this machine's cores (s): the least
+    wall their work alone needs here."""
+    return {"node_cpu_per_node_ms": round(node_cpu / n * 1000, 1), "node_floor": round(node_cpu / cores, 4)}
 
 
 def teardown_row(n: int, design_name: str, runs: list[Teardown], load: tuple[float, ...]) -> dict:

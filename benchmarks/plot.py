@@ -65,7 +65,8 @@ SHAPES: dict[str, dict[str, tuple[str, ...]]] = {
         # launch -> every container running, medians: host_cpu = CPU s of the clusterctl
         # process (cpu_pre: preflight+plan, cpu_start: start); wall = seconds, mostly the nodes
         "launch": ("nodes:int", "design:str", "host_cpu:num", "cpu_pre?:num", "cpu_start?:num",
-                   "wall?:num", "wall_pre?:num", "wall_start?:num", "node_cpu?:num", "dispatch?:num"),
+                   "wall?:num", "wall_pre?:num", "wall_start?:num", "node_cpu?:num",
+                   "node_cpu_per_node_ms?:num", "node_floor?:num", "dispatch?:num"),
         # the whole `clusterctl launch --detach` process: CPU s (imports included), wall s
         "process": ("nodes:int", "design:str", "cpu:num", "wall?:num"),
         # rank failure -> last other container stopped (stopped, s; medians), detection,
@@ -509,13 +510,12 @@ def _launch_split(doc: dict) -> str | None:
     """Where the wall goes, for the rows that measured the nodes' CPU: the wall, the nodes'
     CPU (and per node), that CPU spread over this machine's cores (the least wall the
     nodes' work alone needs here) and the head's dispatch spread."""
-    rows_in = [r for r in doc.get("launch") or [] if r.get("node_cpu") is not None]
+    rows_in = [r for r in doc.get("launch") or [] if r.get("node_floor") is not None]
     if not rows_in:
         return None
-    cores = (doc.get("conditions") or {}).get("cpus") or 1
+    cores = (doc.get("conditions") or {}).get("cpus") or "the"
     rows = [[str(r["nodes"]), r["design"], _f(r.get("wall"), 2), _f(r["node_cpu"], 2),
-             f"{r['node_cpu'] / r['nodes'] * 1000:.0f}", _f(r["node_cpu"] / cores, 2),
-             _f(r.get("dispatch"), 3)]
+             _f(r["node_cpu_per_node_ms"], 0), _f(r["node_floor"], 2), _f(r.get("dispatch"), 3)]
             for d in _ordered([r["design"] for r in rows_in], DESIGNS)
             for r in sorted((r for r in rows_in if r["design"] == d), key=lambda r: r["nodes"])]
     header = ["nodes", "design", "wall s", "nodes' CPU s", "per node ms",
@@ -847,7 +847,13 @@ def _launch(plt, doc: dict):
                 ax.set_yscale("log")
         elif panel == "wall":
             _lines(ax, launch, "design", "wall", DESIGNS)
-            ax.set_ylabel("wall seconds (the nodes share 2 cores)")
+            cores = (doc.get("conditions") or {}).get("cpus") or "the"
+            split = sorted((r["nodes"], r["node_floor"]) for r in launch
+                           if r["design"] == "direct" and r.get("node_floor") is not None)
+            if split:   # the least wall the nodes' own work needs on these cores
+                ax.plot(*zip(*split, strict=True), linestyle=":", color=COLORS.get("direct"),
+                        label=f"direct: nodes' CPU / {cores} cores")
+            ax.set_ylabel(f"wall seconds (the nodes share {cores} cores)")
             ax.set_title("wall: launch -> all running")
         else:
             for design in _ordered([r["design"] for r in teardown], TEARDOWN_DESIGNS):
@@ -863,7 +869,7 @@ def _launch(plt, doc: dict):
                            color=COLORS.get(design))
             ax.axhline(1.5, color="black", linestyle=":", linewidth=1, label="goal at 16 nodes: 1.5 s")
             ax.set_ylabel("seconds, rank failure -> all stopped")
-            ax.set_title("teardown (x: each run's median, dots: single runs)")
+            ax.set_title("teardown (x: median, dots: runs)")
             ax.set_xticks(sorted({r["nodes"] for r in teardown}))
         ax.set_xlabel("nodes")
         if panel != "teardown":

@@ -68,7 +68,8 @@ def test_launch_rows_round_trip():
             launch.Launch(wall=6.0, wall_pre=4.2, cpu=0.26, cpu_pre=0.21, node_cpu=5.2, dispatch=0.03)]
     tear = [launch.Teardown(0.6, 0.05, 0.5, 0.25, 0.53, 0.001, 0.004),
             launch.Teardown(0.7, 0.04, 0.6, 0.27, 0.55, 0.001, 0.003)]
-    results = {"launch": [launch.launch_row(16, "direct", runs), launch.launch_row(1, "direct", runs[:1])],
+    results = {"launch": [launch.launch_row(16, "direct", runs, cores=2),
+                          launch.launch_row(1, "direct", runs[:1], cores=2)],
                "process": [{"nodes": 16, "design": "direct", "cpu": 0.87, "wall": 6.1}],
                "teardown": [launch.teardown_row(16, "new", tear, (7.0, 8.5, 9.25))],
                "ratios": [{"design": "direct", "what": "host_cpu", "nodes": [1, 16], "value": 10.5}]}
@@ -82,9 +83,9 @@ def test_launch_rows_round_trip():
     assert "| 16 | 0.250 (0.205 / 0.045) | 5.90 | 0.87 |" in plot.table(back)
     # where the wall goes: the nodes' CPU, per node, spread over the run's cores, the dispatch
     assert row["node_cpu"] == 5.0 and row["dispatch"] == 0.02
-    cores = back["conditions"]["cpus"]
-    assert f"| 16 | direct | 5.90 | 5.00 | 312 | {5.0 / cores:.2f} | 0.020 |" in plot.table(back)
-    assert "| 1 | direct | 5.80 | 4.80 | 4800 |" in plot.table(back)   # one run: its own figures
+    assert row["node_cpu_per_node_ms"] == 312.5 and row["node_floor"] == 2.5   # 5.0 s over 16 nodes, 2 cores
+    assert "| 16 | direct | 5.90 | 5.00 | 312 | 2.50 | 0.020 |" in plot.table(back)
+    assert "| 1 | direct | 5.80 | 4.80 | 4800 | 2.40 | 0.010 |" in plot.table(back)   # one run: its own
 
 
 def test_collective_rows_round_trip():
