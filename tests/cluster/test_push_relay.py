@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import glob
 import hashlib
-import ipaddress
 import os
 import secrets
 import threading
@@ -28,13 +27,7 @@ from clusterctl.cluster.distribute import relay
 from clusterctl.cluster.inventory import load_inventory
 from clusterctl.core.errors import NodeError
 from tests.fixtures.images import random_layers_image
-from tests.fixtures.sandbox import (
-    TEST_NAME,
-    TEST_SUBNET,
-    SandboxCluster,
-    cluster_fields,
-    held_sandbox,
-)
+from tests.fixtures.sandbox import SandboxCluster, cluster_fields, held_sandbox, own_sandbox
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.docker, pytest.mark.slow]
 
@@ -332,9 +325,7 @@ def test_unknown_strategy_is_exit_2(sandbox3):
 
 # A chain of 4 (the lost node in the middle feeds two more): this module's own sandbox, its
 # name and the sixth /24 after CLUSTERCTL_TEST_SUBNET's (sandbox3 and the others hold theirs).
-NAME4 = TEST_NAME[:7] + ("r" if TEST_NAME[:7] + "r" != TEST_NAME else "q")
-_net = ipaddress.IPv4Network(TEST_SUBNET)
-SUBNET4 = str(ipaddress.IPv4Network(f"{_net.network_address + 5 * _net.num_addresses}/{_net.prefixlen}"))
+NAME4, SUBNET4 = own_sandbox("r", "q", 5)
 
 
 @pytest.fixture(scope="module")

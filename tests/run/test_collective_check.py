@@ -9,7 +9,6 @@ CLUSTERCTL_TEST_SUBNET), removed after the module, also on failure.
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import os
 import subprocess
@@ -21,13 +20,11 @@ from clusterctl.cluster import sandbox
 from clusterctl.cluster.distribute import push_image
 from clusterctl.cluster.inventory import load_inventory
 from tests.fixtures.images import CPU_TEST_TAG
-from tests.fixtures.sandbox import TEST_NAME, TEST_SUBNET, held_sandbox
+from tests.fixtures.sandbox import held_sandbox, own_sandbox
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.docker, pytest.mark.slow]
 
-NAME = TEST_NAME[:7] + ("c" if TEST_NAME[:7] + "c" != TEST_NAME else "d")
-_net = ipaddress.IPv4Network(TEST_SUBNET)
-SUBNET = str(ipaddress.IPv4Network(f"{_net.network_address + 3 * _net.num_addresses}/{_net.prefixlen}"))
+NAME, SUBNET = own_sandbox("c", "d", 3)
 FAST, SLOW = "20mbit", "2mbit"
 #: small messages: a 2mbit link moves 250 kB/s
 ARGS = ["--sizes", "64K,256K", "--pair-size", "256K", "--iters", "3", "--no-push"]

@@ -21,7 +21,6 @@ machines.
 
 from __future__ import annotations
 
-import ipaddress
 import os
 import re
 import subprocess
@@ -39,20 +38,12 @@ from clusterctl.cluster.transport import Cluster
 from clusterctl.run import launch, records
 from tests.fixtures import JOBS
 from tests.fixtures.images import CPU_TEST_TAG
-from tests.fixtures.sandbox import (
-    TEST_NAME,
-    TEST_SUBNET,
-    SandboxCluster,
-    cluster_fields,
-    held_sandbox,
-)
+from tests.fixtures.sandbox import SandboxCluster, cluster_fields, held_sandbox, own_sandbox
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.docker, pytest.mark.slow]
 
 NODES = 16
-NAME = TEST_NAME[:7] + ("w" if TEST_NAME[:7] + "w" != TEST_NAME else "v")
-_net = ipaddress.IPv4Network(TEST_SUBNET)
-SUBNET = str(ipaddress.IPv4Network(f"{_net.network_address + 4 * _net.num_addresses}/{_net.prefixlen}"))
+NAME, SUBNET = own_sandbox("w", "v", 4)
 CHATTY_JOB = JOBS / "chatty.yaml"
 runner = CliRunner()
 

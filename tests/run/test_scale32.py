@@ -28,7 +28,6 @@ figures are in benchmarks/launch.py and docs/benchmarks/launch.md):
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import os
 import re
@@ -46,20 +45,12 @@ from clusterctl.cli import app
 from clusterctl.cluster import containers
 from clusterctl.run import records
 from tests.fixtures import JOBS
-from tests.fixtures.sandbox import (
-    TEST_NAME,
-    TEST_SUBNET,
-    SandboxCluster,
-    cluster_fields,
-    held_sandbox,
-)
+from tests.fixtures.sandbox import SandboxCluster, cluster_fields, held_sandbox, own_sandbox
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.docker, pytest.mark.slow]
 
 NODES = 32
-NAME = TEST_NAME[:7] + ("x" if TEST_NAME[:7] + "x" != TEST_NAME else "y")
-_net = ipaddress.IPv4Network(TEST_SUBNET)
-SUBNET = str(ipaddress.IPv4Network(f"{_net.network_address + 6 * _net.num_addresses}/{_net.prefixlen}"))
+NAME, SUBNET = own_sandbox("x", "y", 6)
 FAIL_JOB = JOBS / "fail-rank-sh.yaml"
 runner = CliRunner()
 
