@@ -63,7 +63,7 @@ which `make demo` builds on the way to the cpu image):
 
 ``--json FILE`` writes every printed row and the run's conditions in benchmarks/plot.py's
 "launch" shape: ``launch`` (nodes, design, host_cpu, cpu_pre, cpu_start, wall, wall_pre,
-wall_start, node_cpu, dispatch: medians), ``process`` (nodes, design, cpu, wall), ``teardown`` (nodes, design,
+wall_start, node_cpu, node_cpu_per_node_ms, node_floor, dispatch: medians), ``process`` (nodes, design, cpu, wall), ``teardown`` (nodes, design,
 stopped, detection, stop_calls, lines_first/lines_last, line_median/line_max, each_run,
 load_average) and ``ratios`` (the T(hi)/T(lo) lines); ``--plot`` draws them.
 
@@ -168,6 +168,7 @@ def time_to_running(inv_path: Path, image: str) -> Launch:
     inventory = load_inventory(inv_path)
     job = load_job(JOB)
     marks: dict[str, tuple[float, float]] = {}
+    machine: dict[str, float] = {}   # this machine's busy CPU seconds (all processes)
     real_start = launch.start_all
 
     def timed_start(*a, **kw):
@@ -176,7 +177,7 @@ def time_to_running(inv_path: Path, image: str) -> Launch:
 
     def running(_record) -> None:
         marks.setdefault("running", (time.monotonic(), time.process_time()))
-        marks.setdefault("machine", (benchplot.busy_cpu_seconds(), 0.0))
+        machine.setdefault("running", benchplot.busy_cpu_seconds())
 
     sent: list[float] = []   # when each start command's channel was asked for, here
     real_channel = connection.NodeConnection._channel
@@ -197,7 +198,7 @@ def time_to_running(inv_path: Path, image: str) -> Launch:
         connection.NodeConnection._channel = real_channel
     with Cluster(inventory) as cluster:
         supervise.stop_run(cluster, result.record, grace=0)
-    (t1, c1), (ts, cs), (m1, _) = marks["running"], marks["start"], marks["machine"]
+    (t1, c1), (ts, cs), m1 = marks["running"], marks["start"], machine["running"]
     return Launch(t1 - t0, ts - t0, c1 - c0, cs - c0, node_cpu=max(0.0, (m1 - m0) - (c1 - c0)),
                   dispatch=max(sent) - min(sent) if len(sent) > 1 else None)
 
