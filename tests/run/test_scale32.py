@@ -91,7 +91,8 @@ def sandbox32(shell_image) -> SandboxCluster:
 
 def logins(sb: SandboxCluster) -> dict[str, int]:
     """Per node, the logins its own sshd has accepted so far (its log, LogLevel INFO)."""
-    return {node: _sshd_log(sb, node).count("Accepted publickey for ") for node in sb.nodes}
+    return {node: (sb._sandbox.node(node).dir / "sshd.log").read_text(errors="replace")
+            .count("Accepted publickey for ") for node in sb.nodes}
 
 
 def leftovers(sb: SandboxCluster) -> list[str]:
@@ -99,11 +100,6 @@ def leftovers(sb: SandboxCluster) -> list[str]:
     processes in the nodes' namespaces)."""
     return [f"{node}: container {i}" for node in sb.nodes
             for i in sb.node_docker(node, "ps", "-aq").stdout.split()] + sb.relay_leftovers()
-
-
-def _sshd_log(sb: SandboxCluster, node: str) -> str:
-    path = Path("/run/clusterctl/sandbox") / sb.name / node / "sshd.log"
-    return path.read_text(errors="replace")
 
 
 def test_launch_and_fail_fast_teardown_on_thirty_two_nodes(sandbox32, shell_image, runs_dir):
