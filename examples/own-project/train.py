@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import os
+import sys
 from pathlib import Path
 
 import tomli
@@ -63,8 +64,14 @@ def main() -> None:
         Path(args.save).mkdir(parents=True, exist_ok=True)
         torch.save(model.module.state_dict(), Path(args.save) / "model.pt")
         print(f"saved {Path(args.save) / 'model.pt'}", flush=True)
+    dist.barrier()                                # nobody leaves while a peer still needs it
     dist.destroy_process_group()
 
 
 if __name__ == "__main__":
     main()
+    # gloo (torch 2.13) can SIGABRT the interpreter's exit after destroy_process_group
+    # ("terminate called without an active exception"): all is printed, so skip that exit
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)

@@ -22,16 +22,17 @@ from clusterctl.run import records
 runner = CliRunner()
 pytestmark = [pytest.mark.sandbox, pytest.mark.docker, pytest.mark.slow]
 
-TRAIN = """\
+TRAIN_BODY = """\
 import os
 import torch.distributed as dist
 from mypkg.values import VALUE
 dist.init_process_group("gloo")
 print(f"rank {dist.get_rank()}/{dist.get_world_size()} value={VALUE} cwd={os.getcwd()} "
       f"code={os.environ['CLUSTERCTL_CODE_DIGEST']} data={os.path.exists('data')}", flush=True)
-dist.barrier()
-dist.destroy_process_group()
 """
+# ends as examples/own-project/train.py does (os._exit: gloo's SIGABRT at exit, troubleshooting.md)
+TRAIN_END = "dist.barrier()\ndist.destroy_process_group()\nos._exit(0)\n"
+TRAIN = TRAIN_BODY + TRAIN_END
 
 
 @pytest.fixture
@@ -111,7 +112,8 @@ def test_own_project_edit_unchanged_and_rerun(clean_nodes, cpu_image, runs_dir, 
 def test_requirements_become_a_layer_every_rank_imports(clean_nodes, cpu_image, runs_dir, project):
     sb = clean_nodes
     (project / "requirements.txt").write_text("six==1.16.0\n")
-    (project / "train.py").write_text(TRAIN + "import six\nprint('six', six.__version__, flush=True)\n")
+    (project / "train.py").write_text(TRAIN_BODY + "import six\nprint('six', six.__version__, flush=True)\n"
+                                      + TRAIN_END)
     res = launch(sb, cpu_image, project, nproc="1")
     assert res.exit_code == 0, res.output
     assert res.output.count("six 1.16.0") == 3, res.output
