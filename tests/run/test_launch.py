@@ -175,6 +175,41 @@ def test_fail_fast_gives_the_others_sigterm_then_kills_them_after_the_fail_grace
         assert run_containers(sb, node, result.run_id) == [], node
 
 
+ABORT_AT_EXIT = """import os, time
+rank = int(os.environ["NODE_RANK"])
+print("rank %d weights-sha256=ab12" % rank)
+if rank == 0:
+    time.sleep(1)
+    print("terminate called without an active exception")
+    for i in range(25):
+        print("report line %d" % i)
+    os.abort()
+time.sleep(3600)
+"""
+
+
+@pytest.mark.sandbox
+@pytest.mark.docker
+@pytest.mark.slow
+def test_a_rank_that_aborts_at_exit_gets_the_known_cause_under_its_failure(clean_nodes, cpu_image, runs_dir,
+                                                                          tmp_path):
+    """The line that says why (gloo's SIGABRT at the interpreter's exit) sits above the 20 lines
+    the failure report shows, under torchrun's own report: the report names it and the fix."""
+    sb = clean_nodes
+    job = load_job(write_job(tmp_path, "abort-at-exit", cpu_image, ABORT_AT_EXIT))
+    result = launch.launch(job, load_inventory(sb.inventory_path), stream=open(os.devnull, "w"))  # noqa: SIM115
+    out = result.outcome
+    summary = supervise.summary_lines(out)
+    assert out.first_failure.node == "node1" and result.exit_code == 134, summary
+    last = summary.index("last 20 lines of node1[0]:")
+    assert "terminate called" not in "\n".join(summary[last:last + 21])       # out of sight
+    hint = summary[last + 21]
+    assert hint.startswith('hint: node1[0] printed "terminate called without an active exception", '
+                           "above the lines shown: "), summary
+    assert "os._exit(0)" in hint and "A finished run fails with SIGABRT at exit" in hint, hint
+    assert set(out.known_causes) == {"node1"}, out.known_causes   # the others printed no such line
+
+
 def stop_shells(sb, run_id: str) -> list[str]:
     """The stop channels' shells (containers.StopChannel) of ``run_id`` still on the nodes."""
     return [p for p in sb.node_processes(containers._STOP_SCRIPT) if run_id in p]

@@ -71,7 +71,7 @@ from clusterctl.cluster.containers import (
 from clusterctl.cluster.transport import sshd_answers
 from clusterctl.core import exitcodes
 from clusterctl.core.deadline import bounded
-from clusterctl.run import flight, records, suspicious
+from clusterctl.run import flight, hints, records, suspicious
 from clusterctl.run.logs import (
     DRAIN_SECONDS,
     Merger,
@@ -207,6 +207,7 @@ class Outcome:
     noticed_at: float | None = None
     stopped_at: float | None = None
     removed: list[str] = field(default_factory=list)  # nodes whose container was removed at the end
+    known_causes: dict[str, hints.Hint] = field(default_factory=dict)  # node -> its first hints line
 
 
 @dataclass(frozen=True)
@@ -289,6 +290,7 @@ class Supervisor:
         self._hung_starting = False  # hung before the job had started
         self._collective: list[suspicious.Finding] = []
         self._scanner = suspicious.Scanner()
+        self._hints: dict[str, hints.Hint] = {}  # node -> its first line with a known cause
         self._stoppers: dict[str, StopChannel] = {}  # node -> its pre-opened stop channel
         merger.sink.observers.append(self._observe)
 
@@ -301,6 +303,10 @@ class Supervisor:
             library = self._scanner.classify(node, text)
             if library is not None:
                 self._collective.append(suspicious.Finding(node, rank, library, text))
+        if node not in self._hints:
+            advice = hints.match(text)
+            if advice is not None:
+                self._hints[node] = hints.Hint(node, rank, text, advice)
 
     # --- threads -------------------------------------------------------------------------
 
@@ -537,7 +543,7 @@ class Supervisor:
                        {n: list(d) for n, d in self.merger.sink.last.items()},
                        [n for n in to_stop if n not in failed_first],
                        hang, list(self._collective), noticed_at=cut, stopped_at=stopped_at,
-                       removed=sorted(self._removed))
+                       removed=sorted(self._removed), known_causes=dict(self._hints))
 
     def _join(self, followers: dict[str, threading.Thread], timeout: float) -> None:
         """Write the log streams' last lines (a lost node's never come).
@@ -615,6 +621,7 @@ def summary_lines(outcome: Outcome, *, tail: int = 20) -> list[str]:
     if last:
         lines.append(f"last {len(last)} lines of {first.node}[{first.rank}]:")
         lines += [f"  {t}" for t in last]
+    lines += hints.hint_lines(outcome.known_causes.get(first.node), last)
     others = [f for f in sorted(outcome.failures, key=lambda f: f.time) if f is not first and f.node != first.node]
     if others:
         lines.append("then: " + ", ".join(

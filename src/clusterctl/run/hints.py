@@ -1,0 +1,49 @@
+"""Known causes of a failure that a rank printed above its last lines (pure).
+
+A failed run's report shows the first failure's last lines (:func:`clusterctl.run.supervise.
+summary_lines`).  For a torchrun job those are torchrun's own report ("exitcode: -6
+(SIGABRT)"), and the line that says why sits above it.  Some such lines have one known
+cause and one fix; the supervisor keeps each node's first line that matches a pattern of
+:data:`HINTS` (one table, plain substrings: every output line passes here), and the report
+adds the hint under the failure.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+#: (what a line contains, the cause and fix; the troubleshooting page's section for it)
+HINTS: tuple[tuple[str, str], ...] = (
+    ("terminate called without an active exception",
+     "a C++ thread was destroyed while still running, which aborts the process (SIGABRT, "
+     "exit -6). After the script's last line with the gloo backend, this is torch's own "
+     "exit after destroy_process_group(): end the script with sys.stdout.flush() and "
+     "os._exit(0) (troubleshooting: \"A finished run fails with SIGABRT at exit\")"),
+)
+
+
+@dataclass(frozen=True)
+class Hint:
+    """A line of a node's output with a known cause."""
+
+    node: str
+    rank: int
+    line: str
+    advice: str
+
+
+def match(text: str) -> str | None:
+    """The advice for an output line that shows a known cause, else None."""
+    for needle, advice in HINTS:
+        if needle in text:
+            return advice
+    return None
+
+
+def hint_lines(hint: Hint | None, shown: list[str]) -> list[str]:
+    """What the failure report adds for ``hint`` (none when absent, or when the report's
+    last lines, ``shown``, already hold its line: the reader has it in front of them)."""
+    if hint is None:
+        return []
+    where = "" if hint.line in shown else ", above the lines shown"
+    return [f"hint: {hint.node}[{hint.rank}] printed \"{hint.line.strip()[:200]}\"{where}: {hint.advice}"]
