@@ -91,8 +91,7 @@ def sandbox32(shell_image) -> SandboxCluster:
 
 def logins(sb: SandboxCluster) -> dict[str, int]:
     """Per node, the logins its own sshd has accepted so far (its log, LogLevel INFO)."""
-    return {node: (sb._sandbox.node(node).dir / "sshd.log").read_text(errors="replace")
-            .count("Accepted publickey for ") for node in sb.nodes}
+    return {node: sb.sshd_log(node).count("Accepted publickey for ") for node in sb.nodes}
 
 
 def leftovers(sb: SandboxCluster) -> list[str]:
