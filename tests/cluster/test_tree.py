@@ -20,6 +20,7 @@ import yaml
 from clusterctl.cluster import preflight as pf
 from clusterctl.cluster.inventory import load_inventory
 from clusterctl.cluster.transport import Cluster, tree
+from clusterctl.cluster.transport.hopssh import HOP_KEX
 from clusterctl.core.errors import NodeError
 
 # --------------------------------------------------------------------------- pure
@@ -124,6 +125,38 @@ def test_every_node_runs_its_commands_through_one_connection(sandbox3, tmp_path,
     assert opened == [first], opened                       # node2 and node3 came through it
     assert seen == [{"tree": list(sb.nodes), "direct": [], "hops": {}}]
     assert tree_leftovers(sb) == []
+
+
+def hop_login(sb, *options: str) -> tuple[subprocess.CompletedProcess, str | None]:
+    """node1's own OpenSSH client logs in to node2 as a hop does (strict host key, the
+    sandbox's key), with ``-v``: the result and the key exchange it negotiated."""
+    first, second = list(sb.nodes)[:2]
+    r = sb.in_netns(first, ["ssh", "-v", "-F", "/dev/null", "-T", "-o", "BatchMode=yes",
+                            "-o", "StrictHostKeyChecking=yes", "-o", f"UserKnownHostsFile={sb.known_hosts}",
+                            "-o", "GlobalKnownHostsFile=/dev/null", "-o", "IdentitiesOnly=yes",
+                            "-i", str(sb.key), *options, f"root@{sb.nodes[second]}", "true"],
+                    capture_output=True, text=True, timeout=60)
+    found = re.search(r"kex: algorithm: (\S+)", r.stderr)
+    return r, found.group(1) if found else None
+
+
+def test_a_hop_leaves_out_only_the_slow_key_exchange(sandbox3):
+    """HOP_KEX on the real OpenSSH of the nodes (tree and relay hops pass it): the client's
+    own default list without sntrup761 and nothing else, in its order, and a real login
+    between two nodes with it negotiates no sntrup761 (its key generation is most of a
+    hop's CPU: see transport.hopssh).  The tree tests above prove the hops still log in."""
+    def proposal(*options: str) -> list[str]:
+        r = subprocess.run(["ssh", "-F", "/dev/null", "-G", *options, "node"],
+                           capture_output=True, text=True, check=True)
+        return next(line.split()[1] for line in r.stdout.splitlines()
+                    if line.startswith("kexalgorithms ")).split(",")
+    default, ours = proposal(), proposal("-o", f"KexAlgorithms={HOP_KEX}")
+    assert ours == [k for k in default if not k.startswith("sntrup761")], (default, ours)
+    plain, plain_kex = hop_login(sandbox3)
+    hop, hop_kex = hop_login(sandbox3, "-o", f"KexAlgorithms={HOP_KEX}")
+    assert plain.returncode == 0 and hop.returncode == 0, (plain.stderr[-500:], hop.stderr[-500:])
+    assert plain_kex == default[0]           # without it, the client's first choice
+    assert hop_kex == ours[0] and not hop_kex.startswith("sntrup761"), hop_kex
 
 
 def test_a_node_the_tree_cannot_reach_is_run_on_its_own_connection(sandbox3, tmp_path):

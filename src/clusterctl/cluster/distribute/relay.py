@@ -93,6 +93,7 @@ from clusterctl.cluster.distribute.savestream import SharedSave
 from clusterctl.cluster.distribute.source import SourceImage
 from clusterctl.cluster.distribute.tarstream import StreamError
 from clusterctl.cluster.transport.agent import HopAgent, load_key
+from clusterctl.cluster.transport.hopssh import HOP_KEX
 from clusterctl.core.errors import NodeError
 
 #: a node whose SSH keepalive round trips stop for this long is lost
@@ -156,7 +157,7 @@ while [ "$#" -ge 5 ]; do
       ssh -F /dev/null -T -o BatchMode=yes -o StrictHostKeyChecking=yes \
         -o UserKnownHostsFile="$d/known_hosts" -o GlobalKnownHostsFile=/dev/null \
         -o ConnectTimeout=10 -o ServerAliveInterval=5 -o ServerAliveCountMax=3 \
-        -o ForwardAgent=no -o ClearAllForwardings=yes -o LogLevel=ERROR \
+        -o ForwardAgent=no -o KexAlgorithms=$HOP_KEX -o ClearAllForwardings=yes -o LogLevel=ERROR \
         -p "$1" -l "$2" -- "$3" "$5"
       echo "clusterctl-hop $i $?" >&2
       exec cat > /dev/null; }; } < /dev/null &
@@ -474,7 +475,7 @@ def _prepare(conn, plan: NodePlan, token: str) -> _NodeRun:
 
 def _start(run: _NodeRun, runs: dict[str, _NodeRun], fed: bool, agents: list[HopAgent],
            zstd: bool, image: SourceImage) -> None:
-    script = NODE_SCRIPT.replace("$STALL", str(int(STALL))).replace(
+    script = NODE_SCRIPT.replace("$STALL", str(int(STALL))).replace("$HOP_KEX", HOP_KEX).replace(
         "$TRACE", "1" if trace.enabled() else "0")
     argv = ["sh", "-c", script, "clusterctl-relay",
             run.dir, "1" if zstd else "0", "1" if fed else "0", image.id, tag_for(image)]

@@ -24,6 +24,8 @@ The package, lowest layer first (each module imports only those above it):
 - ``describe``: any SSH failure as one readable line;
 - ``connection``: :class:`NodeConnection` (run, stream, raw channels, dead-peer
   detection) and :func:`send_signal`;
+- ``hopssh``: the OpenSSH client options of node-to-node hops that are about cost
+  (:data:`~clusterctl.cluster.transport.hopssh.HOP_KEX`);
 - ``agent``: :class:`~clusterctl.cluster.transport.agent.HopAgent`, the one-use agent that
   signs node-to-node logins (push relay, tree);
 - ``cluster``: :class:`Cluster`, one connection per node and the bounded fan-out;

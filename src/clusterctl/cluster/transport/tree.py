@@ -60,6 +60,7 @@ import paramiko
 from clusterctl.cluster.transport.agent import HopAgent, load_key
 from clusterctl.cluster.transport.commands import CommandResult
 from clusterctl.cluster.transport.connection import _explicit_port
+from clusterctl.cluster.transport.hopssh import HOP_KEX
 from clusterctl.cluster.transport.hostkeys import host_key_name, known_hosts_index
 from clusterctl.core.errors import NodeError
 
@@ -97,8 +98,9 @@ def plan_tree(names: Sequence[str], width: int) -> dict[str, str]:
 
 # The program each node of the tree runs.  $1 its private directory (made here), $2 its
 # name, $3 the identity file on the nodes ("" = the forwarded agent), $4 this program's
-# text quoted for a remote shell (what a hop runs).  $HEARTBEAT, $HOP_CONNECT_TIMEOUT and
-# $TRACE are replaced by the head before it sends the text.
+# text quoted for a remote shell (what a hop runs).  $HEARTBEAT, $HOP_CONNECT_TIMEOUT,
+# $HOP_KEX (:mod:`~clusterctl.cluster.transport.hopssh`) and $TRACE are replaced by the
+# head before it sends the text.
 # stdin: one line per node of its subtree:
 #   NAME PATH DIR PORT USER HOST B64(known_hosts lines) B64(argv, each NUL-terminated) B64(stdin)|- ...
 # stdout: per command of each node of the subtree, "clusterctl-tree NAME K RC B64OUT B64ERR";
@@ -160,7 +162,7 @@ for child in $(printf '%s\n' "$req" | awk -v p="$path" '{ if (index($2, p "/") =
       ssh -F /dev/null -T -o BatchMode=yes -o StrictHostKeyChecking=yes \
         -o UserKnownHostsFile="$d/kh.$n" -o GlobalKnownHostsFile=/dev/null \
         -o ConnectTimeout=$HOP_CONNECT_TIMEOUT -o ServerAliveInterval=5 -o ServerAliveCountMax=3 \
-        -o ClearAllForwardings=yes -o LogLevel=ERROR $auth ${key:+-i "$key"} \
+        -o KexAlgorithms=$HOP_KEX -o ClearAllForwardings=yes -o LogLevel=ERROR $auth ${key:+-i "$key"} \
         -p "$port" -l "$user" -- "$host" \
         "sh -c $prog clusterctl-tree $cdir $child $qkey $qprog" \
         > "$d/hop.$n" 2> "$d/hoperr.$n"
@@ -360,7 +362,8 @@ def _through_tree(cluster, commands: Mapping[str, Sequence[Command]], timeout: f
             return {}, {root.name: f"the tree needs the inventory's identity_file to sign "
                                    f"node-to-node logins: {e}"}, []
     script = (NODE_SCRIPT.replace("$HEARTBEAT", str(HEARTBEAT))
-              .replace("$HOP_CONNECT_TIMEOUT", str(HOP_CONNECT_TIMEOUT)).replace("$TRACE", "0"))
+              .replace("$HOP_CONNECT_TIMEOUT", str(HOP_CONNECT_TIMEOUT)).replace("$HOP_KEX", HOP_KEX)
+              .replace("$TRACE", "0"))
     quoted = shlex.quote(script)
     argv = ["sh", "-c", script, "clusterctl-tree", dirs[root.name], root.name,
             str(key_on_nodes or ""), quoted]
