@@ -440,7 +440,8 @@ def port_holder(conn: NodeConnection, port: int, timeout: float | None = 30) -> 
 def check_node(conn: NodeConnection, *, devices: Iterable[str] = (),
                required_bytes: int | None = None, master_port: int | None = None,
                expected_arch: str | None = None, image_ref: str | None = None,
-               timeout: float | None = 30, master_port_mode: str | None = None) -> NodeCheck:
+               timeout: float | None = 30, master_port_mode: str | None = None,
+               token: str | None = None) -> NodeCheck:
     """Run every check on one connected node, collecting problems instead of stopping.
 
     ``devices`` are checked in addition to the node's own ``devices``;
@@ -453,11 +454,13 @@ def check_node(conn: NodeConnection, *, devices: Iterable[str] = (),
     :data:`_DOCKER_SCRIPT` (a channel costs this machine ~2 ms of CPU, a round trip
     ~0.3 s on a loaded machine); the checks then read their commands' recorded results
     (:class:`_Replay`), so problems come in a fixed order with the single checks' words.
+    ``token`` marks the scripts' sections (random when not given): :func:`run_preflight`
+    gives every node the same one, so its patterns are compiled once, not per node.
     """
     result = _new_check(conn.node, devices, required_bytes, master_port, expected_arch,
                         master_port_mode)
     replay = _Replay.record(conn, devices=result.devices, ports=master_port is not None,
-                            image_ref=image_ref, timeout=timeout)
+                            image_ref=image_ref, timeout=timeout, token=token or uuid.uuid4().hex)
     return _judge(replay, result, image_ref, timeout)
 
 
@@ -556,12 +559,11 @@ class _Replay:
 
     @classmethod
     def record(cls, conn: NodeConnection, *, devices: Sequence[str], ports: bool,
-               image_ref: str | None, timeout: float | None) -> _Replay:
+               image_ref: str | None, timeout: float | None, token: str) -> _Replay:
         self = cls(conn)
         slow = None if timeout is None else 2 * timeout   # several commands in a row
 
         def run(script: str, args: list[str], argv_of: dict) -> None:
-            token = uuid.uuid4().hex
             before = time.time()
             try:
                 r: CommandResult | NodeError = conn.run(["sh", "-c", script, "sh", token, *args], timeout=slow)
@@ -796,12 +798,14 @@ def run_preflight(cluster: Cluster, *, devices: Iterable[str] | None = None,
     master = inventory.nodes[0].name
     port = getattr(inventory, "master_port", None) if check_master_port else None
 
+    token = uuid.uuid4().hex   # one for every node: its patterns are compiled once
+
     def one(conn: NodeConnection) -> NodeCheck:
         extra = [*(devices or []), *(devices_for(conn.node) if devices_for else [])]
         return check_node(conn, devices=extra, required_bytes=required_bytes,
                           master_port=port if conn.name == master else None,
                           expected_arch=expected_arch, image_ref=image_ref, timeout=timeout,
-                          master_port_mode=master_port_mode)
+                          master_port_mode=master_port_mode, token=token)
 
     if tree.enabled(cluster):
         results = _preflight_through_tree(
