@@ -19,7 +19,7 @@ INVENTORY ?= inventories/sandbox.yaml
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
 
-.PHONY: help setup venv image render demo demo-down test check docs docs-serve lint golden lock bench-plots bench-push bench-launch bench-validate bench-collective bench-scale bench-workdir bench-recovery bench-registry clean
+.PHONY: help setup venv image render demo demo-down test check docs docs-serve lint golden lock bench-plots bench-push bench-launch bench-validate bench-collective bench-scale bench-workdir bench-recovery bench-registry bench-ssh clean
 
 help:
 	@echo "make demo        set up this machine, build the cpu image, start a $(NODES)-node sandbox, run ddp-smoke on it"
@@ -39,6 +39,7 @@ help:
 	@echo "make bench-workdir [BENCH_ARGS=...]             a one-line edit to every rank: launch --workdir vs by hand vs rsync, 1/4/16 nodes (root)"
 	@echo "make bench-recovery [BENCH_ARGS=...]            fault -> every rank training again with launch --max-restarts, 4 and 8 nodes + a spare (root)"
 	@echo "make bench-registry [BENCH_ARGS=...]            the cpu image to 4/8 nodes: registry pulls vs relay vs push with a registry (root)"
+	@echo "make bench-ssh [BENCH_ARGS=...]                 head CPU per node of one login + 3 commands: clusterctl vs paramiko vs OpenSSH multiplexing (root)"
 
 setup:
 	$(SUDO) env VENV=$(VENV) bash scripts/setup-host
@@ -125,6 +126,9 @@ bench-push: $(CLUSTERCTL)
 
 bench-launch: $(CLUSTERCTL)
 	$(SUDO) $(VENV)/bin/python benchmarks/launch.py $(BENCH_ARGS)
+
+bench-ssh: $(CLUSTERCTL)
+	$(SUDO) $(VENV)/bin/python benchmarks/ssh_clients.py $(BENCH_ARGS)
 
 bench-validate: $(CLUSTERCTL)
 	$(VENV)/bin/python benchmarks/validate.py $(BENCH_ARGS)

@@ -133,6 +133,14 @@ SHAPES: dict[str, dict[str, tuple[str, ...]]] = {
         # the issue's goals: limit (seconds or bytes), value measured (null: not measured), met
         "goals": ("what:str", "limit:num", "value?:num", "met?:bool"),
     },
+    "ssh_clients": {
+        "conditions": ("repeat:int", "commands:int", "openssh?:str", "paramiko?:str"),
+        # one row per node count and client (clusterctl | paramiko | openssh | openssh-kex):
+        # head CPU s of a round (this process and its ssh children), per node in ms, wall s,
+        # each round's CPU s, and the CPU over clusterctl's at the same node count
+        "rows": ("nodes:int", "client:str", "cpu:num", "cpu_per_node_ms:num", "wall:num",
+                 "each_run?:list", "over_clusterctl?:num"),
+    },
     "recovery": {
         # hang_timeout: --hang-timeout (sigstop runs only), null with the rule that chose it
         "conditions": ("steps:int", "fault_step:int", "hang_timeout?:num", "hang_timeout_rule?:str",
@@ -727,9 +735,17 @@ def registry_table(doc: dict) -> str:
     return "\n\n".join(tables)
 
 
+def ssh_clients_table(doc: dict) -> str:
+    header = ["nodes", "client", "head CPU ms per node", "x clusterctl's", "head CPU s", "wall s"]
+    return _md(header, [[str(r["nodes"]), r["client"], _f(r["cpu_per_node_ms"], 1),
+                         _f(r.get("over_clusterctl"), 2, "x"), _f(r["cpu"], 3), _f(r["wall"], 2)]
+                        for r in doc["rows"]])
+
+
 TABLES = {"push": push_table, "launch": launch_table, "collective": collective_table,
           "validate": validate_table, "scale": scale_table, "workdir": workdir_table,
-          "recovery": recovery_table, "registry": registry_table}
+          "recovery": recovery_table, "registry": registry_table,
+          "ssh_clients": ssh_clients_table}
 
 
 def table(doc: dict) -> str:
@@ -742,7 +758,8 @@ def table(doc: dict) -> str:
 COLORS = {"by-hand": "#7f7f7f", "star": "#1f77b4", "relay": "#2ca02c", "relay+zstd": "#d62728",
           "direct": "#1f77b4", "tree-key": "#2ca02c", "tree-agent": "#9467bd", "old": "#7f7f7f",
           "before": "#7f7f7f", "now": "#1f77b4", "new": "#1f77b4", "channel": "#ff7f0e",
-          "hostfile": "#1f77b4", "yaml": "#2ca02c", "slurm": "#9467bd"}
+          "hostfile": "#1f77b4", "yaml": "#2ca02c", "slurm": "#9467bd",
+          "clusterctl": "#1f77b4", "paramiko": "#2ca02c", "openssh": "#d62728", "openssh-kex": "#ff7f0e"}
 
 
 def _pyplot():
@@ -1124,6 +1141,25 @@ def _registry(plt, doc: dict):
     return fig
 
 
+def _ssh_clients(plt, doc: dict):
+    rows, c = doc["rows"], doc["conditions"]
+    fig, ax = plt.subplots(figsize=SIZE, dpi=DPI)
+    for client in _ordered([r["client"] for r in rows], ("clusterctl", "paramiko", "openssh", "openssh-kex")):
+        mine = sorted((r for r in rows if r["client"] == client), key=lambda r: r["nodes"])
+        ax.plot([r["nodes"] for r in mine], [r["cpu_per_node_ms"] for r in mine], marker="o",
+                color=COLORS.get(client), label=client)
+    ax.set_xscale("log", base=2)
+    counts = sorted({r["nodes"] for r in rows})
+    ax.set_xticks(counts, [str(n) for n in counts])
+    ax.set_yscale("log")
+    ax.set_xlabel("nodes, all at once")
+    ax.set_ylabel("head CPU ms per node (log)")
+    ax.set_title(f"a login and {c['commands']} commands per node, by SSH client ({_subtitle(doc)})")
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(loc="lower left", ncol=2)
+    return fig
+
+
 def figure(doc: dict):
     """The matplotlib figure of a checked document."""
     plt = _pyplot()
@@ -1132,7 +1168,7 @@ def figure(doc: dict):
         return (_push_phases if _phases_only(doc) else _push_nodes)(plt, doc)
     return {"launch": _launch, "collective": _collective, "validate": _validate,
             "scale": _scale, "workdir": _workdir, "recovery": _recovery,
-            "registry": _registry}[kind](plt, doc)
+            "registry": _registry, "ssh_clients": _ssh_clients}[kind](plt, doc)
 
 
 def draw(doc: dict, out: str | os.PathLike) -> Path:

@@ -18,7 +18,17 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import collective, launch, plot, push, registry, scale, validate, workdir
+from benchmarks import (
+    collective,
+    launch,
+    plot,
+    push,
+    registry,
+    scale,
+    ssh_clients,
+    validate,
+    workdir,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 PAGES = REPO / "docs" / "benchmarks"
@@ -203,6 +213,26 @@ def test_registry_rows_round_trip():
     assert table.index("| 8 | cold | 2 |") < table.index("| 8 | warm | 1 |")
 
 
+def test_ssh_clients_rows_round_trip():
+    # (head CPU s, wall s) per round, as measure() returns them; medians over the rounds
+    results = {(1, "clusterctl"): [(0.012, 0.1), (0.010, 0.1), (0.011, 0.2)],
+               (1, "openssh"): [(0.100, 0.3)],
+               (8, "openssh-kex"): [(0.280, 0.5), (0.300, 0.6)],
+               (8, "clusterctl"): [(0.096, 0.4), (0.088, 0.5)],
+               (8, "paramiko"): [(0.048, 0.3), (0.050, 0.3)]}
+    rows = ssh_clients.rows_for(results)
+    assert [(r["nodes"], r["client"]) for r in rows] == [
+        (1, "clusterctl"), (1, "openssh"), (8, "clusterctl"), (8, "paramiko"), (8, "openssh-kex")]
+    doc = plot.document("ssh_clients", "python benchmarks/ssh_clients.py",
+                        {**COND, "repeat": 2, "commands": 3, "openssh": "OpenSSH_9.2p1"}, rows=rows)
+    back = roundtrip(doc)
+    by = {(r["nodes"], r["client"]): r for r in back["rows"]}
+    assert by[(1, "clusterctl")]["cpu_per_node_ms"] == 11.0 and by[(1, "openssh")]["over_clusterctl"] == 9.09
+    assert by[(8, "openssh-kex")]["cpu_per_node_ms"] == 36.25 and by[(8, "paramiko")]["over_clusterctl"] == 0.53
+    table = plot.table(back)
+    assert "| 8 | openssh-kex | 36.2 | 3.15x | 0.290 | 0.55 |" in table
+
+
 # --------------------------------------------------------------------------- bad data
 
 
@@ -251,6 +281,19 @@ def test_wrong_data_is_one_clear_message(tmp_path, change, message):
     (tmp_path / "notjson.json").write_text("{\n  nope")
     with pytest.raises(plot.DataError, match=r"notjson.json: line 2: not JSON"):
         plot.load(tmp_path / "notjson.json")
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--repeat", "0"], 'argument --repeat: "0": give a whole number, 1 or more'),
+    (["--commands", "x"], 'argument --commands: "x": give a whole number, 1 or more'),
+    (["--nodes", "1,0"], 'argument --nodes: "1,0": give node counts from 1 to'),
+    (["--name", "Bad Name!"], "Bad Name!"),
+])
+def test_the_ssh_benchmark_refuses_bad_input_before_any_sandbox(args, message):
+    out = subprocess.run([sys.executable, str(REPO / "benchmarks" / "ssh_clients.py"), *args],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and message in out.stderr, out.stderr
+    assert "Traceback" not in out.stderr
 
 
 def test_a_script_refuses_an_output_in_a_missing_directory(tmp_path):
