@@ -174,3 +174,35 @@ def test_output_tail_labels_the_pieces_of_a_huge_line_and_masks_a_secret_across_
     assert "".join(n2) == "a" * head + logs.MASK + "b" * 200_000
     assert len(n2) >= 4 and max(map(len, n2)) <= MAX_LINE
     assert secret not in (tmp_path / "run" / logs.MERGED_LOG).read_text()
+
+
+def test_a_followed_slurm_run_names_the_known_cause_above_its_last_lines(tmp_path, monkeypatch):
+    """As for a run launched over SSH (tests/run/test_hints.py): the follower keeps each
+    node's first line with a known cause, and the failure report names it under the first
+    failure's last lines, even when 25 more lines pushed it out of the last 20 shown."""
+    from clusterctl.run import hints, logs, supervise
+    rec = _record(tmp_path, monkeypatch, "sl4")
+    _task(rec.dir / "slurm", "node1", 0, 143, "2026-11-23T05:52:45Z", True)
+    _task(rec.dir / "slurm", "node2", 1, 134, "2026-11-23T05:52:44Z", False)
+    abort = "terminate called without an active exception"
+    out = tmp_path / "slurm-8.out"
+    out.write_text("0: step 1\n1: step 1\n" + f"1: {abort}\n"
+                   + "".join(f"1: torchrun report line {i}\n" for i in range(25))
+                   + "srun: error: node2: task 1: Aborted\n0: " + abort + " (not the first failure)\n")
+    sink = logs.LogSink({"node1": 0, "node2": 1})
+    tail = track.OutputTail(out, sink)
+    tail.nodes = ["node1", "node2"]
+    tail.read(final=True)
+    sink.close()
+    assert sorted(tail.hints.found) == ["node1", "node2"]
+    assert tail.hints.found["node2"] == hints.Hint("node2", 1, abort, hints.match(abort))
+    result, _who = track.outcome(rec, read_task_records(rec.dir / "slurm"), ["node1", "node2"],
+                                 track.JobInfo(source="scontrol", state="FAILED", exit_code=134),
+                                 interrupted=None, last_lines={k: list(v) for k, v in sink.last.items()},
+                                 ended=0.0, known_causes=tail.hints.found)
+    assert (result.state, result.first_failure.node) == ("failed", "node2")
+    report = supervise.summary_lines(result)
+    at = report.index("  torchrun report line 24") + 1
+    assert report[at] == f'hint: node2[1] printed "{abort}", above the lines shown: ' + hints.match(abort)
+    assert sum(line.startswith("hint:") for line in report) == 1        # the first failure's only
+

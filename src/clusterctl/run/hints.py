@@ -3,9 +3,10 @@
 A failed run's report shows the first failure's last lines (:func:`clusterctl.run.supervise.
 summary_lines`).  For a torchrun job those are torchrun's own report ("exitcode: -6
 (SIGABRT)"), and the line that says why sits above it.  Some such lines have one known
-cause and one fix; the supervisor keeps each node's first line that matches a pattern of
-:data:`HINTS` (one table, plain substrings: every output line passes here), and the report
-adds the hint under the failure.
+cause and one fix; :class:`FirstHints` keeps each node's first line that matches a pattern
+of :data:`HINTS` (one table, plain substrings: every output line passes here), for the
+supervisor (runs over SSH) and the Slurm follower alike, and the report adds the hint under
+the failure.
 """
 
 from __future__ import annotations
@@ -38,6 +39,21 @@ def match(text: str) -> str | None:
         if needle in text:
             return advice
     return None
+
+
+class FirstHints:
+    """Each node's first output line with a known cause, as lines go by (one substring
+    test per pattern and line).  The supervisor (SSH runs) and the Slurm follower and
+    settler keep theirs here, so both reports name the same cause."""
+
+    def __init__(self) -> None:
+        self.found: dict[str, Hint] = {}
+
+    def see(self, node: str, rank: int, text: str) -> None:
+        if node not in self.found:
+            advice = match(text)
+            if advice is not None:
+                self.found[node] = Hint(node, rank, text, advice)
 
 
 def hint_lines(hint: Hint | None, shown: list[str]) -> list[str]:

@@ -290,7 +290,7 @@ class Supervisor:
         self._hung_starting = False  # hung before the job had started
         self._collective: list[suspicious.Finding] = []
         self._scanner = suspicious.Scanner()
-        self._hints: dict[str, hints.Hint] = {}  # node -> its first line with a known cause
+        self._hints = hints.FirstHints()  # node -> its first line with a known cause
         self._stoppers: dict[str, StopChannel] = {}  # node -> its pre-opened stop channel
         merger.sink.observers.append(self._observe)
 
@@ -303,10 +303,7 @@ class Supervisor:
             library = self._scanner.classify(node, text)
             if library is not None:
                 self._collective.append(suspicious.Finding(node, rank, library, text))
-        if node not in self._hints:
-            advice = hints.match(text)
-            if advice is not None:
-                self._hints[node] = hints.Hint(node, rank, text, advice)
+        self._hints.see(node, rank, text)
 
     # --- threads -------------------------------------------------------------------------
 
@@ -543,7 +540,7 @@ class Supervisor:
                        {n: list(d) for n, d in self.merger.sink.last.items()},
                        [n for n in to_stop if n not in failed_first],
                        hang, list(self._collective), noticed_at=cut, stopped_at=stopped_at,
-                       removed=sorted(self._removed), known_causes=dict(self._hints))
+                       removed=sorted(self._removed), known_causes=dict(self._hints.found))
 
     def _join(self, followers: dict[str, threading.Thread], timeout: float) -> None:
         """Write the log streams' last lines (a lost node's never come).

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from clusterctl.run import supervise
+from clusterctl.run import hints, supervise
 
 
 @dataclass(frozen=True)
@@ -56,11 +56,14 @@ def _parse_time(text: str) -> datetime:
 
 def outcome_of(tasks: Mapping[str, TaskRecord], nodes: Sequence[str], *, ended: float,
                interrupted: str | None, last_lines: Mapping[str, list[str]],
-               slurm_exit: int | None = None) -> supervise.Outcome:
+               slurm_exit: int | None = None,
+               known_causes: Mapping[str, hints.Hint] | None = None) -> supervise.Outcome:
     """The run's outcome from the tasks' records: first failure by finish time.
 
     A task stopped by a signal (the teardown after another node failed, or scancel) is
-    no failure; a node with no record is lost at ``ended``.
+    no failure; a node with no record is lost at ``ended``.  ``known_causes``: each node's
+    first output line with a known cause (:class:`~clusterctl.run.hints.FirstHints`), which
+    the failure report names under the first failure, as for a run launched over SSH.
     """
     failures = [supervise.Failure(t.node, t.rank, "exit", t.exit_code, t.finished.timestamp())
                 for t in tasks.values() if t.exit_code and not t.stopped]
@@ -82,4 +85,5 @@ def outcome_of(tasks: Mapping[str, TaskRecord], nodes: Sequence[str], *, ended: 
     return supervise.Outcome(
         exit_code=code, state=state, first_failure=first, failures=failures,
         exit_codes={n: (tasks[n].exit_code if n in tasks else None) for n in nodes},
-        containers={}, last_lines={k: list(v) for k, v in last_lines.items()})
+        containers={}, last_lines={k: list(v) for k, v in last_lines.items()},
+        known_causes=dict(known_causes or {}))

@@ -43,7 +43,7 @@ from pathlib import Path
 import hostlist
 
 from clusterctl.core.lines import LineSplitter
-from clusterctl.run import logs, records, supervise
+from clusterctl.run import hints, logs, records, supervise
 from clusterctl.run.slurm import script as slurm_script
 from clusterctl.run.slurm.client import (
     in_queue,
@@ -239,11 +239,12 @@ def stopped_by(record: records.RunRecord, info: JobInfo) -> str:
 
 def outcome(record: records.RunRecord, tasks: Mapping[str, TaskRecord], nodes: Sequence[str],
             info: JobInfo, *, interrupted: str | None, last_lines: Mapping[str, list[str]],
-            ended: float) -> tuple[supervise.Outcome, str | None]:
+            ended: float, known_causes: Mapping[str, hints.Hint] | None = None
+            ) -> tuple[supervise.Outcome, str | None]:
     """(the run's outcome, who stopped it or None): :func:`outcome_of` on the tasks' records,
     and "stopped" when the job was cancelled (scancel, time limit) and no task failed by itself."""
     out = outcome_of(tasks, nodes, ended=ended, interrupted=interrupted, last_lines=last_lines,
-                     slurm_exit=info.exit_code)
+                     slurm_exit=info.exit_code, known_causes=known_causes)
     if interrupted is not None:
         return out, None
     own = [f for f in out.failures if not f.reason.startswith("stopped by Slurm")
@@ -386,6 +387,7 @@ class OutputTail:
         self.nodes: list[str] = []      # task id (= node rank) -> node name, once known
         self._pos, self._held = 0, []
         self._task: int | None = None   # the task of the line being read (its cut pieces' too)
+        self.hints = hints.FirstHints()  # every node's first line with a known cause
         self._lines = LineSplitter(self._line, on_continued=self._continued, keep_whole=sink.redact)
 
     def read(self, final: bool = False) -> None:
@@ -433,6 +435,7 @@ class OutputTail:
             self._held.append((task, text))
 
     def _write(self, node: str, text: str) -> None:
+        self.hints.see(node, self.sink.ranks.get(node, -1), text)
         if self.only is None or node == self.only:
             self.sink.write(node, text)
 
@@ -509,7 +512,8 @@ def follow(record: records.RunRecord, env: Mapping[str, str], sink: logs.LogSink
         fit_nodes(record, nodes_from_tasks(tasks))
         nodes = [n.node for n in record.nodes]
     result, who = outcome(record, tasks, nodes, info, interrupted=why_stopped,
-                          last_lines={k: list(v) for k, v in sink.last.items()}, ended=time.time())
+                          last_lines={k: list(v) for k, v in sink.last.items()}, ended=time.time(),
+                          known_causes=tail.hints.found)
     fresh = _reload(record)
     if fresh is not None and fresh.state not in ("starting", "running", "unknown"):
         return result, info        # someone settled it meanwhile (stop, status): theirs stands
