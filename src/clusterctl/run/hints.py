@@ -43,8 +43,8 @@ def match(text: str) -> str | None:
 
 class FirstHints:
     """Each node's first output line with a known cause, as lines go by (one substring
-    test per pattern and line).  The supervisor (SSH runs) and the Slurm follower and
-    settler keep theirs here, so both reports name the same cause."""
+    test per pattern and line).  The supervisor (SSH runs) and the Slurm follower keep
+    theirs here, so both reports name the same cause."""
 
     def __init__(self) -> None:
         self.found: dict[str, Hint] = {}
