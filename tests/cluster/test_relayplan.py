@@ -81,23 +81,90 @@ def _sign_request(key: paramiko.PKey, data: bytes) -> bytes:
     return m.asbytes()
 
 
+def _bind(host: paramiko.PKey, session_id: bytes, *, forwarding: bool = False,
+          signed_by: paramiko.PKey | None = None) -> bytes:
+    """A session-bind@openssh.com request as a node's ssh sends it: the host key's own
+    signature over the session id (``signed_by`` another key: a forged one)."""
+    sig = (signed_by or host).sign_ssh_data(session_id)
+    m = paramiko.Message()
+    m.add_byte(bytes([27]))
+    m.add_string("session-bind@openssh.com")
+    m.add_string(host.asbytes())
+    m.add_string(session_id)
+    m.add_string(sig.asbytes())
+    m.add_boolean(forwarding)
+    return m.asbytes()
+
+
+def _login(session_id: bytes, key: paramiko.PKey) -> bytes:
+    """The userauth data an ssh asks the agent to sign (RFC 4252 section 7)."""
+    m = paramiko.Message()
+    m.add_string(session_id)
+    m.add_byte(bytes([50]))
+    m.add_string("root")
+    m.add_string("ssh-connection")
+    m.add_string("publickey")
+    m.add_boolean(True)
+    m.add_string(key.get_name())
+    m.add_string(key.asbytes())
+    return m.asbytes()
+
+
 def test_push_agent_signs_within_its_budget_and_nothing_after_close():
-    key = _ed25519()
+    key, node = _ed25519(), _ed25519()
     public = paramiko.Ed25519Key(data=key.asbytes())
-    agent = HopAgent(key, budget=2)
-    answer = paramiko.Message(agent._answer(bytes([11])))
+    agent = HopAgent(key, budget=2, destinations={node.asbytes()})
+    answer = paramiko.Message(agent._answer(bytes([11]), []))
     assert answer.get_byte() == bytes([12]) and answer.get_int() == 1
     assert answer.get_binary() == key.asbytes()
-    for data in (b"session-1", b"session-2"):
-        reply = paramiko.Message(agent._answer(_sign_request(key, data)))
+    for sid in (b"session-1", b"session-2"):
+        binds: list = []
+        assert agent._answer(_bind(node, sid), binds) == bytes([6])
+        data = _login(sid, key)
+        reply = paramiko.Message(agent._answer(_sign_request(key, data), binds))
         assert reply.get_byte() == bytes([14])
         assert public.verify_ssh_sig(data, paramiko.Message(reply.get_binary()))
-    assert agent._answer(_sign_request(key, b"session-3")) == bytes([5])  # over budget
-    other = HopAgent(key, budget=5)
+    binds = []
+    agent._answer(_bind(node, b"session-3"), binds)
+    assert agent._answer(_sign_request(key, _login(b"session-3", key)), binds) == bytes([5])  # over budget
+    other = HopAgent(key, budget=5, destinations={node.asbytes()})
     other.close()
-    assert other._answer(bytes([11])) == bytes([5])
-    assert other._answer(_sign_request(key, b"x")) == bytes([5])
-    assert other._answer(_sign_request(_ed25519(), b"x")) == bytes([5])  # a key it does not hold
+    binds = []
+    other._answer(_bind(node, b"x"), binds)
+    assert other._answer(bytes([11]), binds) == bytes([5])
+    assert other._answer(_sign_request(key, _login(b"x", key)), binds) == bytes([5])
+    assert other._answer(_sign_request(_ed25519(), _login(b"x", key)), binds) == bytes([5])  # a key it does not hold
+
+
+def test_the_agent_signs_only_a_login_bound_to_a_planned_node():
+    """Destination constraints (issue 24: the tree safe by default), with real keys and
+    signatures: what a node holding the forwarded socket can and cannot get signed."""
+    key, planned, stranger = _ed25519(), _ed25519(), _ed25519()
+    agent = HopAgent(key, budget=10, destinations={planned.asbytes()})
+
+    def sign(sid, binds, data=None):
+        return agent._answer(_sign_request(key, data or _login(sid, key)), binds)[0]
+
+    assert sign(b"s1", []) == 5                                     # an ssh that did not bind (< 8.9)
+    assert "did not bind" in agent.refused[-1]
+    b: list = []
+    assert agent._answer(_bind(stranger, b"s2"), b) == bytes([5])   # a host not planned
+    assert "not one of the planned nodes" in agent.refused[-1] and sign(b"s2", b) == 5
+    b = []
+    assert agent._answer(_bind(planned, b"s3", signed_by=stranger), b) == bytes([5])   # forged
+    assert "does not hold" in agent.refused[-1] and sign(b"s3", b) == 5
+    b = []
+    assert agent._answer(_bind(planned, b"s4"), b) == bytes([6])
+    assert sign(b"another", b) == 5                                 # bound to s4, asked for another
+    assert "another session" in agent.refused[-1]
+    assert agent._answer(_bind(planned, b"s5"), b) == bytes([5])    # bound for a login: no rebinding
+    b = []
+    assert agent._answer(_bind(planned, b"s6", forwarding=True), b) == bytes([6])
+    assert sign(b"s6", b) == 5                                      # only forwarded through s6
+    assert agent._answer(_bind(planned, b"s7"), b) == bytes([6])    # then bound for a login: ok
+    assert sign(b"s7", b) == 14
+    assert agent._answer(bytes([27]) + b"\x00\x00\x00\x04junk", []) == bytes([5])   # other extension
+    assert agent.signed == 1
 
 
 def _ed25519() -> paramiko.PKey:

@@ -10,6 +10,7 @@ machine opened is read from the Cluster itself (``is_connected``), not guessed.
 
 from __future__ import annotations
 
+import base64
 import re
 import subprocess
 from pathlib import Path
@@ -20,6 +21,7 @@ import yaml
 from clusterctl.cluster import preflight as pf
 from clusterctl.cluster.inventory import load_inventory
 from clusterctl.cluster.transport import Cluster, tree
+from clusterctl.cluster.transport.agent import HopAgent, load_key
 from clusterctl.cluster.transport.hopssh import HOP_KEX
 from clusterctl.core.errors import NodeError
 
@@ -280,3 +282,42 @@ def test_nothing_is_left_on_the_nodes_when_clusterctl_is_killed_mid_tree(sandbox
     while left() and time.monotonic() < deadline:
         time.sleep(0.5)
     assert left() == []
+
+
+def test_the_forwarded_agent_signs_only_for_the_planned_nodes(sandbox3):
+    """The hop agent (the tree's and the relay's no-set-up mode) under the real nodes'
+    OpenSSH: node1 holds the forwarded socket, with signatures to spare (a budget of 5),
+    and its ``ssh`` logins are bound to their destination's host key.  Its login to
+    node2 (a planned destination) is signed; its login to node3 (not planned) is not,
+    although the same login with the sandbox's key file works (node3 is reachable and
+    the command is right).  The budget alone would have signed both."""
+    sb = sandbox3
+    first, second, third = list(sb.nodes)
+
+    def host_key(ip: str) -> bytes:
+        line = next(line for line in sb.known_hosts.read_text().splitlines()
+                    if line.split()[0] in (ip, f"[{ip}]:22"))
+        return base64.b64decode(line.split()[2])
+
+    def login(node: str, how: str, word: str) -> str:
+        return ("ssh -F /dev/null -T -o BatchMode=yes -o StrictHostKeyChecking=yes "
+                f"-o UserKnownHostsFile={sb.known_hosts} -o GlobalKnownHostsFile=/dev/null "
+                f"{how} root@{sb.nodes[node]} echo {word}; echo {word}-rc=$?; ")
+    agent_only = "-o IdentityFile=/nonexistent"
+    script = ("ssh-add -l; " + login(second, agent_only, "planned") + login(third, agent_only, "stranger")
+              + login(third, f"-o IdentityAgent=none -i {sb.key}", "keyfile"))
+    agent = HopAgent(load_key(sb.key), budget=5, destinations={host_key(sb.nodes[second])})
+    with Cluster(load_inventory(sb.inventory_path)) as cluster:
+        conn = cluster.connection(first)
+        chan = conn.exec_channel(["sh", "-c", script], forward_agent=agent.handler)
+        result = conn.wait_channel(chan, ["sh"], timeout=60)
+    agent.close()
+    out = result.stdout
+    assert "clusterctl hop" in out, result                      # the agent was there (ssh-add -l)
+    assert "\nplanned\nplanned-rc=0" in out, result
+    assert "\nstranger\n" not in out and "stranger-rc=255" in out, result
+    assert "\nkeyfile\nkeyfile-rc=0" in out, result
+    assert agent.signed == 1, agent.signed
+    # its binding refused, the ssh asks for the signature anyway: refused, unbound
+    assert agent.refused[0] == "a login to a host that is not one of the planned nodes", agent.refused
+    assert all("planned" in why or "did not bind" in why for why in agent.refused), agent.refused

@@ -29,8 +29,9 @@ inspects) the image right after its own ``docker load``.
 Node to node, authenticated, nothing left behind: the hop's ``ssh`` uses
 agent forwarding requested on that one channel and answered by
 :class:`~clusterctl.cluster.transport.agent.HopAgent` in this process,
-which signs with the child's inventory key at most once per planned hop and
-nothing after the round.  The child's host key is checked strictly against
+which signs with the child's inventory key at most once per planned hop, only
+for a login bound to a planned child's host key (OpenSSH 8.9 or later on the
+nodes), and nothing after the round.  The child's host key is checked strictly against
 a known_hosts file holding the key this machine verified for it.  Nothing is
 installed: the temporary directory (fifos, known_hosts, process group ids)
 is removed by the command itself when it ends and by the head after the
@@ -58,6 +59,7 @@ when nothing fails.
 
 from __future__ import annotations
 
+import base64
 import re
 import secrets
 import select
@@ -487,7 +489,9 @@ def _start(run: _NodeRun, runs: dict[str, _NodeRun], fed: bool, agents: list[Hop
     if run.children:
         key_file = getattr(runs[run.children[0]].conn.node, "identity_file", None)
         try:
-            agent = HopAgent(load_key(key_file), budget=len(run.children))
+            agent = HopAgent(load_key(key_file), budget=len(run.children),
+                             destinations={base64.b64decode(runs[c].known_host.split()[2])
+                                           for c in run.children})
         except (OSError, TypeError, paramiko.SSHException) as e:
             raise NodeError(run.name, f"relay needs the inventory's identity_file for "
                             f"{run.children[0]} to log in from {run.name}: {e}") from None

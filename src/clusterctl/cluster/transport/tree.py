@@ -20,7 +20,8 @@ How a node logs in to its children (``ssh`` on the node, strict host keys):
 * not set: agent forwarding requested on the root's one channel and answered by
   a one-use agent in this process (:class:`~clusterctl.cluster.transport.agent.HopAgent`,
   the push relay's), which signs with the inventory's key at most once per planned
-  hop and nothing after the call.  The key never leaves this machine.  Each
+  hop, only for a login to a planned node (the session is bound to that node's host
+  key, as known here: OpenSSH 8.9 or later on the nodes) and nothing after the call.  The key never leaves this machine.  Each
   signature costs this machine an agent channel (~2.5 ms of CPU, measured).
 
 Each hop's host key is the one this machine's known_hosts holds for that node
@@ -357,7 +358,8 @@ def _through_tree(cluster, commands: Mapping[str, Sequence[Command]], timeout: f
     agent = None
     if not key_on_nodes:
         try:
-            agent = HopAgent(load_key(root.identity_file), budget=len(members) - 1)
+            agent = HopAgent(load_key(root.identity_file), budget=len(members) - 1,
+                             destinations=_host_keys(hops.values()))
         except (OSError, TypeError, paramiko.SSHException) as e:   # every node goes direct
             return {}, {root.name: f"the tree needs the inventory's identity_file to sign "
                                    f"node-to-node logins: {e}"}, []
@@ -385,11 +387,20 @@ def _through_tree(cluster, commands: Mapping[str, Sequence[Command]], timeout: f
             raise failure
         return {}, {root.name: failure.reason}, members
     done, hop_failures = parse_results(result.stdout, {n: commands[n] for n in members})
+    if agent is not None and agent.refused:
+        why = f"; this machine's agent refused to sign {agent.refused[0]}"
+        hop_failures = {n: w + why for n, w in hop_failures.items()}
     if root.name not in done:
         why = result.stderr.replace("clusterctl-alive\n", "").strip()[-400:]
         hop_failures.setdefault(root.name, f"the tree's command exited {result.exit_code}"
                                 + (f": {why}" if why else ""))
     return done, hop_failures, members
+
+
+def _host_keys(hops) -> set[bytes]:
+    """The host key blobs of ``hops`` (their known_hosts lines): where the agent may sign."""
+    return {base64.b64decode(line.split()[2]) for hop in hops
+            for line in hop.known_host.splitlines() if len(line.split()) >= 3}
 
 
 def _feed(chan, data: bytes) -> None:
