@@ -25,7 +25,7 @@ on them grows with node count for that reason alone):
 
   each for four designs (:data:`DESIGNS`), alternated in the same run, with T(16)/T(1)
   (the tree designs against the 1-node direct figure: one node has no tree to make):
-  ``direct``, one SSH connection per node (the default); ``old``, the same with
+  ``direct``, one SSH connection per node (``tree: false``, the previous default); ``old``, the same with
   paramiko's 0.1 s reader wake-up per connection (the design before it);
   ``tree-agent`` and ``tree-key``, ``ssh: {tree: true}`` (one connection from here, the
   nodes reach each other: :mod:`clusterctl.cluster.transport.tree`), each node-to-node
@@ -33,7 +33,7 @@ on them grows with node count for that reason alone):
   the sandbox's nodes share this machine's files, so its key serves as theirs);
 * the same host work for the whole ``clusterctl launch --detach`` process (imports
   included: what a user's machine spends on one command), from its rusage, for the
-  direct and both tree designs;
+  direct and both tree designs and the default (:data:`PROCESS_DESIGNS`);
 * rank failure -> last other container stopped, at 4 and 16 nodes, split into
   detection (the failing container's FinishedAt to the follow loop seeing it) and the
   stop calls (every other node stopped in parallel), for three designs alternated, all
@@ -119,6 +119,8 @@ def inventory_for(full: Path, n: int, out: Path, design_name: str = "direct") ->
     data["nodes"] = data["nodes"][:n]
     if design_name.startswith("tree"):
         data["ssh"]["tree"] = True
+    elif design_name != "default":   # direct and old: a connection per node whatever the count
+        data["ssh"]["tree"] = False
     if design_name == "tree-key":
         # the sandbox's nodes share this machine's files, so its key is also "on the nodes"
         data["ssh"]["node_identity_file"] = str(data["defaults"]["identity_file"])
@@ -132,6 +134,10 @@ def inventory_for(full: Path, n: int, out: Path, design_name: str = "direct") ->
 #: each node-to-node login signed here through agent forwarding) and ``tree-key``
 #: (``node_identity_file`` too: the nodes log in to each other with their own key).
 DESIGNS = ("direct", "old", "tree-agent", "tree-key")
+#: The whole-process designs: ``default`` is the inventory as ``sandbox up`` writes it
+#: (``ssh.tree`` left at ``auto``: ``launch --detach`` goes direct below 16 nodes and through
+#: the tree, signed here, from 16 on); ``direct`` is the previous default (``tree: false``).
+PROCESS_DESIGNS = ("direct", "default", "tree-agent", "tree-key")
 
 
 @contextmanager
@@ -400,7 +406,7 @@ def run(args: argparse.Namespace) -> int:
             launch.push_image(cluster, args.image)
         print(f"image {args.image} pushed to {size} nodes in {time.monotonic() - t:.1f}s (not counted)")
         invs = {name: {n: inventory_for(full, n, tmp / f"n{n}-{name}.yaml", name) for n in args.nodes}
-                for name in DESIGNS}
+                for name in (*DESIGNS, "default")}
         if not args.teardown_only:
             launches(args, invs, results)
             loads.sample()
@@ -480,7 +486,7 @@ def whole_process(args: argparse.Namespace, invs: dict[str, dict[int, Path]],
     cpu = {}
     counts = sorted(invs["direct"])
     for n in counts:
-        for name in ("direct", "tree-agent", "tree-key") if n > 1 else ("direct",):
+        for name in PROCESS_DESIGNS if n > 1 else ("direct",):
             s = [process_cpu(invs[name][n], args.image, env) for _ in range(args.repeat)]
             cpu[(n, name)] = med(c for c, _ in s)
             print(f"{n:>5} {name:>10} {cpu[(n, name)]:>6.2f} {med(w for _, w in s):>7.2f}", flush=True)
@@ -489,9 +495,9 @@ def whole_process(args: argparse.Namespace, invs: dict[str, dict[int, Path]],
     lo, hi = counts[0], counts[-1]
     results["ratios"] += [{"design": name, "what": "process_cpu", "nodes": [lo, hi],
                            "value": round(cpu[(hi, name)] / cpu[(lo, "direct")], 3)}
-                          for name in ("direct", "tree-agent", "tree-key") if (hi, name) in cpu]
+                          for name in PROCESS_DESIGNS if (hi, name) in cpu]
     print(f"T({hi})/T({lo}): CPU " + ", ".join(
-        f"{name} {cpu[(hi, name)] / cpu[(lo, 'direct')]:.2f}x" for name in ("direct", "tree-agent", "tree-key")
+        f"{name} {cpu[(hi, name)] / cpu[(lo, 'direct')]:.2f}x" for name in PROCESS_DESIGNS
         if (hi, name) in cpu))
 
 

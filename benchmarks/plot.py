@@ -434,7 +434,7 @@ def _md(header: list[str], rows: list[list[str]]) -> str:
 
 
 WAYS = ("by-hand", "star", "relay", "relay+zstd")
-DESIGNS = ("direct", "tree-key", "tree-agent", "old", "before", "now")
+DESIGNS = ("direct", "default", "tree-key", "tree-agent", "old", "before", "now")
 TEARDOWN_DESIGNS = ("new", "channel", "old")
 PHASES = ("plan", "start", "hops_up", "head_sends", "to_chain_end", "load_results")
 
@@ -756,7 +756,7 @@ def table(doc: dict) -> str:
 # --------------------------------------------------------------------------- plots
 
 COLORS = {"by-hand": "#7f7f7f", "star": "#1f77b4", "relay": "#2ca02c", "relay+zstd": "#d62728",
-          "direct": "#1f77b4", "tree-key": "#2ca02c", "tree-agent": "#9467bd", "old": "#7f7f7f",
+          "direct": "#1f77b4", "default": "#d62728", "tree-key": "#2ca02c", "tree-agent": "#9467bd", "old": "#7f7f7f",
           "before": "#7f7f7f", "now": "#1f77b4", "new": "#1f77b4", "channel": "#ff7f0e",
           "hostfile": "#1f77b4", "yaml": "#2ca02c", "slurm": "#9467bd",
           "clusterctl": "#1f77b4", "paramiko": "#2ca02c", "openssh": "#d62728", "openssh-kex": "#ff7f0e"}

@@ -105,7 +105,7 @@ MANY = {
     "bad_ssh_settings.yaml": [
         (3, "ssh.accept_new_host_keys", '"yes" is not true or false'),
         (4, "ssh.fanout", "0 is out of range"),
-        (5, "ssh.tree", '"on" is not true or false'),
+        (5, "ssh.tree", '"on" is not true, false or auto'),
         (6, "ssh.tree_width", "0 is out of range"),
         (7, "ssh.node_identity_file", "contains whitespace"),
     ],

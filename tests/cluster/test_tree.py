@@ -68,6 +68,26 @@ def test_parse_results_keeps_only_complete_nodes_and_names_failed_hops():
     assert hops == {"c": "ssh from its parent node exited 255: Permission denied (publickey)."}
 
 
+@pytest.mark.parametrize(("setting", "nodes", "each_node_anyway", "expected"), [
+    (None, tree.AUTO_MIN_NODES, False, True),        # the default, from 16 nodes on
+    (None, tree.AUTO_MIN_NODES - 1, False, False),   # below: a connection per node
+    (None, 64, True, False),                         # a followed run opens them anyway
+    ("auto", 64, False, True),
+    (True, 2, True, True),                           # asked for: always (2+ nodes)
+    (True, 1, False, False),
+    (False, 64, False, False),
+])
+def test_when_the_tree_is_taken(tmp_path, setting, nodes, each_node_anyway, expected):
+    data = {"nodes": [{"host": f"10.9.0.{i + 1}"} for i in range(nodes)]}
+    if setting is not None:
+        data["ssh"] = {"tree": setting}
+    path = tmp_path / "inventory.yaml"
+    path.write_text(yaml.safe_dump(data))
+    cluster = Cluster(load_inventory(path), known_hosts=tmp_path / "known_hosts")
+    cluster.each_node_anyway = each_node_anyway
+    assert tree.enabled(cluster) is expected
+
+
 # --------------------------------------------------------------------------- on the sandbox
 
 
@@ -176,6 +196,23 @@ def test_a_node_the_tree_cannot_reach_is_run_on_its_own_connection(sandbox3, tmp
     assert seen[0]["direct"] == names[1:]
     assert list(seen[0]["hops"]) == [names[1]], seen       # node3 hangs below node2: never tried
     assert "exited 255" in seen[0]["hops"][names[1]]
+    assert tree_leftovers(sb) == []
+
+
+def test_a_hop_that_failed_is_not_tried_again_in_the_same_command(sandbox3, tmp_path):
+    """launch makes two tree calls (preflight, start) on one Cluster: a node whose hop
+    failed in the first goes straight to its own connection in the next, so a node the
+    others cannot reach costs the hop's timeout once per command, not once per call."""
+    sb = sandbox3
+    names = list(sb.nodes)
+    inv_path = tree_inventory(sb, tmp_path, node_identity_file="/nonexistent/clusterctl-key")
+    seen = []
+    with Cluster(load_inventory(inv_path)) as cluster:
+        for _ in range(3):
+            check_probes(sb, tree.run_commands(cluster, probes(inv_path), timeout=60, on_tree=seen.append))
+    assert [s["tree"] for s in seen] == [names, [names[0], names[2]], []], seen
+    assert [list(s["hops"]) for s in seen] == [[names[1]], [names[2]], []], seen
+    assert seen[2]["direct"] == names
     assert tree_leftovers(sb) == []
 
 

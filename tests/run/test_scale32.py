@@ -23,7 +23,10 @@ figures are in benchmarks/launch.py and docs/benchmarks/launch.md):
   head's per-node cost, which is what keeps the default path flat (issue 24).
 * ``test_detached_launch_and_stop_on_thirty_two_nodes``: ``launch --detach`` returns
   with all 32 running, then ``clusterctl stop`` removes every container and the
-  record says stopped.
+  record says stopped.  The launch went through the tree by default (``ssh.tree:
+  auto``, no key on the nodes: this machine signed each node-to-node login): node1's
+  sshd logged one login, from this machine; every other node's logged two (preflight,
+  start), both from node1; none came from anywhere else.
 """
 
 from __future__ import annotations
@@ -94,6 +97,12 @@ def logins(sb: SandboxCluster) -> dict[str, int]:
     return {node: sb.sshd_log(node).count("Accepted publickey for ") for node in sb.nodes}
 
 
+def login_sources(sb: SandboxCluster) -> dict[str, list[str]]:
+    """Per node, the address of every login its own sshd has accepted so far, in order."""
+    return {node: re.findall(r"Accepted publickey for \S+ from (\S+) ", sb.sshd_log(node))
+            for node in sb.nodes}
+
+
 def leftovers(sb: SandboxCluster) -> list[str]:
     """Containers on any node's own daemon, and what a relay push left (its /tmp directory,
     processes in the nodes' namespaces)."""
@@ -136,9 +145,17 @@ def test_launch_and_fail_fast_teardown_on_thirty_two_nodes(sandbox32, shell_imag
 def test_detached_launch_and_stop_on_thirty_two_nodes(sandbox32, shell_image, runs_dir):
     sb = sandbox32
     inv = str(sb.inventory_path)
+    before = login_sources(sb)
     res = runner.invoke(app, ["launch", str(FAIL_JOB), "--nodes", inv, "--image", shell_image,
                               "--set", "FAIL_RANK=99", "--detach", "--json"])
     assert res.exit_code == 0, res.output[-3000:]
+    # the default (tree: auto) at 32 nodes: this machine logged in to node1 only, node1 to the others
+    after = login_sources(sb)
+    first = next(iter(sb.nodes))
+    new_logins = {node: after[node][len(before[node]):] for node in sb.nodes}
+    # (two tree calls, preflight and start, over the head's one connection to node1)
+    assert new_logins == {node: [sb.head_ip] if node == first else [sb.nodes[first]] * 2
+                          for node in sb.nodes}, new_logins
     run_id = json.loads(res.stdout)["run_id"]   # the push and start lines go to stderr
     for node in sb.nodes:   # launch has returned: every node's container is running
         names = sb.node_docker(node, "ps", "--filter", f"label={containers.RUN_LABEL}={run_id}",

@@ -868,7 +868,8 @@ def _preflight_through_tree(cluster: Cluster, nodes, devices_of, *, required_byt
         for (script, _, argv_of), r in zip(scripts, found, strict=True):
             replay.absorb(script, token, argv_of, r, slow, window)
         if name in missed:
-            result.warnings.append(f"reached on its own connection, not through the tree: {missed[name]}")
+            result.warnings.append(f"reached on its own connection, not through the tree: {missed[name]} "
+                                   "(ssh.tree: false in the inventory goes straight to every node)")
         try:
             out[name] = _judge(replay, result, image_ref, timeout)
         except NodeError as e:

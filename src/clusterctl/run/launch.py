@@ -462,7 +462,7 @@ def launch(job, inventory, *, image: str | None = None, overrides: Mapping[str, 
                image_id=image_id, overrides=overrides, hang=hang, push=push, progress=progress,
                workspace=workspace, note=note, on_warning=on_warning,
                accept_new_host_keys=accept_new_host_keys, nodes=nodes_now, spares=spares,
-               supervised=supervised, recheck=recheck, pushed=pushed)
+               supervised=supervised, recheck=recheck, pushed=pushed, detach=detach)
     adopt = False
     if resume is not None:
         adopt = _take_over(run, resume)
@@ -593,6 +593,7 @@ class _Run:
     supervised: bool = False
     recheck: Callable[[object], Mapping[str, str]] | None = None
     pushed: registry_push.Pushed | None = None  # the image in the inventory's registry (nodes pull it)
+    detach: bool = False
 
     def mark(self, phase: str) -> None:
         self.times[phase] = time.time()
@@ -613,6 +614,9 @@ def _prepare_attempt(run: _Run):
     while True:
         inv = attempt_inventory(run.inventory, run.nodes)
         cluster = Cluster(inv, accept_new_host_keys=run.accept_new_host_keys).__enter__()
+        # following the run, or shipping its code, opens every node's own connection: then
+        # `ssh.tree: auto` sends preflight and start on those too (the tree would only add)
+        cluster.each_node_anyway = not run.detach or run.workspace is not None
         try:
             plans = _check_and_plan(run, cluster)
             _collective_recheck(run, inv)

@@ -52,7 +52,7 @@ HINTS = {
     "accept_new_host_keys": "true or false",
     "connect_timeout": "a number of seconds greater than 0",
     "fanout": "a whole number of at least 1 (nodes contacted at once)",
-    "tree": "true or false (launch reaches the nodes through each other, one connection from here)",
+    "tree": "true, false or auto (launch reaches the nodes through each other, one connection from here)",
     "tree_width": "a whole number of at least 1 (nodes each node of the tree logs in to)",
     "node_identity_file": "a path on the nodes (absolute or ~/...) to the key they log in to each other with",
     "ssh": f"a mapping with {one_of(SSH_FIELDS)}",

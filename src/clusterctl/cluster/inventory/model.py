@@ -21,9 +21,9 @@ import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PlainValidator, model_validator
 from pydantic_core import PydanticCustomError
 
 from clusterctl.cluster.registry.reference import Registry
@@ -216,6 +216,16 @@ class Defaults(_NodeSettings):
     """The ``defaults:`` section."""
 
 
+def _tree_mode(value: object) -> bool | str:
+    """``ssh.tree``: true, false or "auto" (one message, not one per kind it could be)."""
+    if value is True or value is False or value == "auto":
+        return value
+    raise _invalid("is not true, false or auto")
+
+
+TreeMode = Annotated[bool | Literal["auto"], PlainValidator(_tree_mode)]
+
+
 class SSHSettings(BaseModel):
     """How clusterctl reaches the nodes (the ``ssh:`` section)."""
 
@@ -236,10 +246,13 @@ class SSHSettings(BaseModel):
         "At most this many nodes are contacted at once."))
     # launch's preflight and start reach the nodes through each other, over ONE connection
     # from here (clusterctl.cluster.transport.tree); tree_width children per node
-    tree: StrictBool = Field(False, description=(
+    tree: TreeMode = Field("auto", description=(
         "`true`: `launch` and `check` send every node's preflight and start through one "
         "connection, to the first node, each node logging in to up to `tree_width` others. "
-        "Following logs, `stop`, `status` and `push` still use a connection per node."))
+        "`auto` (the default): the same from 16 nodes on, where nothing after it needs a "
+        "connection per node (`launch --detach` without a `workdir`, `check`); otherwise "
+        "direct. `false`: a connection per node always. Following logs, `stop`, `status` "
+        "and `push` use a connection per node."))
     tree_width: Annotated[int, Field(strict=True, ge=1)] = Field(32, description=(
         "With `tree`: how many other nodes each node logs in to."))
     node_identity_file: NodePath | None = Field(None, description=(

@@ -85,6 +85,9 @@ class Cluster:
         self._connections: dict[str, NodeConnection] = {}
         self._lock = threading.Lock()
         self.tree_memo: dict = {}   # what transport.tree works out once per command (hops)
+        # the caller opens every node's own connection next anyway (a followed run, code to
+        # ship): ``ssh.tree: auto`` then goes direct (transport.tree.enabled)
+        self.each_node_anyway = False
 
     def __enter__(self) -> Cluster:
         return self

@@ -9,8 +9,10 @@ tree spawn do, so the work on this machine hardly grows with the number of nodes
 (issue 12): it is one handshake, one channel and, per node, a line of request and
 a line of result.
 
-When: the inventory sets ``ssh: {tree: true}``.  Without it every call goes
-straight to each node's own connection (:meth:`Cluster.map`), as before.
+When: the inventory sets ``ssh: {tree: true}``, or leaves ``tree`` at ``auto`` and the
+call has :data:`AUTO_MIN_NODES` nodes or more and its caller will not open every node's
+own connection next anyway (:func:`enabled`).  Otherwise every call goes straight to
+each node's own connection (:meth:`Cluster.map`).
 
 How a node logs in to its children (``ssh`` on the node, strict host keys):
 
@@ -66,6 +68,11 @@ from clusterctl.cluster.transport.hostkeys import host_key_name, known_hosts_ind
 from clusterctl.core.errors import NodeError
 
 DEFAULT_WIDTH = 32
+AUTO = "auto"
+#: ``tree: auto`` takes the tree from this many nodes on: below it, a connection per node
+#: costs this machine less than 0.15 s of CPU in all and its wall is lower than a hop's
+#: login (docs/benchmarks/launch.md).
+AUTO_MIN_NODES = 16
 HOP_CONNECT_TIMEOUT = 10   # seconds a node's ssh to a child may take to log in
 HEARTBEAT = 2              # seconds between a node's "alive" lines on its stderr
 
@@ -79,9 +86,15 @@ class Command:
 
 
 def enabled(cluster) -> bool:
-    """Whether the inventory asks for the tree (``ssh: {tree: true}``) and it has 2+ nodes."""
-    ssh = getattr(cluster.inventory, "ssh", None)
-    return bool(getattr(ssh, "tree", False)) and len(cluster.nodes) > 1
+    """Whether this call goes through the tree: ``ssh.tree: true`` and 2+ nodes, or
+    ``auto`` (the default) with :data:`AUTO_MIN_NODES` or more and a caller that will not
+    open every node's own connection next anyway (``cluster.each_node_anyway``: a
+    followed run, code to ship), where the tree would only add its logins to those."""
+    setting = getattr(getattr(cluster.inventory, "ssh", None), "tree", AUTO)
+    count = len(cluster.nodes)
+    if setting == AUTO:
+        return count >= AUTO_MIN_NODES and not getattr(cluster, "each_node_anyway", False)
+    return setting is True and count > 1
 
 
 def plan_tree(names: Sequence[str], width: int) -> dict[str, str]:
@@ -307,6 +320,9 @@ def run_commands(cluster, commands: Mapping[str, Sequence[Command]], *,
             done, hops, planned = {e.node: e}, {}, []
         results.update(done)
         info["tree"], info["hops"] = planned, hops
+        # a hop that failed is not tried again in this command (launch makes two tree calls:
+        # a node the others cannot reach would make the second wait for its timeout again)
+        cluster.tree_memo.setdefault("failed", set()).update(hops)
     rest = [n for n in order if n not in results]
     info["direct"] = rest
     if rest:
@@ -335,12 +351,15 @@ def _through_tree(cluster, commands: Mapping[str, Sequence[Command]], timeout: f
     nodes = {n.name: n for n in cluster.nodes}
     names = list(commands)
     root = nodes[names[0]]
-    if not key_on_nodes and root.identity_file is None:
-        return {}, {}, []   # nothing to sign node-to-node logins with: every node direct
+    failed_before = cluster.tree_memo.get("failed", set())
+    if (not key_on_nodes and root.identity_file is None) or root.name in failed_before:
+        return {}, {}, []   # nothing to sign node-to-node logins with, or no tree: every node direct
     hop_of = _hops(cluster)
     members, hops = [root.name], {}
     for name in names[1:]:
         node = nodes[name]
+        if name in failed_before:
+            continue
         if not key_on_nodes and node.identity_file != root.identity_file:
             continue
         hop = hop_of(node)
@@ -410,5 +429,5 @@ def _feed(chan, data: bytes) -> None:
         pass
 
 
-__all__ = ["DEFAULT_WIDTH", "Command", "enabled", "parse_results", "plan_tree", "run_commands"]
+__all__ = ["AUTO", "AUTO_MIN_NODES", "DEFAULT_WIDTH", "Command", "enabled", "parse_results", "plan_tree", "run_commands"]
 

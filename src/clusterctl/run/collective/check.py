@@ -182,6 +182,7 @@ def run_check(inventory, *, job: Job | None = None, target: str | None = None,
     ref = plan.check_inputs(job, inventory, run_id=check_id, image=image,
                             master_addr=facts["master_addr"], host_env=facts["host_env"])
     with Cluster(inventory, accept_new_host_keys=accept_new_host_keys) as cluster:
+        cluster.each_node_anyway = True   # the check's run is followed: a connection per node
         note(f"preflight on {n} nodes")
         extra = plan.job_devices(job)
         host_paths = {node.name: [d.split(":", 1)[0] for d in [*plan.node_devices(job, node), *extra]]
