@@ -509,7 +509,8 @@ def test_a_detached_launch_opens_three_ssh_channels_per_node_and_pushes_only_whe
         clean_nodes, cpu_image, runs_dir, monkeypatch):
     """Host work per node (issue 12): preflight's two scripts and the start, nothing else; the
     image IDs preflight read decide which nodes push skips, so a node without the image still
-    gets it (real channels, only counted here)."""
+    gets it (real channels, only counted here).  Stopping the run is one channel per node
+    (issue 24: it was six), and a last line written without its newline is kept whole."""
     sb = clean_nodes
     inventory = load_inventory(sb.inventory_path)
     from clusterctl.cluster.transport import connection
@@ -524,14 +525,29 @@ def test_a_detached_launch_opens_three_ssh_channels_per_node_and_pushes_only_whe
         return real(self, argv, *a, **kw)
 
     monkeypatch.setattr(connection.NodeConnection, "_channel", counted)
-    result = launch.launch(load_job(FAIL_RANK_JOB), inventory, image=cpu_image, detach=True,
-                           overrides={"FAIL_RANK": "99"})
-    monkeypatch.setattr(connection.NodeConnection, "_channel", real)
-    with Cluster(inventory) as cluster:
-        supervise.stop_run(cluster, result.record, grace=0)
+    job = write_job(runs_dir.parent, "partial", cpu_image,
+                    "import sys, time; sys.stdout.write('line one' + chr(10) + 'no newline at the end'); "
+                    "sys.stdout.flush(); time.sleep(600)")
+    result = launch.launch(load_job(job), inventory, image=cpu_image, detach=True)
     assert len(opened["node1"]) == 3 and len(opened["node2"]) == 3, opened
     assert len(opened["node3"]) > 3, opened                           # it was pushed to
     assert sb.node_docker("node3", "image", "inspect", cpu_image).returncode == 0
+    deadline = time.monotonic() + 60
+    # docker holds a line without its newline until the container's output ends (the stop):
+    # "line one" on its own says both were written
+    while "line one" not in sb.node_docker("node1", "logs", result.record.nodes[0].container).stdout:
+        assert time.monotonic() < deadline, "the job never wrote its line"
+        time.sleep(0.5)
+    opened.clear()
+    with Cluster(inventory) as cluster:
+        stopped = supervise.stop_run(cluster, result.record, grace=0)
+    monkeypatch.setattr(connection.NodeConnection, "_channel", real)
+    assert {n: len(c) for n, c in opened.items()} == {"node1": 1, "node2": 1, "node3": 1}, opened
+    assert all(s.error is None and s.was_running and s.containers for s in stopped.values()), stopped
+    assert [c.status for c in stopped["node1"].containers] == ["exited"], stopped["node1"]
+    assert (runs_dir / result.run_id / "node1.log").read_text().splitlines() == [
+        "line one", "no newline at the end"]
+    assert all(run_containers(sb, node, result.run_id) == [] for node in sb.nodes)
 
 
 @pytest.mark.sandbox
