@@ -33,7 +33,8 @@ on them grows with node count for that reason alone):
   the sandbox's nodes share this machine's files, so its key serves as theirs);
 * the same host work for the whole ``clusterctl launch --detach`` process (imports
   included: what a user's machine spends on one command), from its rusage, for the
-  direct and both tree designs and the default (:data:`PROCESS_DESIGNS`);
+  direct and both tree designs and the default (:data:`PROCESS_DESIGNS`), and the same
+  for the ``clusterctl stop`` process that then tears that run down;
 * rank failure -> last other container stopped, at 4 and 16 nodes, split into
   detection (the failing container's FinishedAt to the follow loop seeing it) and the
   stop calls (every other node stopped in parallel), for three designs alternated, all
@@ -209,21 +210,25 @@ def time_to_running(inv_path: Path, image: str) -> Launch:
                   dispatch=max(sent) - min(sent) if len(sent) > 1 else None)
 
 
-def process_cpu(inv_path: Path, image: str, env: dict[str, str]) -> tuple[float, float]:
-    """(CPU s, wall s) of a whole ``clusterctl launch --detach`` process, then the run stopped."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    t0 = time.monotonic()
-    res = subprocess.run([sys.executable, "-m", "clusterctl", "launch", str(JOB), "--nodes", str(inv_path),
-                          "--image", image, "--set", "FAIL_RANK=99", "--detach", "--json"],
-                         capture_output=True, text=True, env=env)
-    wall = time.monotonic() - t0
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if res.returncode != 0:
-        raise ClusterctlError(f"clusterctl launch --detach exited {res.returncode}: {res.stderr.strip()[-400:]}")
+def process_cpu(inv_path: Path, image: str, env: dict[str, str]) -> tuple[float, float, float, float]:
+    """(CPU s, wall s) of a whole ``clusterctl launch --detach`` process, then the same of
+    the ``clusterctl stop RUN --grace 0`` process that tears the run down (teardown as a user
+    runs it: every container stopped, its output saved, removed)."""
+    def timed(argv: list[str]) -> tuple[subprocess.CompletedProcess, float, float]:
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        t0 = time.monotonic()
+        res = subprocess.run([sys.executable, "-m", "clusterctl", *argv], capture_output=True, text=True, env=env)
+        wall = time.monotonic() - t0
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        if res.returncode != 0:
+            raise ClusterctlError(f"clusterctl {argv[0]} exited {res.returncode}: {res.stderr.strip()[-400:]}")
+        return res, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), wall
+
+    res, cpu, wall = timed(["launch", str(JOB), "--nodes", str(inv_path), "--image", image,
+                            "--set", "FAIL_RANK=99", "--detach", "--json"])
     run_id = yaml.safe_load(res.stdout)["run_id"]
-    with Cluster(load_inventory(inv_path)) as cluster:
-        supervise.stop_run(cluster, records.load(run_id), grace=0)
-    return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), wall
+    _, stop_cpu, stop_wall = timed(["stop", run_id, "--nodes", str(inv_path), "--grace", "0"])
+    return cpu, wall, stop_cpu, stop_wall
 
 
 @dataclass
@@ -480,22 +485,30 @@ def _dispatch(runs: list[Launch]) -> str:
 
 def whole_process(args: argparse.Namespace, invs: dict[str, dict[int, Path]],
                   results: dict[str, list[dict]]) -> None:
-    print("\nwhole `clusterctl launch --detach` process (imports included), median of "
-          f"{args.repeat}:\n{'nodes':>5} {'design':>10} {'CPU s':>6} {'wall s':>7}")
+    print("\nwhole `clusterctl launch --detach` process (imports included), then `clusterctl stop`'s, "
+          f"median of {args.repeat}:\n{'nodes':>5} {'design':>10} {'CPU s':>6} {'wall s':>7} "
+          f"{'stop CPU s':>11} {'stop wall s':>12}")
     env = benchplot.cli_env(os.environ, CLUSTERCTL_PLAIN="1")   # with its bytecode, as installed
     cpu = {}
     counts = sorted(invs["direct"])
     for n in counts:
         for name in PROCESS_DESIGNS if n > 1 else ("direct",):
             s = [process_cpu(invs[name][n], args.image, env) for _ in range(args.repeat)]
-            cpu[(n, name)] = med(c for c, _ in s)
-            print(f"{n:>5} {name:>10} {cpu[(n, name)]:>6.2f} {med(w for _, w in s):>7.2f}", flush=True)
-            results["process"].append({"nodes": n, "design": name, "cpu": round(cpu[(n, name)], 4),
-                                       "wall": round(med(w for _, w in s), 4)})
+            cpu[(n, name)] = med(x[0] for x in s)
+            row = {"nodes": n, "design": name, "cpu": round(cpu[(n, name)], 4),
+                   "wall": round(med(x[1] for x in s), 4), "stop_cpu": round(med(x[2] for x in s), 4),
+                   "stop_wall": round(med(x[3] for x in s), 4)}
+            print(f"{n:>5} {name:>10} {row['cpu']:>6.2f} {row['wall']:>7.2f} {row['stop_cpu']:>11.2f} "
+                  f"{row['stop_wall']:>12.2f}", flush=True)
+            results["process"].append(row)
     lo, hi = counts[0], counts[-1]
     results["ratios"] += [{"design": name, "what": "process_cpu", "nodes": [lo, hi],
                            "value": round(cpu[(hi, name)] / cpu[(lo, "direct")], 3)}
                           for name in PROCESS_DESIGNS if (hi, name) in cpu]
+    stops = {(r["nodes"], r["design"]): r["stop_cpu"] for r in results["process"]}
+    results["ratios"] += [{"design": name, "what": "stop_cpu", "nodes": [lo, hi],
+                           "value": round(stops[(hi, name)] / stops[(lo, "direct")], 3)}
+                          for name in PROCESS_DESIGNS if (hi, name) in stops]
     print(f"T({hi})/T({lo}): CPU " + ", ".join(
         f"{name} {cpu[(hi, name)] / cpu[(lo, 'direct')]:.2f}x" for name in PROCESS_DESIGNS
         if (hi, name) in cpu))

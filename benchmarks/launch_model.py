@@ -3,7 +3,8 @@
 Reads a launch benchmark's JSON (``docs/benchmarks/data/launch-tree.json`` by default:
 benchmarks/launch.py's figures at 1, 4, 8 and 16 sandbox nodes) and fits, per design,
 ``cost(n) = fixed + per_node * n`` by least squares to the head's CPU seconds of the
-launch itself (``host_cpu``) and, where measured, of the whole clusterctl process; then
+launch itself (``host_cpu``) and, where measured, of the whole clusterctl process (and of
+the ``clusterctl stop`` process after it, the same for every design: one series); then
 prints the fit, its worst error on the measured points, and the projection to 32, 256 and
 1,000 nodes with the ratio to one node.  Pure arithmetic over measured figures: it says
 where the per-node costs lead, not what a real 1,000-node cluster would measure (whose
@@ -44,6 +45,8 @@ def model(doc: dict, targets: list[int]) -> list[dict]:
     for r in doc.get("process", []):
         if r.get("cpu") is not None:
             series.setdefault((r["design"], "whole process CPU s"), []).append((r["nodes"], r["cpu"]))
+        if r.get("stop_cpu") is not None:   # `clusterctl stop` does not use the tree: one series
+            series.setdefault(("any", "stop process CPU s"), []).append((r["nodes"], r["stop_cpu"]))
     rows = []
     for (design, what), pts in sorted(series.items()):
         if len({x for x, _ in pts}) < 2:

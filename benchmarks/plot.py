@@ -67,8 +67,9 @@ SHAPES: dict[str, dict[str, tuple[str, ...]]] = {
         "launch": ("nodes:int", "design:str", "host_cpu:num", "cpu_pre?:num", "cpu_start?:num",
                    "wall?:num", "wall_pre?:num", "wall_start?:num", "node_cpu?:num",
                    "node_cpu_per_node_ms?:num", "node_floor?:num", "dispatch?:num"),
-        # the whole `clusterctl launch --detach` process: CPU s (imports included), wall s
-        "process": ("nodes:int", "design:str", "cpu:num", "wall?:num"),
+        # the whole `clusterctl launch --detach` process: CPU s (imports included), wall s;
+        # then the `clusterctl stop` process that tore that run down: its CPU s and wall s
+        "process": ("nodes:int", "design:str", "cpu:num", "wall?:num", "stop_cpu?:num", "stop_wall?:num"),
         # rank failure -> last other container stopped (stopped, s; medians), detection,
         # stop calls, lines written (first/last, after the failure was noticed), each node's
         # line -> stopped (median node / slowest), every run's figure, the load average after
@@ -514,6 +515,21 @@ def _teardown_table(doc: dict) -> str | None:
     return _md(header, rows)
 
 
+def _process_table(doc: dict) -> str | None:
+    """The whole processes a user runs, for the rows that also timed the teardown: ``launch
+    --detach`` and then ``stop``, CPU and wall (the ratios to one node are the page's words:
+    a table shows only the data's own figures)."""
+    rows_in = [r for r in doc.get("process") or [] if r.get("stop_cpu") is not None]
+    if not rows_in:
+        return None
+    rows = [[str(r["nodes"]), r["design"], _f(r["cpu"], 2), _f(r.get("wall"), 2),
+             _f(r["stop_cpu"], 2), _f(r.get("stop_wall"), 2)]
+            for r in sorted(rows_in, key=lambda r: (r["nodes"], DESIGNS.index(r["design"])
+                                                    if r["design"] in DESIGNS else len(DESIGNS)))]
+    header = ["nodes", "design", "launch --detach CPU s", "launch --detach wall s", "stop CPU s", "stop wall s"]
+    return _md(header, rows)
+
+
 def _launch_split(doc: dict) -> str | None:
     """Where the wall goes, for the rows that measured the nodes' CPU: the wall, the nodes'
     CPU (and per node), that CPU spread over this machine's cores (the least wall the
@@ -532,7 +548,8 @@ def _launch_split(doc: dict) -> str | None:
 
 
 def launch_table(doc: dict) -> str:
-    return "\n\n".join(t for t in (_launch_pivot(doc), _launch_split(doc), _teardown_table(doc)) if t)
+    return "\n\n".join(t for t in (_launch_pivot(doc), _process_table(doc), _launch_split(doc),
+                                     _teardown_table(doc)) if t)
 
 
 def collective_table(doc: dict) -> str:
@@ -857,9 +874,12 @@ def _launch(plt, doc: dict):
         if panel == "host":
             _lines(ax, launch, "design", "host_cpu", DESIGNS, suffix=", launch")
             _lines(ax, process, "design", "cpu", DESIGNS, style="--", marker="s", suffix=", whole process")
+            _lines(ax, process, "design", "stop_cpu", DESIGNS, style=":", marker="^", suffix=", stop process")
             ax.set_ylabel("CPU seconds on this machine")
-            ax.set_title("host CPU: launch -> all running")
-            ax.legend(loc="best")
+            ax.set_title("host CPU: launch -> all running" + (", stop" if any(
+                r.get("stop_cpu") is not None for r in process) else ""))
+            ax.legend(loc="best", fontsize="x-small" if any(
+                r.get("stop_cpu") is not None for r in process) else None)
             if process and launch:
                 ax.set_yscale("log")
         elif panel == "wall":

@@ -41,3 +41,16 @@ def test_the_wall_on_nodes_with_cores_of_their_own_adds_the_heads_cpu_beyond_one
     # no one-node wall of the default path: nothing to estimate from
     del doc["launch"][0]["wall"]
     assert launch_model.OWN_CORES not in {r["measure"] for r in launch_model.model(doc, [32])}
+
+
+def test_the_stop_process_is_one_series_whatever_the_launchs_design():
+    """``clusterctl stop`` never takes the tree: every design's stop rows are one series."""
+    doc = {"process": [{"nodes": 1, "design": "direct", "cpu": 0.6, "stop_cpu": 0.51},
+                       {"nodes": 8, "design": "direct", "cpu": 0.7, "stop_cpu": 0.58},
+                       {"nodes": 8, "design": "default", "cpu": 0.6, "stop_cpu": 0.58},
+                       {"nodes": 32, "design": "default", "cpu": 0.8, "stop_cpu": 0.82}]}
+    rows = {(r["design"], r["measure"]): r for r in launch_model.model(doc, [256])}
+    stop = rows[("any", "stop process CPU s")]
+    assert [n for n, _ in stop["measured"]] == [1, 8, 8, 32]
+    assert round(stop["per_node"], 6) == 0.01 and round(stop["fixed"], 6) == 0.5
+    assert round(stop["projected"][256], 6) == 3.06

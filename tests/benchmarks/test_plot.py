@@ -80,7 +80,11 @@ def test_launch_rows_round_trip():
             launch.Teardown(0.7, 0.04, 0.6, 0.27, 0.55, 0.001, 0.003)]
     results = {"launch": [launch.launch_row(16, "direct", runs, cores=2),
                           launch.launch_row(1, "direct", runs[:1], cores=2)],
-               "process": [{"nodes": 16, "design": "direct", "cpu": 0.87, "wall": 6.1}],
+               "process": [{"nodes": 16, "design": "direct", "cpu": 0.87, "wall": 6.1},
+                           {"nodes": 1, "design": "direct", "cpu": 0.6, "wall": 1.0, "stop_cpu": 0.5,
+                            "stop_wall": 0.8},
+                           {"nodes": 16, "design": "default", "cpu": 0.66, "wall": 6.9, "stop_cpu": 0.7,
+                            "stop_wall": 2.2}],
                "teardown": [launch.teardown_row(16, "new", tear, (7.0, 8.5, 9.25))],
                "ratios": [{"design": "direct", "what": "host_cpu", "nodes": [1, 16], "value": 10.5}]}
     args = argparse.Namespace(repeat=2, image="clusterctl/base:1")
@@ -90,7 +94,11 @@ def test_launch_rows_round_trip():
     td = back["teardown"][0]
     assert td["stopped"] == 0.65 and td["each_run"] == [0.6, 0.7] and td["lines_last"] == 0.0035
     assert back["conditions"]["fail_grace"] == launch.supervise.Settings.fail_grace
-    assert "| 16 | 0.250 (0.205 / 0.045) | 5.90 | 0.87 |" in plot.table(back)
+    assert "| 16 | 0.250 (0.205 / 0.045) | 5.90 | 0.87 | 0.66 |" in plot.table(back)
+    # the processes a user runs, launch --detach then stop (the row without stop: not here)
+    assert "| 16 | default | 0.66 | 6.90 | 0.70 | 2.20 |" in plot.table(back)
+    assert "| 1 | direct | 0.60 | 1.00 | 0.50 | 0.80 |" in plot.table(back)
+    assert "| 16 | direct | 0.87 |" not in plot.table(back)
     # where the wall goes: the nodes' CPU, per node, spread over the run's cores, the dispatch
     assert row["node_cpu"] == 5.0 and row["dispatch"] == 0.02
     assert row["node_cpu_per_node_ms"] == 312.5 and row["node_floor"] == 2.5   # 5.0 s over 16 nodes, 2 cores
