@@ -41,6 +41,7 @@ else, unbound, or over budget with FAILURE (5).
 
 from __future__ import annotations
 
+import base64
 import struct
 import threading
 from collections.abc import Iterable
@@ -62,6 +63,13 @@ _MAX_BINDS = 16   # bindings per agent connection, as OpenSSH's ssh-agent
 _RSA_SHA2_256 = 2
 _RSA_SHA2_512 = 4
 _MAX_MESSAGE = 256 * 1024
+
+
+def host_key_blobs(known_hosts_lines: Iterable[str]) -> set[bytes]:
+    """The host key blobs of known_hosts lines (``NAME TYPE BASE64``): the ``destinations``
+    a :class:`HopAgent` takes for the hops whose keys this machine verified."""
+    return {base64.b64decode(fields[2]) for line in known_hosts_lines
+            if len(fields := line.split()) >= 3}
 
 
 def load_key(path: str | Path) -> paramiko.PKey:

@@ -23,7 +23,8 @@ How a node logs in to its children (``ssh`` on the node, strict host keys):
   a one-use agent in this process (:class:`~clusterctl.cluster.transport.agent.HopAgent`,
   the push relay's), which signs with the inventory's key at most once per planned
   hop, only for a login to a planned node (the session is bound to that node's host
-  key, as known here: OpenSSH 8.9 or later on the nodes) and nothing after the call.  The key never leaves this machine.  Each
+  key, as known here: OpenSSH 8.9 or later on the nodes) and nothing after the call.
+  The key never leaves this machine.  Each
   signature costs this machine an agent channel (~2.5 ms of CPU, measured).
 
 Each hop's host key is the one this machine's known_hosts holds for that node
@@ -60,7 +61,7 @@ from dataclasses import dataclass
 
 import paramiko
 
-from clusterctl.cluster.transport.agent import HopAgent, load_key
+from clusterctl.cluster.transport.agent import HopAgent, host_key_blobs, load_key
 from clusterctl.cluster.transport.commands import CommandResult
 from clusterctl.cluster.transport.connection import _explicit_port
 from clusterctl.cluster.transport.hopssh import HOP_KEX
@@ -378,7 +379,8 @@ def _through_tree(cluster, commands: Mapping[str, Sequence[Command]], timeout: f
     if not key_on_nodes:
         try:
             agent = HopAgent(load_key(root.identity_file), budget=len(members) - 1,
-                             destinations=_host_keys(hops.values()))
+                             destinations=host_key_blobs(line for hop in hops.values()
+                                                          for line in hop.known_host.splitlines()))
         except (OSError, TypeError, paramiko.SSHException) as e:   # every node goes direct
             return {}, {root.name: f"the tree needs the inventory's identity_file to sign "
                                    f"node-to-node logins: {e}"}, []
@@ -414,12 +416,6 @@ def _through_tree(cluster, commands: Mapping[str, Sequence[Command]], timeout: f
         hop_failures.setdefault(root.name, f"the tree's command exited {result.exit_code}"
                                 + (f": {why}" if why else ""))
     return done, hop_failures, members
-
-
-def _host_keys(hops) -> set[bytes]:
-    """The host key blobs of ``hops`` (their known_hosts lines): where the agent may sign."""
-    return {base64.b64decode(line.split()[2]) for hop in hops
-            for line in hop.known_host.splitlines() if len(line.split()) >= 3}
 
 
 def _feed(chan, data: bytes) -> None:
