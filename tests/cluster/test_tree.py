@@ -48,24 +48,52 @@ def test_plan_tree_is_breadth_first_with_width_children_per_node():
     assert max(children.values()) == tree.DEFAULT_WIDTH
 
 
+def _chunks(kind: str, name: str, k: int, data: bytes, width: int = 8) -> list[str]:
+    """What a node's ``chunks`` writes for ``data`` (base64 in lines of ``width`` characters)."""
+    text = base64.b64encode(data).decode()
+    return [f"clusterctl-tree-{kind} {name} {k} {len(p)} {p}" for p in
+            (text[i:i + width] for i in range(0, len(text), width))]
+
+
 def test_parse_results_keeps_only_complete_nodes_and_names_failed_hops():
     cmds = {"a": [tree.Command(("true",)), tree.Command(("uname",))], "b": [tree.Command(("x",))],
-            "c": [tree.Command(("y",))]}
-    b64 = lambda t: __import__("base64").b64encode(t.encode()).decode()  # noqa: E731
+            "c": [tree.Command(("y",))], "d": [tree.Command(("z",))]}
+    b64 = lambda t: base64.b64encode(t.encode()).decode()  # noqa: E731
+    # the lines of several nodes and commands come mixed; each one's pieces in order
+    linux, oops, one = (_chunks("o", "a", 2, b"Linux\n"), _chunks("e", "a", 2, b"oops"),
+                        _chunks("o", "b", 1, "only one, \u00e9\n".encode()))
+    cut = _chunks("o", "d", 1, b"a line its parent died writing")
     stdout = "\n".join([
-        "clusterctl-tree a 1 0 - -",
-        f"clusterctl-tree a 2 3 {b64('Linux')} {b64('oops')}",
-        f"clusterctl-tree b 1 0 {b64('only one')} -",
-        "clusterctl-tree c 2 0 - -",              # c has one command: a 2nd is not its
-        "clusterctl-tree z 1 0 - -",               # not asked for: ignored
+        "clusterctl-tree-r a 1 0 .",
+        linux[0], one[0], *linux[1:], *oops, *one[1:],
+        "clusterctl-tree-r a 2 3 .",
+        "clusterctl-tree-r b 1 0 .",
+        "clusterctl-tree-r c 2 0 .",              # c has one command: a 2nd is not its
+        "clusterctl-tree-r z 1 0 .",              # not asked for: ignored
         "some noise a node printed",
-        f"clusterctl-tree-hop c 255 {b64('Permission denied (publickey).')}",
+        cut[0], cut[1][:-3],                      # d: a piece cut short (LEN tells) ...
+        "clusterctl-tree-r d 1 0 .",              # ... so d is not complete, whatever follows
+        "clusterctl-tree-r c 1 0",                # cut short before its end: not c's status
+        f"clusterctl-tree-hop c 255 {b64('Permission denied (publickey).')} .",
     ])
     done, hops = tree.parse_results(stdout, cmds)
     assert sorted(done) == ["a", "b"]
-    assert [(r.exit_code, r.stdout, r.stderr) for r in done["a"]] == [(0, "", ""), (3, "Linux", "oops")]
-    assert done["a"][1].argv == ["uname"] and done["b"][0].stdout == "only one"
+    assert [(r.exit_code, r.stdout, r.stderr) for r in done["a"]] == [(0, "", ""), (3, "Linux\n", "oops")]
+    assert done["a"][1].argv == ["uname"] and done["b"][0].stdout == "only one, \u00e9\n"
     assert hops == {"c": "ssh from its parent node exited 255: Permission denied (publickey)."}
+
+
+def test_the_receiver_hands_each_piece_on_as_it_comes_and_holds_nothing():
+    cmds = {"a": [tree.Command(("cat",))]}
+    seen = []
+    receiver = tree.Receiver(cmds, lambda *piece: seen.append(piece))
+    for line in _chunks("o", "a", 1, b"x" * 30, width=12):
+        receiver.line(line)
+        assert seen[-1][:3] == ("a", 1, "out")      # at once, not at the command's end
+    assert b"".join(p[3] for p in seen) == b"x" * 30
+    assert receiver.complete() == {}
+    receiver.line("clusterctl-tree-r a 1 0 .")
+    assert receiver.complete() == {"a": [0]}
 
 
 @pytest.mark.parametrize(("setting", "nodes", "each_node_anyway", "expected"), [
@@ -358,3 +386,67 @@ def test_the_forwarded_agent_signs_only_for_the_planned_nodes(sandbox3):
     # its binding refused, the ssh asks for the signature anyway: refused, unbound
     assert agent.refused[0] == "a login to a host that is not one of the planned nodes", agent.refused
     assert all("planned" in why or "did not bind" in why for why in agent.refused), agent.refused
+
+
+def _usr_image(sb, node: str, tmp_path: Path) -> str:
+    """A tiny image on ``node``'s own daemon: symlinks into /usr, which the container mounts
+    from this machine (no registry, no base image)."""
+    root = tmp_path / "img"
+    if not root.exists():
+        root.mkdir()
+        for link in ("bin", "lib", "lib64", "sbin"):
+            (root / link).symlink_to(f"usr/{link}")
+        subprocess.run(["tar", "-C", str(root), "-cf", str(tmp_path / "img.tar"), "."], check=True)
+    sb.node_docker(node, "import", str(tmp_path / "img.tar"), "cc-test/usr:1")
+    return "cc-test/usr:1"
+
+
+@pytest.mark.parametrize("how", ["tree", "hops refused"])
+def test_stop_through_the_tree_brings_every_line_back_once(sandbox3, tmp_path, how):
+    """``clusterctl stop``'s part on the nodes (containers.stop_nodes) with the tree on: each
+    node's container runs until stopped, having written 20,000 lines (about 1 MB with
+    docker's timestamps, so many pieces per node, mixed on the way up) and a last line
+    without its newline.  Every line comes back exactly once and in order, with the final
+    states, and this machine opened one connection.  With every hop refused, node2 and
+    node3 are stopped on their own connections and read once, not twice."""
+    import os
+    import time
+
+    from clusterctl.cluster import containers
+
+    sb = sandbox3
+    names = list(sb.nodes)
+    extra = {"node_identity_file": "/nonexistent/clusterctl-key"} if how == "hops refused" else {}
+    inv_path = tree_inventory(sb, tmp_path, **extra)
+    run_id = f"treestop-{os.getpid()}-{how.split()[0]}"
+    count = 20000
+    for node in names:
+        image = _usr_image(sb, node, tmp_path)
+        sb.node_docker(node, "run", "-d", "--label", f"{containers.RUN_LABEL}={run_id}",
+                       "--name", f"{run_id}-{node}", "--net=none", "-v", "/usr:/usr:ro", image, "sh", "-c",
+                       f'seq 1 {count} | sed "s/^/{node} line /"; printf "{node} last words"; exec sleep 600')
+    try:
+        for node in names:
+            deadline = time.monotonic() + 30
+            while f"line {count}" not in sb.node_docker(node, "logs", "--tail", "1", f"{run_id}-{node}").stdout:
+                assert time.monotonic() < deadline, node
+                time.sleep(0.2)
+        with Cluster(load_inventory(inv_path)) as cluster:
+            got = containers.stop_nodes(cluster, run_id, names, grace=1, timeout=30)
+            opened = [n for n in names if cluster.is_connected(n)]
+    finally:
+        for node in names:
+            sb.node_docker(node, "rm", "--force", f"{run_id}-{node}", check=False)
+    assert opened == (names[:1] if how == "tree" else names)
+    for node in names:
+        r = got[node]
+        assert isinstance(r, containers.NodeStop) and r.error is None, (node, r)
+        assert r.was_running == [f"{run_id}-{node}"], r.was_running
+        (state,) = r.containers
+        assert (state.name, state.running, state.exit_code) == (f"{run_id}-{node}", False, 137), state
+        texts = [text for _, text in r.lines]
+        assert len(texts) == count + 1, (node, len(texts), texts[-3:])
+        assert texts == [f"{node} line {i}" for i in range(1, count + 1)] + [f"{node} last words"]
+        assert sb.node_docker(node, "ps", "-aq", "--filter", f"label={containers.RUN_LABEL}={run_id}"
+                              ).stdout.split() == [], node
+    assert tree_leftovers(sb) == []

@@ -22,11 +22,12 @@ figures are in benchmarks/launch.py and docs/benchmarks/launch.md):
   counted in each node's own sshd log: a second connection per node would double the
   head's per-node cost, which is what keeps the default path flat (issue 24).
 * ``test_detached_launch_and_stop_on_thirty_two_nodes``: ``launch --detach`` returns
-  with all 32 running, then ``clusterctl stop`` removes every container and the
-  record says stopped.  The launch went through the tree by default (``ssh.tree:
-  auto``, no key on the nodes: this machine signed each node-to-node login): node1's
-  sshd logged one login, from this machine; every other node's logged two (preflight,
-  start), both from node1; none came from anywhere else.
+  with all 32 running, then ``clusterctl stop`` removes every container, keeps every
+  node's output and the record says stopped.  Both went through the tree by default
+  (``ssh.tree: auto``, no key on the nodes: this machine signed each node-to-node login),
+  read from each node's own sshd log: for the launch, node1's sshd logged one login, from
+  this machine, every other node's two (preflight, start), both from node1; for the stop,
+  one more each, the same way; none came from anywhere else.
 """
 
 from __future__ import annotations
@@ -165,6 +166,15 @@ def test_detached_launch_and_stop_on_thirty_two_nodes(sandbox32, shell_image, ru
     res = runner.invoke(app, ["stop", run_id])
     assert res.exit_code == 0, res.output[-3000:]
     assert leftovers(sb) == []
+    # the stop went through the tree too: one login from here (to node1), one per other node
+    # from node1, and every node's output came back whole into runs/<id>/
+    stopped = login_sources(sb)
+    stop_logins = {node: stopped[node][len(after[node]):] for node in sb.nodes}
+    assert stop_logins == {node: [sb.head_ip] if node == first else [sb.nodes[first]]
+                           for node in sb.nodes}, stop_logins
+    for rank, node in enumerate(sb.nodes):
+        text = (runs_dir / run_id / f"{node}.log").read_text()
+        assert text.splitlines() == [f"node rank {rank} of {NODES} started"], (node, text)
     record = records.load(run_id)
     assert record.state == "stopped", record.state
     assert all(n.state == "stopped" for n in record.nodes), [(n.node, n.state) for n in record.nodes]

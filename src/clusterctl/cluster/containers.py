@@ -16,7 +16,8 @@ Contract:
   :func:`copy_out` / :func:`remove_dir` (a run's mounted directory on the node),
   :func:`stop_node` (:class:`NodeStop`);
 * many nodes: :func:`stop_containers` (given each node's :class:`StopChannel`, a stop is one
-  line written on a channel opened while the run started), :func:`remove_run_containers`;
+  line written on a channel opened while the run started), :func:`remove_run_containers`,
+  :func:`stop_nodes` (``clusterctl stop``: through the tree from 16 nodes on);
 * pure: :func:`parse_docker_time`, :func:`state_from_inspect`
   (:class:`ContainerState`), :func:`docker_logs_argv`, :func:`split_timestamp`.
 """
@@ -24,20 +25,24 @@ Contract:
 from __future__ import annotations
 
 import json
+import os
 import re
 import secrets
+import tempfile
 import threading
 from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import BinaryIO
 
 from pydantic import BaseModel
 
-from clusterctl.cluster.transport import STREAM_WINDOW_SIZE
+from clusterctl.cluster.transport import STREAM_WINDOW_SIZE, tree
 from clusterctl.core.deadline import bounded
 from clusterctl.core.errors import NodeError
+from clusterctl.core.lines import LineSplitter
 
 LABEL_PREFIX = "io.clusterctl."
 RUN_LABEL = f"{LABEL_PREFIX}run"
@@ -447,50 +452,137 @@ else printf '@@%s rm-failed %s\n' "$t" "$(printf '%s\n' "$err" | tail -n 1)"; fi
 """
 
 
+class _StopReader:
+    """Reads :data:`_STOP_RUN_SCRIPT`'s output a line at a time (from the node's own
+    channel or from the tree), the containers' lines to ``take`` as they come, and makes
+    the node's :class:`NodeStop` from its exit status."""
+
+    def __init__(self, node: str, token: str, on_line: Callable[[str, str], None] | None) -> None:
+        self.result = NodeStop(node)
+        self.take = on_line or (lambda key, text: self.result.lines.append((key, text)))
+        self.marker = f"@@{token} "
+        self.json_of: dict[str, list[str]] = {"before": [], "after": []}
+        self.section, self.removed, self.rm = "", False, None
+        self.errors: deque[str] = deque(maxlen=20)   # the script's own stderr: its last words
+
+    def line(self, text: str) -> None:
+        at = text.find(self.marker)
+        if at < 0:
+            if self.section == "logs":
+                self.take(*split_timestamp(text))
+            elif self.section in self.json_of:
+                self.json_of[self.section].append(text)
+            return
+        if at > 0 and self.section == "logs":        # a last line without its newline
+            self.take(*split_timestamp(text[:at]))
+        word, _, rest = text[at + len(self.marker):].partition(" ")
+        self.section = word
+        if word == "removed":
+            self.removed = True
+        elif word == "rm-failed":
+            self.rm = rest.strip()
+
+    def finish(self, code: int) -> NodeStop:
+        result = self.result
+        if code != 0:
+            why = next((e for e in reversed(self.errors) if e.strip()), f"exit status {code}")
+            raise NodeError(result.node, f"could not stop the run's containers: {why.strip()}")
+        before = _states(result.node, self.json_of["before"])
+        result.was_running = [c.name for c in before if c.running]
+        if not before:
+            return result
+        result.containers = _states(result.node, self.json_of["after"])
+        if not self.removed:
+            result.error = f"docker rm failed: {self.rm or 'no answer'}"
+        return result
+
+
+def _stop_argv(run_id: str, token: str, grace: int) -> list[str]:
+    return ["sh", "-c", _STOP_RUN_SCRIPT, "sh", token, f"label={RUN_LABEL}={run_id}", str(grace)]
+
+
 def stop_node(conn, run_id: str, *, grace: int = 3, timeout: float = 30.0,
               on_line: Callable[[str, str], None] | None = None) -> NodeStop:
     """On one node: find the run's containers by label, stop them, read their output (to
     ``on_line`` as it comes, else into ``lines``) and final states, remove them; one
     command (:data:`_STOP_RUN_SCRIPT`), its output read as it comes (a long run's output is
     never held whole)."""
-    result = NodeStop(conn.name)
-    take = on_line or (lambda key, text: result.lines.append((key, text)))
     token = secrets.token_hex(8)
-    marker = f"@@{token} "
-    json_of: dict[str, list[str]] = {"before": [], "after": []}
-    state = {"section": "", "removed": False, "rm": None}
-    errors: deque[str] = deque(maxlen=20)   # the script's own stderr: its last words only
+    reader = _StopReader(conn.name, token, on_line)
+    code = conn.stream(_stop_argv(run_id, token, grace), reader.line,
+                       on_stderr_line=reader.errors.append, timeout=timeout * 2 + grace)
+    return reader.finish(code)
 
-    def line(text: str) -> None:
-        at = text.find(marker)
-        if at < 0:
-            if state["section"] == "logs":
-                take(*split_timestamp(text))
-            elif state["section"] in json_of:
-                json_of[state["section"]].append(text)
-            return
-        if at > 0 and state["section"] == "logs":        # a last line without its newline
-            take(*split_timestamp(text[:at]))
-        word, _, rest = text[at + len(marker):].partition(" ")
-        state["section"] = word
-        if word == "removed":
-            state["removed"] = True
-        elif word == "rm-failed":
-            state["rm"] = rest.strip()
 
-    code = conn.stream(["sh", "-c", _STOP_RUN_SCRIPT, "sh", token, f"label={RUN_LABEL}={run_id}", str(grace)],
-                       line, on_stderr_line=errors.append, timeout=timeout * 2 + grace)
-    if code != 0:
-        why = next((e for e in reversed(errors) if e.strip()), f"exit status {code}")
-        raise NodeError(conn.name, f"could not stop the run's containers: {why.strip()}")
-    before = _states(conn.name, json_of["before"])
-    result.was_running = [c.name for c in before if c.running]
-    if not before:
-        return result
-    result.containers = _states(conn.name, json_of["after"])
-    if not state["removed"]:
-        result.error = f"docker rm failed: {state['rm'] or 'no answer'}"
-    return result
+def stop_nodes(cluster, run_id: str, nodes: Sequence[str], *, grace: int = 3, timeout: float = 30.0,
+               writer: Callable[[str], Callable[[str, str], None]] | None = None
+               ) -> dict[str, NodeStop | NodeError]:
+    """:func:`stop_node` on every node of ``nodes`` at once: through the tree when it is on
+    (:func:`clusterctl.cluster.transport.tree.enabled`: one connection from this machine,
+    whatever the node count), else, and for each node the tree did not bring back whole, on
+    the node's own connection.  ``writer(node)`` gives the callback for that node's lines
+    (default: into ``NodeStop.lines``).  Through the tree a node's output waits in a file
+    here (never in memory) until it came whole, so a node that falls back to its own
+    connection is read once, not twice; its containers are removed only after their output
+    was written towards this machine, as on its own connection."""
+    results: dict[str, NodeStop | NodeError] = {}
+    take = writer or (lambda node: None)
+    if tree.enabled(cluster) and len(nodes) > 1:
+        results.update(_stop_through_tree(cluster, run_id, nodes, grace, timeout, take))
+
+    def one(conn) -> NodeStop:
+        return bounded(lambda: stop_node(conn, run_id, grace=grace, timeout=timeout,
+                                         on_line=take(conn.name)),
+                       timeout * 2 + grace, name=f"stop-{conn.name}")
+
+    rest = [n for n in nodes if n not in results]
+    if rest:
+        results.update(cluster.map(one, nodes=rest))
+    return {n: results[n] for n in nodes}
+
+
+def _stop_through_tree(cluster, run_id, nodes, grace, timeout, take) -> dict[str, NodeStop | NodeError]:
+    token = secrets.token_hex(8)
+    command = [tree.Command(tuple(_stop_argv(run_id, token, grace)))]
+    with tempfile.TemporaryDirectory(prefix="clusterctl-stop-") as scratch:
+        files: dict[str, BinaryIO] = {}
+        errs: dict[str, bytearray] = {}
+
+        def sink(node: str, _k: int, stream: str, data: bytes) -> None:
+            if stream == "out":
+                if node not in files:
+                    files[node] = open(os.path.join(scratch, str(len(files))), "w+b")  # noqa: SIM115
+                files[node].write(data)
+            else:
+                err = errs.setdefault(node, bytearray())
+                err.extend(data[:max(0, 64 * 1024 - len(err))])   # its last words: bounded
+
+        try:
+            ran = tree.run_through_tree(cluster, {n: command for n in nodes}, sink,
+                                        timeout=timeout * 2 + grace)
+        except NodeError:            # the first node cannot be reached: each node on its own
+            return {}
+        done: dict[str, NodeStop | NodeError] = {}
+        try:
+            for node, (code,) in ran.codes.items():
+                reader = _StopReader(node, token, take(node))
+                for text in bytes(errs.get(node, b"")).decode("utf-8", "replace").splitlines():
+                    reader.errors.append(text)
+                lines = LineSplitter(reader.line)
+                f = files.get(node)
+                if f is not None:
+                    f.seek(0)
+                    while piece := f.read(1 << 16):
+                        lines.feed(piece)
+                lines.flush()
+                try:
+                    done[node] = reader.finish(code)
+                except NodeError as e:
+                    done[node] = e
+        finally:
+            for f in files.values():
+                f.close()
+        return done
 
 
 def _states(node: str, lines: list[str]) -> list[ContainerState]:

@@ -65,7 +65,7 @@ from clusterctl.cluster.containers import (
     inspect_and_remove,
     inspect_containers,
     stop_containers,
-    stop_node,
+    stop_nodes,
     wait_container,
 )
 from clusterctl.cluster.transport import sshd_answers
@@ -655,14 +655,10 @@ def stop_run(cluster, record: records.RunRecord, *, grace: int = 3, timeout: flo
     targets = [n.node for n in record.nodes if n.node in names]
 
     with Spool() as spool:      # the containers' output, on disk while it is merged
-        def one(conn) -> NodeStop:
-            write = spool.writer(conn.name)
-            return bounded(lambda: stop_node(conn, record.run_id, grace=grace, timeout=timeout,
-                                             on_line=write),
-                           timeout * 2 + grace, name=f"stop-{conn.name}")
-
         results: dict[str, NodeStop] = {}
-        for node, r in (cluster.map(one, nodes=targets) if targets else {}).items():
+        stopped = stop_nodes(cluster, record.run_id, targets, grace=grace, timeout=timeout,
+                             writer=spool.writer) if targets else {}
+        for node, r in stopped.items():
             results[node] = r if isinstance(r, NodeStop) else NodeStop(node, error=getattr(r, "reason", str(r)))
         for n in record.nodes:
             results.setdefault(n.node, NodeStop(n.node, error="not in this inventory"))

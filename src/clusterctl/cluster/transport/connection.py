@@ -284,15 +284,23 @@ class NodeConnection:
                      timeout: float | None = None, check: bool = False) -> CommandResult:
         """Finish a channel from exec_channel: send EOF, collect output and exit status."""
         argv = [os.fspath(a) for a in argv]
+        out, err = bytearray(), bytearray()
+        code = self.pump_channel(chan, argv, out.extend, err.extend, timeout=timeout)
+        result = CommandResult(self.name, argv, code, _decode(out), _decode(err))
+        return result.check() if check else result
+
+    def pump_channel(self, chan: paramiko.Channel, argv: Sequence[str],
+                     on_out: Callable[[bytes], None], on_err: Callable[[bytes], None], *,
+                     timeout: float | None = None) -> int:
+        """Finish a channel from exec_channel as its output comes: send EOF, hand each piece
+        of stdout / stderr to the callbacks, return the exit status (NodeError as in
+        ``run``)."""
         if not chan.closed:
             try:
                 chan.shutdown_write()
             except (OSError, EOFError, paramiko.SSHException):
                 pass
-        out, err = bytearray(), bytearray()
-        code = self._pump(chan, argv, self._timeout(timeout), out.extend, err.extend)
-        result = CommandResult(self.name, argv, code, _decode(out), _decode(err))
-        return result.check() if check else result
+        return self._pump(chan, [os.fspath(a) for a in argv], self._timeout(timeout), on_out, on_err)
 
     def _timeout(self, timeout: float | None) -> float | None:
         return self.command_timeout if timeout is None else timeout

@@ -55,7 +55,8 @@ import getpass
 import re
 import secrets
 import shlex
-from collections.abc import Mapping, Sequence
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -67,6 +68,7 @@ from clusterctl.cluster.transport.connection import _explicit_port
 from clusterctl.cluster.transport.hopssh import HOP_KEX
 from clusterctl.cluster.transport.hostkeys import host_key_name, known_hosts_index
 from clusterctl.core.errors import NodeError
+from clusterctl.core.lines import LineSplitter
 
 DEFAULT_WIDTH = 32
 AUTO = "auto"
@@ -76,6 +78,9 @@ AUTO = "auto"
 AUTO_MIN_NODES = 16
 HOP_CONNECT_TIMEOUT = 10   # seconds a node's ssh to a child may take to log in
 HEARTBEAT = 2              # seconds between a node's "alive" lines on its stderr
+#: base64 characters per line of output (a multiple of 4, so each line decodes alone; a
+#: line stays under PIPE_BUF, so a pipe never mixes two writers' lines)
+CHUNK = 3000
 
 
 @dataclass(frozen=True)
@@ -118,8 +123,15 @@ def plan_tree(names: Sequence[str], width: int) -> dict[str, str]:
 # head before it sends the text.
 # stdin: one line per node of its subtree:
 #   NAME PATH DIR PORT USER HOST B64(known_hosts lines) B64(argv, each NUL-terminated) B64(stdin)|- ...
-# stdout: per command of each node of the subtree, "clusterctl-tree NAME K RC B64OUT B64ERR";
-# per failed hop, "clusterctl-tree-hop NAME RC B64(its ssh's last words)".
+# stdout, as it comes (each line written whole, by one process, so the lines of several
+# commands and children never mix), per command K of each node NAME of the subtree:
+#   "clusterctl-tree-o NAME K LEN CHUNK" its stdout, in order, while it runs, and after it
+#   "clusterctl-tree-e NAME K LEN CHUNK" its stderr, then "clusterctl-tree-r NAME K RC .";
+# CHUNK is base64 of the next piece (at most $CHUNK characters, a multiple of 4, so each
+# decodes alone) and LEN its length; per failed hop, "clusterctl-tree-hop NAME RC B64(its
+# ssh's last words) .".  LEN and the final "." tell a line cut short by a dying hop (its
+# last, written in part) from a whole one.  A node's
+# output is never held whole: it goes up as it is written, a chunk at a time.
 NODE_SCRIPT = r"""
 d=$1 self=$2 key=$3 prog=$4
 case "$d" in /tmp/clusterctl-tree.*) ;; *) echo "not a tree directory: $d" >&2; exit 2 ;; esac
@@ -140,6 +152,9 @@ hb=$!
 q() { [ -n "$1" ] || { printf "''"; return; }; printf '%s' "$1" | sed "s/'/'\\\\''/g; 1s/^/'/; \$s/\$/'/"; }
 qkey=$(q "$key") qprog=$(q "$prog")
 b64() { x=$(base64 | tr -d '\n'); printf '%s' "${x:--}"; }
+# stdin -> "clusterctl-tree-$1 NAME $2 LEN CHUNK" lines, each written whole, at once
+chunks() { base64 | tr -d '\n' | fold -w $CHUNK |
+  awk -v p="clusterctl-tree-$1 $self $2 " '{ print p length($0) " " $0; fflush() }'; }
 mine=$(printf '%s\n' "$req" | awk -v s="$self" '$1 == s')
 [ -n "$mine" ] || { echo "no request for $self" >&2; exit 2; }
 set -- $mine
@@ -153,10 +168,12 @@ while [ "$#" -ge 2 ]; do
   ( a=$1 i=$2
     if [ "$i" = - ]; then in=/dev/null; else in="$d/in.$k"; mkfifo "$in" || exit 1
       printf '%s' "$i" | base64 -d > "$in" & fi
-    printf '%s' "$a" | base64 -d | IN="$in" RC="$d/rc.$k" xargs -0 -x sh -c \
-      '"$@" < "$IN"; echo $? > "$RC"' sh > "$d/out.$k" 2> "$d/err.$k"
+    { printf '%s' "$a" | base64 -d | IN="$in" RC="$d/rc.$k" xargs -0 -x sh -c \
+        '"$@" < "$IN"; echo $? > "$RC"' sh 2> "$d/err.$k"; } | chunks o $k
     [ -s "$d/rc.$k" ] || echo 127 > "$d/rc.$k"
-    [ "$i" = - ] || kill $! 2>/dev/null ) < /dev/null &
+    [ "$i" = - ] || kill $! 2>/dev/null
+    chunks e $k < "$d/err.$k"
+    printf 'clusterctl-tree-r %s %s %s .\n' "$self" "$k" "$(cat "$d/rc.$k")" ) < /dev/null &
   pids="$pids $!"
   shift 2
 done
@@ -166,37 +183,27 @@ for child in $(printf '%s\n' "$req" | awk -v p="$path" '{ if (index($2, p "/") =
   set -- $(printf '%s\n' "$req" | awk -v s="$child" '$1 == s')
   cpath=$2 cdir=$3 port=$4 user=$5 host=$6
   printf '%s' "$7" | base64 -d > "$d/kh.$n"
-  printf '%s\n' "$child" > "$d/name.$n"
   if printf '%s\n' "$req" | awk -v p="$cpath" '{ if (index($2, p "/") == 1) f = 1 } END { exit !f }'; then
     fwd=yes; else fwd=no; fi
   if [ -n "$key" ]; then
     auth="-o IdentitiesOnly=yes -o IdentityAgent=none -o ForwardAgent=no"; fwd=no
   else auth="-o ForwardAgent=$fwd"; fi
   [ "$TRACE" = 1 ] && echo "clusterctl-mark hop $child start" >&2
-  { printf '%s\n' "$req" | awk -v p="$cpath" '$2 == p || index($2, p "/") == 1' |
-      ssh -F /dev/null -T -o BatchMode=yes -o StrictHostKeyChecking=yes \
-        -o UserKnownHostsFile="$d/kh.$n" -o GlobalKnownHostsFile=/dev/null \
-        -o ConnectTimeout=$HOP_CONNECT_TIMEOUT -o ServerAliveInterval=5 -o ServerAliveCountMax=3 \
-        -o KexAlgorithms=$HOP_KEX -o ClearAllForwardings=yes -o LogLevel=ERROR $auth ${key:+-i "$key"} \
-        -p "$port" -l "$user" -- "$host" \
-        "sh -c $prog clusterctl-tree $cdir $child $qkey $qprog" \
-        > "$d/hop.$n" 2> "$d/hoperr.$n"
-    echo $? > "$d/hoprc.$n"; } < /dev/null &
+  { { printf '%s\n' "$req" | awk -v p="$cpath" '$2 == p || index($2, p "/") == 1' |
+        ssh -F /dev/null -T -o BatchMode=yes -o StrictHostKeyChecking=yes \
+          -o UserKnownHostsFile="$d/kh.$n" -o GlobalKnownHostsFile=/dev/null \
+          -o ConnectTimeout=$HOP_CONNECT_TIMEOUT -o ServerAliveInterval=5 -o ServerAliveCountMax=3 \
+          -o KexAlgorithms=$HOP_KEX -o ClearAllForwardings=yes -o LogLevel=ERROR $auth ${key:+-i "$key"} \
+          -p "$port" -l "$user" -- "$host" \
+          "sh -c $prog clusterctl-tree $cdir $child $qkey $qprog" 2> "$d/hoperr.$n"
+      echo $? > "$d/hoprc.$n"; } | awk '/^clusterctl-tree-/ { print; fflush() }'
+    rc=$(cat "$d/hoprc.$n")
+    [ "$rc" = 0 ] || printf 'clusterctl-tree-hop %s %s %s .\n' "$child" "$rc" \
+      "$(grep -v '^clusterctl-alive$' "$d/hoperr.$n" | tail -n 5 | b64)"
+  } < /dev/null &
   pids="$pids $!"
 done
 wait $pids
-j=0
-while [ "$j" -lt "$k" ]; do j=$((j+1))
-  printf 'clusterctl-tree %s %s %s %s %s\n' "$self" "$j" "$(cat "$d/rc.$j")" \
-    "$(b64 < "$d/out.$j")" "$(b64 < "$d/err.$j")"
-done
-j=0
-while [ "$j" -lt "$n" ]; do j=$((j+1))
-  cat "$d/hop.$j"
-  rc=$(cat "$d/hoprc.$j")
-  [ "$rc" = 0 ] || printf 'clusterctl-tree-hop %s %s %s\n' "$(cat "$d/name.$j")" "$rc" \
-    "$(grep -v '^clusterctl-alive$' "$d/hoperr.$j" | tail -n 5 | b64)"
-done
 kill "$hb" 2>/dev/null
 exit 0
 """
@@ -265,33 +272,87 @@ def _request_line(name: str, path: str, directory: str, hop: _Hop | None,
     return " ".join(fields)
 
 
-_RESULT = re.compile(r"clusterctl-tree (\S+) (\d+) (-?\d+) (\S+) (\S+)")
-_HOP = re.compile(r"clusterctl-tree-hop (\S+) (\d+) (\S*)")
+_CHUNK = re.compile(r"clusterctl-tree-([oe]) (\S+) (\d+) (\d+) ([A-Za-z0-9+/=]*)")
+_RC = re.compile(r"clusterctl-tree-r (\S+) (\d+) (-?\d+) \.")
+_HOP = re.compile(r"clusterctl-tree-hop (\S+) (\d+) (\S*) \.")
+
+#: (node, K, "out" or "err", bytes): a piece of the output of a node's K-th command (1-based)
+Sink = Callable[[str, int, str, bytes], None]
+
+
+class Receiver:
+    """Reads the tree's stdout a line at a time as it comes (:data:`NODE_SCRIPT`'s protocol):
+    each node's output to ``sink``, in order, as it arrives; its commands' exit statuses;
+    the hops that failed.  A node with a line cut short (its parent died while writing it)
+    is never complete.  Pure (no I/O)."""
+
+    def __init__(self, commands: Mapping[str, Sequence[Command]], sink: Sink) -> None:
+        self._count = {n: len(c) for n, c in commands.items()}
+        self._sink = sink
+        self.codes: dict[str, dict[int, int]] = {}
+        self.hops: dict[str, str] = {}
+        self.cut: set[str] = set()
+
+    def _asked(self, name: str, k: int) -> bool:
+        return 1 <= k <= self._count.get(name, 0)
+
+    def line(self, text: str) -> None:
+        m = _CHUNK.fullmatch(text)
+        if m:
+            kind, name, k, size, chunk = m.group(1), m.group(2), int(m.group(3)), int(m.group(4)), m.group(5)
+            if not self._asked(name, k) or name in self.cut:
+                return
+            try:
+                if size != len(chunk):
+                    raise ValueError("cut short")
+                data = base64.b64decode(chunk, validate=True)
+            except ValueError:
+                self.cut.add(name)
+                return
+            self._sink(name, k, "out" if kind == "o" else "err", data)
+            return
+        m = _RC.fullmatch(text)
+        if m:
+            if self._asked(m.group(1), int(m.group(2))):
+                self.codes.setdefault(m.group(1), {})[int(m.group(2))] = int(m.group(3))
+            return
+        m = _HOP.fullmatch(text)
+        if m:
+            words = _unb64(m.group(3)).strip().replace("\n", "; ")
+            self.hops[m.group(1)] = (f"ssh from its parent node exited {m.group(2)}"
+                                     + (f": {words}" if words else ""))
+
+    def complete(self) -> dict[str, list[int]]:
+        """{node: its commands' exit statuses, in order}: the nodes whose every command ended
+        and whose output came whole."""
+        return {n: [c[k] for k in sorted(c)] for n, c in self.codes.items()
+                if n not in self.cut and sorted(c) == list(range(1, self._count[n] + 1))}
 
 
 def parse_results(stdout: str, commands: Mapping[str, Sequence[Command]]
                   ) -> tuple[dict[str, list[CommandResult]], dict[str, str]]:
-    """The tree's stdout -> ({node: its commands' results, complete nodes only},
+    """The tree's whole stdout -> ({node: its commands' results, complete nodes only},
     {node: why its hop failed}).  Pure."""
-    got: dict[str, dict[int, CommandResult]] = {}
-    hops: dict[str, str] = {}
+    got: dict[tuple[str, int, str], bytearray] = {}
+    receiver = Receiver(commands, _collect(got))
     for line in stdout.splitlines():
-        m = _RESULT.fullmatch(line)
-        if m and m.group(1) in commands:
-            name, k = m.group(1), int(m.group(2))
-            if 1 <= k <= len(commands[name]):
-                out, err = (_unb64(m.group(i)) for i in (4, 5))
-                got.setdefault(name, {})[k] = CommandResult(
-                    name, list(commands[name][k - 1].argv), int(m.group(3)), out, err)
-            continue
-        m = _HOP.fullmatch(line)
-        if m:
-            words = _unb64(m.group(3)).strip().replace("\n", "; ")
-            hops[m.group(1)] = (f"ssh from its parent node exited {m.group(2)}"
-                                + (f": {words}" if words else ""))
-    complete = {n: [r[k] for k in sorted(r)] for n, r in got.items()
-                if sorted(r) == list(range(1, len(commands[n]) + 1))}
-    return complete, hops
+        receiver.line(line)
+    return _results(receiver.complete(), got, commands), receiver.hops
+
+
+def _collect(got: dict[tuple[str, int, str], bytearray]) -> Sink:
+    def sink(name: str, k: int, stream: str, data: bytes) -> None:
+        got.setdefault((name, k, stream), bytearray()).extend(data)
+    return sink
+
+
+def _results(codes: Mapping[str, list[int]], got: Mapping[tuple[str, int, str], bytearray],
+             commands: Mapping[str, Sequence[Command]]) -> dict[str, list[CommandResult]]:
+    def text(name: str, k: int, stream: str) -> str:
+        return bytes(got.get((name, k, stream), b"")).decode("utf-8", "replace")
+    return {name: [CommandResult(name, list(commands[name][k - 1].argv), rc, text(name, k, "out"),
+                                 text(name, k, "err")) for k, rc in enumerate(rcs, 1)]
+            for name, rcs in codes.items()}
 
 
 def _unb64(text: str) -> str:
@@ -310,20 +371,20 @@ def run_commands(cluster, commands: Mapping[str, Sequence[Command]], *,
 
     Through the tree when :func:`enabled`, else (and for every node the tree did not
     bring back) on each node's own connection.  ``on_tree(info)``, when given, is called
-    with what the tree did (``{"tree": [...], "direct": [...], "hops": {...}}``)."""
+    with what the tree did (``{"tree": [...], "direct": [...], "hops": {...}}``).  The
+    results are held in memory: for commands whose output is small (a run's output goes
+    through :func:`run_through_tree` with a sink of its own)."""
     order = list(commands)
     results: dict[str, list[CommandResult] | NodeError] = {}
     info: dict = {"tree": [], "direct": [], "hops": {}}
     if enabled(cluster) and len(order) > 1:
+        got: dict[tuple[str, int, str], bytearray] = {}
         try:
-            done, hops, planned = _through_tree(cluster, commands, timeout)
+            ran = run_through_tree(cluster, commands, _collect(got), timeout=timeout)
+            results.update(_results(ran.codes, got, commands))
+            info["tree"], info["hops"] = ran.planned, ran.hops
         except NodeError as e:   # the root itself (unreachable): the others go direct
-            done, hops, planned = {e.node: e}, {}, []
-        results.update(done)
-        info["tree"], info["hops"] = planned, hops
-        # a hop that failed is not tried again in this command (launch makes two tree calls:
-        # a node the others cannot reach would make the second wait for its timeout again)
-        cluster.tree_memo.setdefault("failed", set()).update(hops)
+            results[e.node] = e
     rest = [n for n in order if n not in results]
     info["direct"] = rest
     if rest:
@@ -344,8 +405,31 @@ def _direct(cluster, commands: Mapping[str, Sequence[Command]], timeout: float):
     return cluster.map(one, nodes=list(commands))
 
 
-def _through_tree(cluster, commands: Mapping[str, Sequence[Command]], timeout: float):
-    """(results of the nodes that came back, {node: hop failure}, the nodes planned)."""
+@dataclass
+class TreeRun:
+    """What :func:`run_through_tree` brought back."""
+
+    codes: dict[str, list[int]]   # the nodes that came back whole: their commands' exit statuses
+    hops: dict[str, str]          # node -> why the tree did not bring it back
+    planned: list[str]            # the nodes put in the tree
+
+
+def run_through_tree(cluster, commands: Mapping[str, Sequence[Command]], sink: Sink, *,
+                     timeout: float = 120.0) -> TreeRun:
+    """The tree's part alone (the caller checked :func:`enabled`): every node of ``commands``
+    the tree can take runs its commands, their output going to ``sink`` as it comes.  A
+    node missing from ``codes`` (not planned, its hop failed, its output cut short) is the
+    caller's to run on its own connection, and what ``sink`` got of it is to be dropped.
+    Raises NodeError when the first node, the root, cannot be reached at all."""
+    ran = _through_tree(cluster, commands, sink, timeout)
+    # a hop that failed is not tried again in this command (launch makes two tree calls: a
+    # node the others cannot reach would make the second wait for its timeout again)
+    cluster.tree_memo.setdefault("failed", set()).update(ran.hops)
+    return ran
+
+
+def _through_tree(cluster, commands: Mapping[str, Sequence[Command]], sink: Sink,
+                  timeout: float) -> TreeRun:
     ssh = cluster.inventory.ssh
     key_on_nodes = getattr(ssh, "node_identity_file", None)
     width = int(getattr(ssh, "tree_width", DEFAULT_WIDTH) or DEFAULT_WIDTH)
@@ -354,7 +438,7 @@ def _through_tree(cluster, commands: Mapping[str, Sequence[Command]], timeout: f
     root = nodes[names[0]]
     failed_before = cluster.tree_memo.get("failed", set())
     if (not key_on_nodes and root.identity_file is None) or root.name in failed_before:
-        return {}, {}, []   # nothing to sign node-to-node logins with, or no tree: every node direct
+        return TreeRun({}, {}, [])   # nothing to sign node-to-node logins with, or no tree
     hop_of = _hops(cluster)
     members, hops = [root.name], {}
     for name in names[1:]:
@@ -368,7 +452,7 @@ def _through_tree(cluster, commands: Mapping[str, Sequence[Command]], timeout: f
             members.append(name)
             hops[name] = hop
     if len(members) < 2:
-        return {}, {}, []
+        return TreeRun({}, {}, [])
     paths = plan_tree(members, width)
     token = secrets.token_hex(6)
     dirs = {n: f"/tmp/clusterctl-tree.{token}.{secrets.token_hex(5)}" for n in members}
@@ -382,40 +466,50 @@ def _through_tree(cluster, commands: Mapping[str, Sequence[Command]], timeout: f
                              destinations=host_key_blobs(line for hop in hops.values()
                                                           for line in hop.known_host.splitlines()))
         except (OSError, TypeError, paramiko.SSHException) as e:   # every node goes direct
-            return {}, {root.name: f"the tree needs the inventory's identity_file to sign "
-                                   f"node-to-node logins: {e}"}, []
+            return TreeRun({}, {root.name: f"the tree needs the inventory's identity_file to "
+                                           f"sign node-to-node logins: {e}"}, [])
     script = (NODE_SCRIPT.replace("$HEARTBEAT", str(HEARTBEAT))
               .replace("$HOP_CONNECT_TIMEOUT", str(HOP_CONNECT_TIMEOUT)).replace("$HOP_KEX", HOP_KEX)
-              .replace("$TRACE", "0"))
+              .replace("$CHUNK", str(CHUNK)).replace("$TRACE", "0"))
     quoted = shlex.quote(script)
     argv = ["sh", "-c", script, "clusterctl-tree", dirs[root.name], root.name,
             str(key_on_nodes or ""), quoted]
     depth = max(p.count("/") for p in paths.values())
+    receiver = Receiver({n: commands[n] for n in members}, sink)
+    said: deque[str] = deque(maxlen=20)    # the root's own last words on stderr
+    out = LineSplitter(receiver.line)
+    err = LineSplitter(lambda t: said.append(t) if t != "clusterctl-alive" else None)
+    code: int | None = None
     failure: NodeError | None = None
     try:
         chan = conn.exec_channel(argv, forward_agent=agent.handler if agent else None)
         _feed(chan, request)   # the node reads it all first (into memory), then works
-        result = conn.wait_channel(chan, ["clusterctl tree"],
-                                   timeout=timeout + depth * (HOP_CONNECT_TIMEOUT + 5))
+        code = conn.pump_channel(chan, ["clusterctl tree"], out.feed, err.feed,
+                                 timeout=timeout + depth * (HOP_CONNECT_TIMEOUT + 5))
+        out.flush()
+        err.flush()
     except NodeError as e:
-        result, failure = None, e
+        failure = e
     finally:
         if agent is not None:
             agent.close()
-    if result is None:
-        assert failure is not None
-        if failure.node == root.name and "timed out" not in failure.reason:
+    done = receiver.complete()
+    hop_failures = dict(receiver.hops)
+    if failure is not None:
+        if failure.node == root.name and "timed out" not in failure.reason and not done:
             raise failure
-        return {}, {root.name: failure.reason}, members
-    done, hop_failures = parse_results(result.stdout, {n: commands[n] for n in members})
+        hop_failures.setdefault(root.name, failure.reason)
     if agent is not None and agent.refused:
         why = f"; this machine's agent refused to sign {agent.refused[0]}"
         hop_failures = {n: w + why for n, w in hop_failures.items()}
     if root.name not in done:
-        why = result.stderr.replace("clusterctl-alive\n", "").strip()[-400:]
-        hop_failures.setdefault(root.name, f"the tree's command exited {result.exit_code}"
+        why = "\n".join(said).strip()[-400:]
+        hop_failures.setdefault(root.name, f"the tree's command exited {code}"
                                 + (f": {why}" if why else ""))
-    return done, hop_failures, members
+    for name in members:
+        if name not in done and name in receiver.cut:
+            hop_failures.setdefault(name, "its output was cut short (a node above it stopped answering)")
+    return TreeRun(done, hop_failures, members)
 
 
 def _feed(chan, data: bytes) -> None:
@@ -425,5 +519,6 @@ def _feed(chan, data: bytes) -> None:
         pass
 
 
-__all__ = ["AUTO", "AUTO_MIN_NODES", "DEFAULT_WIDTH", "Command", "enabled", "parse_results", "plan_tree", "run_commands"]
+__all__ = ["AUTO", "AUTO_MIN_NODES", "CHUNK", "DEFAULT_WIDTH", "Command", "Receiver", "Sink", "TreeRun",
+           "enabled", "parse_results", "plan_tree", "run_commands", "run_through_tree"]
 
