@@ -64,7 +64,8 @@ which `make demo` builds on the way to the cpu image):
 
 ``--json FILE`` writes every printed row and the run's conditions in benchmarks/plot.py's
 "launch" shape: ``launch`` (nodes, design, host_cpu, cpu_pre, cpu_start, wall, wall_pre,
-wall_start, node_cpu, node_cpu_per_node_ms, node_floor, dispatch: medians), ``process`` (nodes, design, cpu, wall), ``teardown`` (nodes, design,
+wall_start, node_cpu, node_cpu_per_node_ms, node_floor, dispatch, stop_host_cpu, stop_wall:
+medians), ``process`` (nodes, design, cpu, wall), ``teardown`` (nodes, design,
 stopped, detection, stop_calls, lines_first/lines_last, line_median/line_max, each_run,
 load_average) and ``ratios`` (the T(hi)/T(lo) lines); ``--plot`` draws them.
 
@@ -160,6 +161,8 @@ class Launch:
     cpu_pre: float       # of which preflight + plan
     node_cpu: float      # CPU seconds of everything else on this machine then: the nodes' work
     dispatch: float | None   # first to last node's start command sent here (direct designs)
+    stop_cpu: float | None = None    # CPU s of this process for the stop after it (stop_run)
+    stop_wall: float | None = None   # and its wall
 
     @property
     def wall_start(self) -> float:
@@ -203,11 +206,14 @@ def time_to_running(inv_path: Path, image: str) -> Launch:
     finally:
         launch.start_all = real_start
         connection.NodeConnection._channel = real_channel
-    with Cluster(inventory) as cluster:
+    s0, sc0 = time.monotonic(), time.process_time()
+    with Cluster(inventory) as cluster:   # the teardown's own part: the Cluster's connections too
         supervise.stop_run(cluster, result.record, grace=0)
+    stop_wall, stop_cpu = time.monotonic() - s0, time.process_time() - sc0
     (t1, c1), (ts, cs), m1 = marks["running"], marks["start"], machine["running"]
     return Launch(t1 - t0, ts - t0, c1 - c0, cs - c0, node_cpu=max(0.0, (m1 - m0) - (c1 - c0)),
-                  dispatch=max(sent) - min(sent) if len(sent) > 1 else None)
+                  dispatch=max(sent) - min(sent) if len(sent) > 1 else None,
+                  stop_cpu=stop_cpu, stop_wall=stop_wall)
 
 
 def process_cpu(inv_path: Path, image: str, env: dict[str, str]) -> tuple[float, float, float, float]:
@@ -361,7 +367,10 @@ def launch_row(n: int, design_name: str, runs: list[Launch], cores: int | None =
                for k in ("cpu", "cpu_pre", "cpu_start", "wall", "wall_pre", "wall_start", "node_cpu")},
             **_node_split(n, med(x.node_cpu for x in runs), cores or os.cpu_count() or 1),
             **({"dispatch": round(med(x.dispatch for x in runs), 4)}
-               if all(x.dispatch is not None for x in runs) else {})}
+               if all(x.dispatch is not None for x in runs) else {}),
+            **({"stop_host_cpu": round(med(x.stop_cpu for x in runs), 4),
+                "stop_wall": round(med(x.stop_wall for x in runs), 4)}
+               if all(x.stop_cpu is not None and x.stop_wall is not None for x in runs) else {})}
 
 
 def _node_split(n: int, node_cpu: float, cores: int) -> dict:
@@ -471,6 +480,11 @@ def launches(args: argparse.Namespace, invs: dict[str, dict[int, Path]],
               f" (preflight+plan {med(x.cpu_pre for x in b) / med(x.cpu_pre for x in a):.1f}x,"
               f" start {med(x.cpu_start for x in b) / med(x.cpu_start for x in a):.1f}x),"
               f" wall {med(x.wall for x in b) / med(x.wall for x in a):.1f}x {SHARED}")
+    print("\nthe stop after each launch, in this process (supervise.stop_run: every container "
+          "stopped, its output saved, removed), median:\nnodes     design  CPU s  wall s")
+    for (n, name), s in got.items():
+        if all(x.stop_cpu is not None for x in s):
+            print(f"{n:>5} {name:>10} {med(x.stop_cpu for x in s):>6.3f} {med(x.stop_wall for x in s):>7.2f}")
     if hi > 1:
         print(f"host CPU at {hi} nodes against direct: " + ", ".join(
             f"{name} {med(x.cpu for x in got[(hi, name)]) / med(x.cpu for x in got[(hi, 'direct')]):.2f}"

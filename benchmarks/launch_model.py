@@ -3,8 +3,8 @@
 Reads a launch benchmark's JSON (``docs/benchmarks/data/launch-tree.json`` by default:
 benchmarks/launch.py's figures at 1, 4, 8 and 16 sandbox nodes) and fits, per design,
 ``cost(n) = fixed + per_node * n`` by least squares to the head's CPU seconds of the
-launch itself (``host_cpu``) and, where measured, of the whole clusterctl process (and of
-the ``clusterctl stop`` process after it, the same for every design: one series); then
+launch itself (``host_cpu``) and, where measured, of the whole clusterctl process and of
+the ``clusterctl stop`` process after it (each design's, from the one-node stop); then
 prints the fit, its worst error on the measured points, and the projection to 32, 256 and
 1,000 nodes with the ratio to one node.  Pure arithmetic over measured figures: it says
 where the per-node costs lead, not what a real 1,000-node cluster would measure (whose
@@ -36,17 +36,28 @@ def fit(points: list[tuple[int, float]]) -> tuple[float, float]:
     return my - per * mx, per
 
 
+def _from_one_node(series: dict, rows: list[dict], key: str, what: str) -> None:
+    """Per design, the rows' ``key`` against nodes, each series starting from the one-node
+    figure (one node never takes the tree, so it is every design's, measured under any)."""
+    single = [(1, r[key]) for r in rows if r["nodes"] == 1 and r.get(key) is not None][:1]
+    for design in dict.fromkeys(r["design"] for r in rows if r["nodes"] > 1 and r.get(key) is not None):
+        series[(design, what)] = single + [(r["nodes"], r[key]) for r in rows
+                                           if r["design"] == design and r["nodes"] > 1 and r.get(key) is not None]
+
+
 def model(doc: dict, targets: list[int]) -> list[dict]:
     """One row per design and measure: the fit, its worst error, the projections."""
     series: dict[tuple[str, str], list[tuple[int, float]]] = {}
     for r in doc.get("launch", []):
         if r.get("host_cpu") is not None:
             series.setdefault((r["design"], "launch host CPU s"), []).append((r["nodes"], r["host_cpu"]))
-    for r in doc.get("process", []):
+    _from_one_node(series, doc.get("launch", []), "stop_host_cpu", "stop host CPU s")
+    process = doc.get("process", [])
+    for r in process:
         if r.get("cpu") is not None:
             series.setdefault((r["design"], "whole process CPU s"), []).append((r["nodes"], r["cpu"]))
-        if r.get("stop_cpu") is not None:   # `clusterctl stop` does not use the tree: one series
-            series.setdefault(("any", "stop process CPU s"), []).append((r["nodes"], r["stop_cpu"]))
+    # `clusterctl stop` takes the tree as the launch's inventory says: per design
+    _from_one_node(series, process, "stop_cpu", "stop process CPU s")
     rows = []
     for (design, what), pts in sorted(series.items()):
         if len({x for x, _ in pts}) < 2:

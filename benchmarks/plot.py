@@ -547,9 +547,21 @@ def _launch_split(doc: dict) -> str | None:
     return _md(header, rows)
 
 
+def _stop_table(doc: dict) -> str | None:
+    """The stop after each launch, measured inside the benchmark's process (its own CPU and
+    wall: no interpreter start, no imports), for the rows that have it."""
+    rows_in = [r for r in doc.get("launch") or [] if r.get("stop_host_cpu") is not None]
+    if not rows_in:
+        return None
+    rows = [[str(r["nodes"]), r["design"], _f(r["stop_host_cpu"], 3), _f(r.get("stop_wall"), 2)]
+            for d in _ordered([r["design"] for r in rows_in], DESIGNS)
+            for r in sorted((r for r in rows_in if r["design"] == d), key=lambda r: r["nodes"])]
+    return _md(["nodes", "design", "stop's own CPU s", "stop's own wall s"], rows)
+
+
 def launch_table(doc: dict) -> str:
-    return "\n\n".join(t for t in (_launch_pivot(doc), _process_table(doc), _launch_split(doc),
-                                     _teardown_table(doc)) if t)
+    return "\n\n".join(t for t in (_launch_pivot(doc), _process_table(doc), _stop_table(doc),
+                                     _launch_split(doc), _teardown_table(doc)) if t)
 
 
 def collective_table(doc: dict) -> str:

@@ -43,14 +43,30 @@ def test_the_wall_on_nodes_with_cores_of_their_own_adds_the_heads_cpu_beyond_one
     assert launch_model.OWN_CORES not in {r["measure"] for r in launch_model.model(doc, [32])}
 
 
-def test_the_stop_process_is_one_series_whatever_the_launchs_design():
-    """``clusterctl stop`` never takes the tree: every design's stop rows are one series."""
+def test_each_designs_stop_starts_from_the_one_node_stop():
+    """``clusterctl stop`` takes the tree as the launch's inventory says: a series per
+    design; one node never takes the tree, so the one-node stop (measured once, under any
+    design's name) is the first point of every design's series."""
     doc = {"process": [{"nodes": 1, "design": "direct", "cpu": 0.6, "stop_cpu": 0.51},
                        {"nodes": 8, "design": "direct", "cpu": 0.7, "stop_cpu": 0.58},
-                       {"nodes": 8, "design": "default", "cpu": 0.6, "stop_cpu": 0.58},
-                       {"nodes": 32, "design": "default", "cpu": 0.8, "stop_cpu": 0.82}]}
+                       {"nodes": 32, "design": "direct", "cpu": 0.8, "stop_cpu": 0.82},
+                       {"nodes": 8, "design": "default", "cpu": 0.6, "stop_cpu": 0.52},
+                       {"nodes": 32, "design": "default", "cpu": 0.8, "stop_cpu": 0.55}]}
     rows = {(r["design"], r["measure"]): r for r in launch_model.model(doc, [256])}
-    stop = rows[("any", "stop process CPU s")]
-    assert [n for n, _ in stop["measured"]] == [1, 8, 8, 32]
-    assert round(stop["per_node"], 6) == 0.01 and round(stop["fixed"], 6) == 0.5
-    assert round(stop["projected"][256], 6) == 3.06
+    direct, default = rows[("direct", "stop process CPU s")], rows[("default", "stop process CPU s")]
+    assert direct["measured"] == [(1, 0.51), (8, 0.58), (32, 0.82)]
+    assert default["measured"] == [(1, 0.51), (8, 0.52), (32, 0.55)]
+    assert round(direct["per_node"], 6) == 0.01 and round(direct["fixed"], 6) == 0.5
+    assert round(direct["projected"][256], 6) == 3.06
+    assert default["per_node"] < direct["per_node"] / 5
+
+
+def test_the_stop_inside_the_process_is_modelled_per_design_the_same_way():
+    doc = {"launch": [{"nodes": 1, "design": "direct", "host_cpu": 0.04, "stop_host_cpu": 0.02},
+                      {"nodes": 32, "design": "direct", "host_cpu": 0.8, "stop_host_cpu": 0.34},
+                      {"nodes": 32, "design": "tree-agent", "host_cpu": 0.4, "stop_host_cpu": 0.05}]}
+    rows = {(r["design"], r["measure"]): r for r in launch_model.model(doc, [1000])}
+    direct, tree = rows[("direct", "stop host CPU s")], rows[("tree-agent", "stop host CPU s")]
+    assert tree["measured"] == [(1, 0.02), (32, 0.05)]
+    assert round(direct["per_node"], 6) == round(0.32 / 31, 6)
+    assert round(tree["projected"][1000], 6) == round(0.02 + 0.03 / 31 * 999, 6)

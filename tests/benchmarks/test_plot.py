@@ -74,8 +74,10 @@ def test_push_rows_round_trip():
 
 
 def test_launch_rows_round_trip():
-    runs = [launch.Launch(wall=5.8, wall_pre=4.0, cpu=0.24, cpu_pre=0.2, node_cpu=4.8, dispatch=0.01),
-            launch.Launch(wall=6.0, wall_pre=4.2, cpu=0.26, cpu_pre=0.21, node_cpu=5.2, dispatch=0.03)]
+    runs = [launch.Launch(wall=5.8, wall_pre=4.0, cpu=0.24, cpu_pre=0.2, node_cpu=4.8, dispatch=0.01,
+                          stop_cpu=0.11, stop_wall=2.0),
+            launch.Launch(wall=6.0, wall_pre=4.2, cpu=0.26, cpu_pre=0.21, node_cpu=5.2, dispatch=0.03,
+                          stop_cpu=0.13, stop_wall=2.4)]
     tear = [launch.Teardown(0.6, 0.05, 0.5, 0.25, 0.53, 0.001, 0.004),
             launch.Teardown(0.7, 0.04, 0.6, 0.27, 0.55, 0.001, 0.003)]
     results = {"launch": [launch.launch_row(16, "direct", runs, cores=2),
@@ -104,6 +106,10 @@ def test_launch_rows_round_trip():
     assert row["node_cpu_per_node_ms"] == 312.5 and row["node_floor"] == 2.5   # 5.0 s over 16 nodes, 2 cores
     assert "| 16 | direct | 5.90 | 5.00 | 312 | 2.50 | 0.020 |" in plot.table(back)
     assert "| 1 | direct | 5.80 | 4.80 | 4800 | 2.40 | 0.010 |" in plot.table(back)   # one run: its own
+    # the stop after each launch, in the benchmark's own process
+    assert row["stop_host_cpu"] == 0.12 and row["stop_wall"] == 2.2
+    assert "| 16 | direct | 0.120 | 2.20 |" in plot.table(back)
+    assert "| 1 | direct | 0.110 | 2.00 |" in plot.table(back)
 
 
 def test_collective_rows_round_trip():
