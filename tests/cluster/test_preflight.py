@@ -58,10 +58,12 @@ def test_preflight_reports_what_the_node_really_has(loopback_sshd):
 
 
 @pytest.mark.docker
-def test_preflight_is_two_ssh_channels_per_node_whatever_it_checks(loopback_sshd, monkeypatch):
+def test_preflight_is_two_ssh_channels_per_node_whatever_it_checks(loopback_sshd, base_image, monkeypatch):
     """Issue 12: a channel costs this machine ~2 ms of CPU; every check, master port and
-    image ID included, rides on two (a node script and a docker script), not one each."""
-    image = _local_docker("images", "--format", "{{.Repository}}:{{.Tag}}").splitlines()[0]
+    image ID included, rides on two (a node script and a docker script), not one each.
+    The image is the base image (its fixture makes it where the engine has none), not
+    whatever image an earlier test left."""
+    image = base_image
     calls: list[tuple[str, list[str]]] = []
     real = NodeConnection.run
 
