@@ -172,7 +172,7 @@ while [ "$#" -ge 2 ]; do
         '"$@" < "$IN"; echo $? > "$RC"' sh 2> "$d/err.$k"; } | chunks o $k
     [ -s "$d/rc.$k" ] || echo 127 > "$d/rc.$k"
     [ "$i" = - ] || kill $! 2>/dev/null
-    chunks e $k < "$d/err.$k"
+    [ ! -s "$d/err.$k" ] || chunks e $k < "$d/err.$k"
     printf 'clusterctl-tree-r %s %s %s .\n' "$self" "$k" "$(cat "$d/rc.$k")" ) < /dev/null &
   pids="$pids $!"
   shift 2
