@@ -555,13 +555,13 @@ def _stop_through_tree(cluster, run_id, nodes, grace, timeout, take) -> dict[str
                 files[node].write(data)
             else:
                 err = errs.setdefault(node, bytearray())
-                err.extend(data[:max(0, 64 * 1024 - len(err))])   # its last words: bounded
+                err.extend(data[:max(0, 64 * 1024 - len(err))])   # its words: the first 64 KiB
 
         try:
             ran = tree.run_through_tree(cluster, {n: command for n in nodes}, sink,
                                         timeout=timeout * 2 + grace)
-        except NodeError:            # the first node cannot be reached: each node on its own
-            return {}
+        except NodeError as e:   # the first node cannot be reached: named once, the others direct
+            return {e.node: e}
         done: dict[str, NodeStop | NodeError] = {}
         try:
             for node, (code,) in ran.codes.items():
