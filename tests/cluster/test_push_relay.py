@@ -218,6 +218,9 @@ def test_relay_node_whose_link_dies_mid_stream_is_named_and_the_rest_finish(
     image = _build(docker_client, f"{TAG}:failure", [24 * MB, 16 * MB])
     nodes = list(sandbox3.nodes)
     relay_node, downstream = nodes[1], nodes[2]
+    # the node reports its bytes every 2 s: at 24mbit (3 MB/s) the 40 MB stream lasts over
+    # 13 s, so the cut (at the first report past 8 MB) lands mid-stream on a busy machine too
+    sandbox3.shape(relay_node, "24mbit")
     try:
         watch = _Watch(sandbox3, relay_node, after=8 * MB)
         t0 = time.monotonic()
@@ -235,6 +238,7 @@ def test_relay_node_whose_link_dies_mid_stream_is_named_and_the_rest_finish(
         assert _node_id(sandbox3, downstream, image.id) == image.id
         assert took < 120, took
         sandbox3.link_up(relay_node)
+        sandbox3.shape(relay_node, "80mbit")
         # the next push reaches the node that failed: nothing half-loaded stays there
         result = runner.invoke(app, ["push", image.ref, "--strategy", "relay",
                                      "--nodes", str(sandbox3.inventory_path)])
@@ -352,6 +356,10 @@ def test_a_middle_node_cut_mid_push_is_named_and_the_nodes_after_it_are_fed_agai
     image = _build(docker_client, f"{TAG}:cut4", [16 * MB, 12 * MB])
     nodes = list(sandbox4.nodes)
     lost, after = nodes[1], nodes[2:]
+    # the node reports its bytes every 2 s: at 80mbit the whole 28 MB streamed through it
+    # before a loaded machine's first report reached the head (seen in CI). At 20mbit
+    # (2.5 MB/s) the stream through the lost node lasts over 11 s, so the cut lands mid-stream.
+    sandbox4.shape(lost, "20mbit")
     watch = _Watch(sandbox4, lost, after=6 * MB)
     from clusterctl.cli import push as push_cli  # the CLI's own display, watched as it goes
     real_started, real_sent = push_cli.PlainProgress.started, push_cli.PlainProgress.sent
@@ -395,6 +403,7 @@ def test_a_middle_node_cut_mid_push_is_named_and_the_nodes_after_it_are_fed_agai
         assert again_at < node1_end, rows
     finally:
         sandbox4.link_up(lost)
+        sandbox4.shape(lost, "80mbit")  # the module's sandbox as it was made
     try:
         # nothing of the push left (the cut-off node stopped itself), no half image on it
         deadline = time.monotonic() + 90
