@@ -55,3 +55,16 @@ def test_every_hint_names_a_section_of_the_troubleshooting_page():
     for _, advice in hints.HINTS:
         named = re.findall(r'troubleshooting: "([^"]+)"', advice)
         assert named and all(n in headings for n in named), (advice, sorted(headings))
+
+
+IPEX_BF16 = ("AssertionError: BF16 weight prepack needs the cpu support avx_ne_convert or avx512bw, "
+             "avx512vl and avx512dq")
+
+
+def test_ipexs_bf16_refusal_on_an_avx2_cpu_names_the_instructions_and_the_float32_way():
+    """IPEX 2.8's own words (seen on an AMD EPYC with AVX2 only), torchrun's prefix or not."""
+    advice = hints.match(IPEX_BF16)
+    assert advice is not None and advice != hints.match(ABORT)
+    assert "avx512bw" in advice and "float32" in advice and "ddp-smoke" in advice
+    assert hints.match(f"[default1]:{IPEX_BF16}") == advice
+    assert hints.match("ipex 2.8.0 bf16: ipex.optimize done, parameters torch.bfloat16") is None

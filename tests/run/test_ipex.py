@@ -121,3 +121,24 @@ def test_ipex_job_on_the_ccl_backend_fails_where_the_bindings_are_stood_in(two_n
     # torch's own words (torch 2.8: "AssertionError: Unknown backend type ccl")
     assert re.search(r"Unknown (c10d )?backend type ccl", res.output, re.IGNORECASE), res.output
     assert "ddp-smoke OK" not in res.output, res.output
+
+
+@pytest.mark.skipif(not _cpu_lacks_bf16(), reason="this machine's CPU has what IPEX's bf16 needs: "
+                    "the bf16 training test above runs instead")
+@pytest.mark.sandbox
+@pytest.mark.docker
+@pytest.mark.slow
+def test_ipex_bf16_on_a_cpu_without_avx512_fails_with_ipexs_words_and_clusterctls_hint(
+        two_nodes, ipex_image, runs_dir):
+    """On a CPU that lacks what IPEX's bf16 weight prepack needs (this machine's, read from
+    /proc/cpuinfo: real hardware, nothing stood in), the job fails at ipex.optimize on the
+    nodes, and the report names the node and says why and what to do instead."""
+    res = runner.invoke(app, ["launch", "ddp-smoke-ipex", "--nodes", str(two_nodes), "--image", ipex_image,
+                              "--set", "BACKEND=gloo", "--set", "STEPS=1"])
+    assert res.exit_code != 0, res.output
+    assert "BF16 weight prepack needs the cpu support" in res.output, res.output
+    hint = re.search(r'^hint: (node\d)\[(\d)\] printed "[^"]*BF16 weight prepack[^"]*"[^:]*: (.*)$',
+                     res.output, re.M)
+    assert hint, res.output
+    assert "avx512bw" in hint.group(3) and "float32" in hint.group(3), hint.group(0)
+    assert "ddp-smoke OK" not in res.output

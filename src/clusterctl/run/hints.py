@@ -20,6 +20,13 @@ HINTS: tuple[tuple[str, str], ...] = (
      "exit -6). After the script's last line with the gloo backend, this is torch's own "
      "exit after destroy_process_group(): end the script with sys.stdout.flush() and "
      "os._exit(0) (troubleshooting: \"A finished run fails with SIGABRT at exit\")"),
+    # IPEX 2.x's words when ipex.optimize(..., dtype=torch.bfloat16) meets a CPU without them
+    ("BF16 weight prepack needs the cpu support",
+     "IPEX's bf16 training needs a CPU with AVX-512 (avx512bw, avx512vl, avx512dq) or "
+     "AVX-NE-CONVERT, and this node's has neither (an AVX2-only CPU). Run on nodes whose "
+     "/proc/cpuinfo flags list them, or train in float32: ipex.optimize(model, optimizer) "
+     "without dtype=torch.bfloat16 and no bf16 autocast; for ddp-smoke-ipex, launch ddp-smoke "
+     "(troubleshooting: \"IPEX's bf16 training stops on a CPU without AVX-512\")"),
 )
 
 
