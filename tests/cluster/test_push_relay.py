@@ -320,6 +320,31 @@ def test_a_node_command_whose_answer_was_lost_leaves_nothing_on_that_node(
     assert sandbox3.relay_leftovers() == []
 
 
+def test_a_node_slow_to_answer_keepalives_is_not_lost_while_its_heartbeat_arrives(
+        docker_client, sandbox3, slow_links, monkeypatch):
+    """A node's sshd that is slow to answer keepalives (32 `docker load`s on 2 shared cores
+    made 10 of 32 nodes "stop answering" in a benchmark) is alive as long as its own lines
+    (the byte count it sends every 2 s) arrive. Stood in here by sending no keepalive at
+    all and judging a node lost after 5 s of silence: the 40 MB stream at 5 MB/s through
+    the chain lasts 8 s, and every node must still end with the image."""
+    monkeypatch.setattr(relay, "_ping", lambda run: None)
+    monkeypatch.setattr(relay, "LOST_AFTER", 5.0)
+    for node in sandbox3.nodes:
+        sandbox3.shape(node, "40mbit")   # slow_links puts them back afterwards
+    image = _build(docker_client, f"{TAG}:quiet", [24 * MB, 16 * MB])
+    try:
+        t0 = time.monotonic()
+        results = {r.node: r for r in distribute.push_image(
+            image.ref, load_inventory(sandbox3.inventory_path), strategy="relay")}
+        took = time.monotonic() - t0
+        assert all(r.ok for r in results.values()), {n: r.error for n, r in results.items()}
+        assert took > 8.0, f"the push took {took:.1f}s: no silence longer than LOST_AFTER was tested"
+        for node in sandbox3.nodes:
+            assert _node_id(sandbox3, node, image.ref) == image.id, node
+    finally:
+        _forget(docker_client, sandbox3, image)
+
+
 def test_unknown_strategy_is_exit_2(sandbox3):
     result = runner.invoke(app, ["push", "x", "--strategy", "tree",
                                  "--nodes", str(sandbox3.inventory_path)])
