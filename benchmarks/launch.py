@@ -416,8 +416,18 @@ def run(args: argparse.Namespace) -> int:
         sb = sandbox.up(size, name=args.name, subnet=args.subnet, inventory_path=tmp / "all.yaml")
         full = Path(sb.inventory_path)
         t = time.monotonic()
-        with Cluster(load_inventory(full)) as cluster:
-            launch.push_image(cluster, args.image)
+        for attempt in range(1, 4):
+            # 32 `docker load`s on this machine's 2 cores can starve a node's sshd and its
+            # heartbeat for over 10 s (the push then names it as lost): the push is set-up,
+            # not measured, and a second one sends only to the nodes that lack the image
+            try:
+                with Cluster(load_inventory(full)) as cluster:
+                    launch.push_image(cluster, args.image)
+                break
+            except launch.PushFailed as e:
+                if attempt == 3:
+                    raise
+                print(f"push attempt {attempt} failed on {', '.join(sorted(e.failures))}; again", flush=True)
         print(f"image {args.image} pushed to {size} nodes in {time.monotonic() - t:.1f}s (not counted)")
         invs = {name: {n: inventory_for(full, n, tmp / f"n{n}-{name}.yaml", name) for n in args.nodes}
                 for name in (*DESIGNS, "default")}
