@@ -887,11 +887,15 @@ def _launch(plt, doc: dict):
             _lines(ax, launch, "design", "host_cpu", DESIGNS, suffix=", launch")
             _lines(ax, process, "design", "cpu", DESIGNS, style="--", marker="s", suffix=", whole process")
             _lines(ax, process, "design", "stop_cpu", DESIGNS, style=":", marker="^", suffix=", stop process")
+            _lines(ax, launch, "design", "stop_host_cpu", DESIGNS, style="-.", marker="v", suffix=", stop's own")
             ax.set_ylabel("CPU seconds on this machine")
             ax.set_title("host CPU: launch -> all running" + (", stop" if any(
                 r.get("stop_cpu") is not None for r in process) else ""))
-            ax.legend(loc="best", fontsize="x-small" if any(
-                r.get("stop_cpu") is not None for r in process) else None)
+            if len(ax.get_lines()) > 10:   # launch, whole process and both stops: under the panel
+                ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2, fontsize="xx-small")
+            else:
+                ax.legend(loc="best", fontsize="x-small" if any(
+                    r.get("stop_cpu") is not None for r in process) else None)
             if process and launch:
                 ax.set_yscale("log")
         elif panel == "wall":
