@@ -40,10 +40,11 @@ round; a node whose stream stalls for STALL seconds before it is complete
 head is gone (the heartbeat on stderr fails to write) stops its own process
 group, so nothing outlives a push for long, even when the head cannot reach it.
 
-Failures: a node that stops answering (neither a keepalive answer nor its
-own heartbeat line arrives for LOST_AFTER s) or whose command ends without feeding its children is named
-as failed; the nodes below it in its chain that had not completed are
-stopped (their process groups killed) and, as soon as their commands have
+Failures: a node that stops answering (neither a keepalive answer nor any
+line of its own, such as its heartbeat, arrives for LOST_AFTER s) or whose
+command ends without feeding its children is named as failed; the nodes
+below it in its chain that had not completed are stopped (their process
+groups killed) and, as soon as their commands have
 ended, fed again in a round of their own, as a new chain from the head
 (:func:`~clusterctl.cluster.distribute.relayplan.cut_off` and
 :func:`~clusterctl.cluster.distribute.relayplan.plan_refeed` decide which and
@@ -516,15 +517,15 @@ def _read(run: _NodeRun, progress: PushProgress) -> None:
     out, err = bytearray(), ""
     try:
         while True:
+            # whatever the node sends (its heartbeat and byte count every 2 s, docker load's
+            # output) is a sign of life as good as a keepalive's answer: a node whose sshd
+            # answers keepalives late while 32 `docker load`s share its cores (seen on the
+            # 32-node sandbox) is not lost while its own lines still arrive
             while chan.recv_ready():
                 out.extend(chan.recv(65536))
                 run.last_pong = time.monotonic()
             while chan.recv_stderr_ready():
                 err += chan.recv_stderr(65536).decode("utf-8", "replace")
-                # the node's heartbeat and byte counts (every 2 s) are signs of life as good
-                # as a keepalive's answer: a node whose sshd is slow to answer keepalives
-                # while 32 `docker load`s share its cores (seen on the 32-node sandbox) is
-                # not lost while its own lines still arrive
                 run.last_pong = time.monotonic()
                 *lines, err = re.split(r"[\r\n]", err)
                 for line in lines:
