@@ -99,7 +99,7 @@ def test_the_receiver_hands_each_piece_on_as_it_comes_and_holds_nothing():
 @pytest.mark.parametrize(("setting", "nodes", "each_node_anyway", "expected"), [
     (None, tree.AUTO_MIN_NODES, False, True),        # the default, from 16 nodes on
     (None, tree.AUTO_MIN_NODES - 1, False, False),   # below: a connection per node
-    (None, 64, True, False),                         # a followed run opens them anyway
+    (None, 64, True, False),                         # shipping code opens them anyway
     ("auto", 64, False, True),
     (True, 2, True, True),                           # asked for: always (2+ nodes)
     (True, 1, False, False),
@@ -450,3 +450,34 @@ def test_stop_through_the_tree_brings_every_line_back_once(sandbox3, tmp_path, h
         assert sb.node_docker(node, "ps", "-aq", "--filter", f"label={containers.RUN_LABEL}={run_id}"
                               ).stdout.split() == [], node
     assert tree_leftovers(sb) == []
+
+
+def test_a_line_written_whole_by_a_command_comes_as_it_is_and_a_cut_one_cuts_its_node():
+    """The "clusterctl-tree-l NAME K TEXT ." lines a command writes itself (a followed run's
+    log stream): each is that node's K-th command's output line, its text as it was
+    (spaces, a trailing " ." of its own, an empty line); one without its final " ." was cut
+    short by a dying hop, and nothing more of that node is taken."""
+    got = []
+    receiver = tree.Receiver({"a": [tree.Command(("x",))], "b": [tree.Command(("x",))]},
+                             lambda n, k, s, d: got.append((n, k, s, d)))
+    for line in ["clusterctl-tree-l a 1 2026-11-27T10:00:00.1Z  two  spaces .",
+                 "clusterctl-tree-l a 1 ends with . .", "clusterctl-tree-l a 1  .",
+                 "clusterctl-tree-l a 2 not asked .", "clusterctl-tree-l c 1 nobody .",
+                 "clusterctl-tree-l b 1 cut sho", "clusterctl-tree-l b 1 after the cut ."]:
+        receiver.line(line)
+    assert got == [("a", 1, "out", b"2026-11-27T10:00:00.1Z  two  spaces\n"),
+                   ("a", 1, "out", b"ends with .\n"), ("a", 1, "out", b"\n")]
+    assert receiver.cut == {"b"}
+
+
+def test_the_receiver_tells_each_end_and_each_failed_hop_as_its_line_arrives():
+    codes, hops = [], []
+    receiver = tree.Receiver({"a": [tree.Command(("x",)), tree.Command(("y",))]}, lambda *a: None,
+                             on_code=lambda n, k, rc: codes.append((n, k, rc)),
+                             on_hop=lambda n, why: hops.append((n, why)))
+    receiver.line("clusterctl-tree-r a 2 3 .")
+    assert codes == [("a", 2, 3)]
+    receiver.line("clusterctl-tree-r a 3 0 .")      # not asked: not told
+    receiver.line("clusterctl-tree-hop b 255 " + base64.b64encode(b"Connection timed out").decode() + " .")
+    assert codes == [("a", 2, 3)]
+    assert hops == [("b", "ssh from its parent node exited 255: Connection timed out")]

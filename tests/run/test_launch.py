@@ -333,12 +333,27 @@ def test_a_stop_channel_closed_or_cut_stops_nothing_and_a_broken_one_falls_back(
         sb.node_docker("node1", "rm", "--force", name, check=False)
 
 
+def tree_or_direct(sb, tmp_path: Path, how: str):
+    """The sandbox's inventory as it is (3 nodes: a connection per node) or with the tree on
+    (``ssh: {tree: true}``, width 1: node1 -> node2 -> node3, so node2 carries node3)."""
+    if how == "direct":
+        return load_inventory(sb.inventory_path)
+    data = yaml.safe_load(sb.inventory_path.read_text())
+    data["ssh"].update({"tree": True, "tree_width": 1})
+    path = tmp_path / "tree.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return load_inventory(path)
+
+
 @pytest.mark.sandbox
 @pytest.mark.docker
 @pytest.mark.slow
-def test_node_lost_mid_run_is_detected_and_the_run_torn_down(clean_nodes, cpu_image, runs_dir):
+@pytest.mark.parametrize("how", ["direct", "tree"])
+def test_node_lost_mid_run_is_detected_and_the_run_torn_down(clean_nodes, cpu_image, runs_dir, tmp_path, how):
+    """Also through the tree, where node2 carries node3: node2's silence there takes it (and
+    node3) off the tree, this machine's own probe names node2 lost, node3 is stopped."""
     sb = clean_nodes
-    inventory = load_inventory(sb.inventory_path)
+    inventory = tree_or_direct(sb, tmp_path, how)
     job = load_job(FAIL_RANK_JOB)
     cut: list[float] = []
 
@@ -357,7 +372,7 @@ def test_node_lost_mid_run_is_detected_and_the_run_torn_down(clean_nodes, cpu_im
         detected = time.monotonic()
     finally:
         sb.link_up("node2")
-    print(f"lost node detected and run torn down {detected - cut[0]:.1f}s after the link went down")
+    print(f"{how}: lost node detected and run torn down {detected - cut[0]:.1f}s after the link went down")
     assert result.exit_code == supervise.NODE_LOST_EXIT
     first = result.outcome.first_failure
     assert (first.node, first.kind) == ("node2", "lost")
@@ -373,14 +388,19 @@ TICK_JOB = JOBS / "tick.yaml"
 @pytest.mark.sandbox
 @pytest.mark.docker
 @pytest.mark.slow
-def test_a_link_flap_shorter_than_the_liveness_window_is_no_failure(clean_nodes, cpu_image, runs_dir):
+@pytest.mark.parametrize("how", ["direct", "tree"])
+def test_a_link_flap_shorter_than_the_liveness_window_is_no_failure(clean_nodes, cpu_image, runs_dir,
+                                                                     tmp_path, how):
     """node2's link goes down for FLAP seconds mid-run and comes back: with the same liveness
     settings as the lost-node test above (lost_after 6 s), the run ends 0 with every line of
     every node.  FLAP is chosen between TCP's retransmissions (3.0 and 6.2 s after the first
     lost segment), where the established connection answers only at 6.2 s: a prober that
-    waited for it would call the node lost; a real loss is still detected (test above)."""
+    waited for it would call the node lost; a real loss is still detected (test above).
+    Through the tree, node2 (and node3 below it) go silent there, are taken off it and
+    probed from here; the tree's own connections outlive the flap and their signs of life,
+    when they resume, count too."""
     sb = clean_nodes
-    inventory = load_inventory(sb.inventory_path)
+    inventory = tree_or_direct(sb, tmp_path, how)
     job = load_job(TICK_JOB)
     flap, window = 4.0, 6.0
     cut: list[float] = []
@@ -596,6 +616,86 @@ def test_through_the_tree_a_launch_opens_one_connection_and_a_followed_run_still
     assert res.output[res.output.index("FIRST FAILURE"):].startswith("FIRST FAILURE: node3[2] exited 3")
     for node in sb.nodes:
         assert run_containers(sb, node, running=True) == [], node
+    assert list(Path("/tmp").glob("clusterctl-tree.*")) == []
+
+
+def hop_processes(sb, target: str) -> list[int]:
+    """PIDs of the tree's hop ssh processes (on any node) that log in to node ``target``."""
+    ip, found = sb.nodes[target], []
+    for proc in Path("/proc").iterdir():
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        words = [a.decode(errors="replace") for a in argv]
+        if words and words[0] == "ssh" and ip in words and any("clusterctl-tree" in w for w in words):
+            found.append(int(proc.name))
+    return found
+
+
+@pytest.mark.sandbox
+@pytest.mark.docker
+@pytest.mark.slow
+def test_a_followed_run_through_the_tree_uses_one_connection_and_a_broken_hop_loses_no_line(
+        clean_nodes, cpu_image, runs_dir, monkeypatch, tmp_path):
+    """A followed run with the tree on (issue 24): every node's output, exit status and final
+    state come over node1's connection (width 1: node1 -> node2 -> node3); this machine opens
+    three channels in all (the tree's preflight, start and follow) and none to node2 or node3.
+    Then, mid-run, the hop that carries node2 and node3 (node1's ssh to node2) is killed: both
+    go on on their own connections from the line after the last one that came, and the run
+    ends 0 with every tick of every node exactly once, in order."""
+    sb = clean_nodes
+    inventory = tree_or_direct(sb, tmp_path, "tree")
+    with Cluster(load_inventory(sb.inventory_path)) as cluster:
+        launch.push_image(cluster, cpu_image)
+    from clusterctl.cluster.transport import connection
+    real = connection.NodeConnection._channel
+
+    def run(ticks: int, on_started=None) -> tuple[launch.RunResult, dict[str, int]]:
+        opened: dict[str, int] = {}
+
+        def counted(self, argv, *a, **kw):
+            opened[self.name] = opened.get(self.name, 0) + 1
+            return real(self, argv, *a, **kw)
+        monkeypatch.setattr(connection.NodeConnection, "_channel", counted)
+        try:
+            result = launch.launch(load_job(TICK_JOB), inventory, image=cpu_image, push=False,
+                                   overrides={"TICKS": str(ticks), "TICK": "0.5"}, on_started=on_started,
+                                   stream=open(os.devnull, "w"))  # noqa: SIM115
+        finally:
+            monkeypatch.setattr(connection.NodeConnection, "_channel", real)
+        return result, opened
+
+    def every_tick_once(result, ticks: int) -> None:
+        assert result.exit_code == 0, (result.outcome.first_failure, result.outcome.lost)
+        for node in sb.nodes:
+            text = (runs_dir / result.run_id / f"{node}.log").read_text()
+            assert [line for line in text.splitlines() if line.startswith("tick")] == \
+                [f"tick {i}" for i in range(ticks)], (node, text[-2000:])
+            assert run_containers(sb, node, result.run_id) == [], node   # read and removed
+
+    result, opened = run(6)
+    every_tick_once(result, 6)
+    assert opened == {"node1": 3}, opened     # preflight, start, follow: all through node1
+
+    killed: list[int] = []
+
+    def cut_the_hop(record: records.RunRecord) -> None:
+        def later():
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline and not killed:
+                time.sleep(0.5)
+                if (runs_dir / record.run_id / "node3.log").is_file() and \
+                        "tick 4" in (runs_dir / record.run_id / "node3.log").read_text():
+                    for pid in hop_processes(sb, "node2"):
+                        os.kill(pid, signal.SIGKILL)
+                        killed.append(pid)
+        threading.Thread(target=later, daemon=True).start()
+
+    result, opened = run(24, cut_the_hop)
+    assert killed, "the hop to node2 was never found"
+    every_tick_once(result, 24)
+    assert opened["node1"] == 3 and opened.get("node2", 0) >= 2 and opened.get("node3", 0) >= 2, opened
     assert list(Path("/tmp").glob("clusterctl-tree.*")) == []
 
 

@@ -614,9 +614,10 @@ def _prepare_attempt(run: _Run):
     while True:
         inv = attempt_inventory(run.inventory, run.nodes)
         cluster = Cluster(inv, accept_new_host_keys=run.accept_new_host_keys).__enter__()
-        # following the run, or shipping its code, opens every node's own connection: then
-        # `ssh.tree: auto` sends preflight and start on those too (the tree would only add)
-        cluster.each_node_anyway = not run.detach or run.workspace is not None
+        # shipping the code opens every node's own connection: then `ssh.tree: auto` sends
+        # preflight and start on those too (the tree would only add).  A followed run goes
+        # through the tree as a detached one does (run.treefollow)
+        cluster.each_node_anyway = run.workspace is not None
         try:
             plans = _check_and_plan(run, cluster)
             _collective_recheck(run, inv)

@@ -38,7 +38,12 @@ from typing import TextIO
 
 from rich.text import Text
 
-from clusterctl.cluster.containers import fetch_logs, find_containers, follow_logs
+from clusterctl.cluster.containers import (
+    fetch_logs,
+    find_containers,
+    follow_logs,
+    follow_logs_after,
+)
 from clusterctl.core import console
 from clusterctl.core.deadline import bounded
 from clusterctl.run.plan import MASK
@@ -218,25 +223,35 @@ class Merger:
 
 
 def start_followers(cluster, sources: Iterable[Source], merger: Merger, *,
-                    tail: int | None = None) -> dict[str, threading.Thread]:
+                    tail: int | None = None,
+                    after: dict[str, tuple[str, int]] | None = None) -> dict[str, threading.Thread]:
     """One daemon thread per node streaming ``docker logs --follow`` into ``merger``.
 
     Daemon threads: a node whose link is down blocks its stream forever, and the
     caller must still be able to end (supervise decides when a node is lost).
+    ``after``: node -> (timestamp key, lines with that key already written): that node's
+    stream goes on after them (a followed run's node that fell back from the tree,
+    :func:`~clusterctl.cluster.containers.follow_logs_after`).
     """
     threads = {}
     for src in sources:
-        t = threading.Thread(target=_follow_one, args=(cluster, src, merger, tail),
+        t = threading.Thread(target=_follow_one, args=(cluster, src, merger, tail, (after or {}).get(src.node)),
                              name=f"logs-{src.node}", daemon=True)
         t.start()
         threads[src.node] = t
     return threads
 
 
-def _follow_one(cluster, src: Source, merger: Merger, tail: int | None) -> None:
+def _follow_one(cluster, src: Source, merger: Merger, tail: int | None,
+                after: tuple[str, int] | None) -> None:
     try:
-        follow_logs(cluster.connection(src.node), src.container, merger.callback(src.node), tail=tail,
-                    keep_whole=merger.sink.redact)
+        conn = cluster.connection(src.node)
+        if after is not None:
+            follow_logs_after(conn, src.container, merger.callback(src.node), after=after[0],
+                              skip=after[1], keep_whole=merger.sink.redact)
+        else:
+            follow_logs(conn, src.container, merger.callback(src.node), tail=tail,
+                        keep_whole=merger.sink.redact)
     except Exception as e:  # noqa: BLE001 - reported as a line; supervise judges the node
         merger.put(src.node, f"[clusterctl] log stream ended: {e}")
 

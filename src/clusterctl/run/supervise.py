@@ -68,7 +68,7 @@ from clusterctl.cluster.containers import (
     stop_nodes,
     wait_container,
 )
-from clusterctl.cluster.transport import sshd_answers
+from clusterctl.cluster.transport import sshd_answers, tree
 from clusterctl.core import exitcodes
 from clusterctl.core.deadline import bounded
 from clusterctl.run import flight, hints, records, suspicious
@@ -80,6 +80,7 @@ from clusterctl.run.logs import (
     start_followers,
 )
 from clusterctl.run.spool import Spool
+from clusterctl.run.treefollow import TreeFollow
 from clusterctl.run.watchdog import HANG_EXIT, HangReport
 
 NODE_LOST_EXIT = exitcodes.NODE_LOST  # 255
@@ -292,6 +293,9 @@ class Supervisor:
         self._scanner = suspicious.Scanner()
         self._hints = hints.FirstHints()  # node -> its first line with a known cause
         self._stoppers: dict[str, StopChannel] = {}  # node -> its pre-opened stop channel
+        # the follow through the tree (issue 24), when the tree is on: one connection from here
+        self._tree: TreeFollow | None = None
+        self._followers: dict[str, threading.Thread] = {}
         merger.sink.observers.append(self._observe)
 
     def _observe(self, node: str, rank: int, text: str) -> None:
@@ -353,7 +357,7 @@ class Supervisor:
             self._done.wait(0.7)
         return why
 
-    def _probe(self, src: Source) -> None:
+    def _probe(self, src: Source, seen: float | None = None) -> None:
         """Prober: a bounded SSH round trip every probe_interval; silence means lost.
 
         Liveness is judged at the SSH level (:func:`ping`, answered by sshd
@@ -363,10 +367,12 @@ class Supervisor:
         seconds to answer ``docker inspect``, and that must not kill a healthy
         run.  Every ``state_every`` probes the container state is read too, as a
         backup for the waiter (its news is lost if its channel broke); that read
-        may be slow or fail without consequence.
+        may be slow or fail without consequence.  ``seen``: the node's last sign of life
+        before this prober (a node taken off the tree): when its first probe goes
+        unanswered, its silence is counted from then.
         """
         s = self.settings
-        last_ok = time.time()
+        last_ok = seen or time.time()
         silent_since: float | None = None  # when the first unanswered probe was sent
         reason = ""
         address: list[tuple[str, int] | None] = [None]  # the node's sshd, for a fresh connection
@@ -392,9 +398,9 @@ class Supervisor:
                 answered.clear()
                 outstanding[0].start()
             if answered.wait(s.probe_timeout if silent_since is None else 0):
-                last_ok, silent_since = time.time(), None
+                last_ok, silent_since, seen = time.time(), None, None
             else:
-                silent_since = silent_since or sent
+                silent_since = silent_since or min(sent, seen or sent)   # seen: its first silence only
                 reason = reason or f"no reply within {s.probe_timeout:g}s"
                 # After a link flap the established connection answers only at TCP's next
                 # retransmission (its backoff doubles: 3, 6, 12 s ...); sshd's banner on a
@@ -402,7 +408,10 @@ class Supervisor:
                 # as a round trip, so a flap shorter than lost_after is no failure.
                 if address[0] is not None and sshd_answers(address[0], s.probe_timeout,
                                                             connect_timeout=max(0.2, s.probe_interval / 4)):
-                    last_ok, silent_since = time.time(), None
+                    last_ok, silent_since, seen = time.time(), None, None
+            if silent_since is not None and self._tree is not None and \
+                    self._tree.seen.get(src.node, 0) > silent_since:   # it spoke through the tree
+                last_ok, silent_since, seen = self._tree.seen[src.node], None, None
             if silent_since is not None and time.time() - silent_since >= s.lost_after:
                 self._news(_Event("lost", src.node, at=last_ok, reason=(
                     f"no reply for {time.time() - silent_since:.0f}s ({reason})")))
@@ -415,24 +424,74 @@ class Supervisor:
 
     def run(self) -> Outcome:
         """Follow to the end and tear down on failure or stop; returns the Outcome."""
-        followers = start_followers(self.cluster, self.sources.values(), self.merger)
-        for src in self.sources.values():
-            threading.Thread(target=self._wait, args=(src,), name=f"wait-{src.node}", daemon=True).start()
-            threading.Thread(target=self._probe, args=(src,), name=f"probe-{src.node}", daemon=True).start()
-            # the node's stop, opened now (see StopChannel): the teardown then writes one line
-            # per node instead of starting an SSH session on each
-            stopper = self._stoppers[src.node] = StopChannel(src.container)
-            threading.Thread(target=stopper.open, args=(partial(self.cluster.connection, src.node),),
-                             name=f"stopchan-{src.node}", daemon=True).start()
+        if len(self.sources) > 1 and tree.enabled(self.cluster):
+            self._start_tree()
+        else:
+            self._followers = start_followers(self.cluster, self.sources.values(), self.merger)
+            for src in self.sources.values():
+                self._watch(src)
+                # the node's stop, opened now (see StopChannel): the teardown then writes one
+                # line per node instead of starting an SSH session on each
+                stopper = self._stoppers[src.node] = StopChannel(src.container)
+                threading.Thread(target=stopper.open, args=(partial(self.cluster.connection, src.node),),
+                                 name=f"stopchan-{src.node}", daemon=True).start()
         try:
             try:
                 self._follow()
             finally:
                 self._done.set()
-            return self._finish(followers)
+            return self._finish(self._followers)
         finally:
+            if self._tree is not None:
+                self._tree.close()
             for stopper in self._stoppers.values():   # unused ones: their shells read EOF, end
                 stopper.close()
+
+    def _watch(self, src: Source) -> None:
+        """The node's own waiter and liveness prober."""
+        threading.Thread(target=self._wait, args=(src,), name=f"wait-{src.node}", daemon=True).start()
+        threading.Thread(target=self._probe, args=(src,), name=f"probe-{src.node}", daemon=True).start()
+
+    def _start_tree(self) -> None:
+        """The follow through the tree (:mod:`clusterctl.run.treefollow`): one tree call for
+        every node's output and end, and this machine's own liveness probe of the tree's
+        root only (its one connection); a node the tree loses goes on on its own connection."""
+        self._tree = TreeFollow(
+            self.cluster, {n: src.container for n, src in self.sources.items()}, self.merger.put,
+            remove=self.remove_at_end, keep_whole=self.merger.sink.redact,
+            heartbeat=self.settings.probe_interval,
+            on_exit=lambda node, code: self._news(_Event("exit", node, exit_code=code)),
+            on_state=lambda node, st: self._news(_Event("state", node, state=st)),
+            on_fallback=self._fall_back)
+        self._followers = {"(tree)": self._tree.start()}
+        root = next(iter(self.sources.values()))
+        threading.Thread(target=self._probe, args=(root,), name=f"probe-{root.node}", daemon=True).start()
+        threading.Thread(target=self._tree_liveness, name="tree-liveness", daemon=True).start()
+
+    def _tree_liveness(self) -> None:
+        """A node whose signs of life stopped coming through the tree (each node sends one
+        every ``probe_interval``) for ``lost_after`` less one probe's time is taken off it:
+        this machine probes it itself, counting the silence from its last sign of life
+        (:meth:`_probe`), so a lost node is named about ``lost_after`` after it went silent,
+        as without the tree, and a node only the tree lost goes on."""
+        s = self.settings
+        quiet = max(2 * s.probe_interval, s.lost_after - s.probe_timeout)
+        while not self._done.wait(s.probe_interval):
+            for node, silent in self._tree.silent(quiet).items():
+                self._tree.fall_back(node, f"no sign of life through the tree for {silent:.0f}s")
+
+    def _fall_back(self, node: str, after: str, skip: int, why: str, seen: float) -> None:
+        """The tree can no longer bring ``node``: its own follower (from the line after the
+        last that came), waiter and prober (silence counted from ``seen``, its last sign of
+        life through the tree), as without the tree (the root has its prober already)."""
+        if self._done.is_set():
+            return
+        src = self.sources[node]
+        self._followers[node] = start_followers(self.cluster, [src], self.merger,
+                                                after={node: (after, skip)})[node]
+        threading.Thread(target=self._wait, args=(src,), name=f"wait-{node}", daemon=True).start()
+        if node != next(iter(self.sources)):
+            threading.Thread(target=self._probe, args=(src, seen), name=f"probe-{node}", daemon=True).start()
 
     def _follow(self) -> None:
         while True:
@@ -550,12 +609,20 @@ class Supervisor:
         terminal; the backpressure of :class:`~clusterctl.run.logs.Merger` kept it on the
         nodes), so this waits as long as lines keep coming, and gives up on the streams
         only after ``timeout`` seconds in which none arrived."""
-        pending = [t for node, t in followers.items() if node not in self._lost]
+        def pending() -> list:
+            # (a copy: a node falling back from the tree adds its follower meanwhile); the
+            # tree's call is pending while it still carries a node not lost (a lost node's
+            # hop lingers until its ssh gives up: nothing more of it comes that way)
+            alive = [t for node, t in list(followers.items())
+                     if node not in self._lost and node != "(tree)" and t.is_alive()]
+            if self._tree is not None and followers.get("(tree)") is not None and \
+                    followers["(tree)"].is_alive() and self._tree.carrying() - self._lost:
+                alive.append(followers["(tree)"])
+            return alive
         last_line = time.monotonic()
-        while pending and time.monotonic() - last_line < timeout:
+        while pending() and time.monotonic() - last_line < timeout:
             if self.merger.drain(timeout=0.05, budget=DRAIN_SECONDS):
                 last_line = time.monotonic()
-            pending = [t for t in pending if t.is_alive()]
         # the rest of the queue: the streams have ended, or are silent
         while self.merger.drain(budget=DRAIN_SECONDS):
             pass
@@ -578,6 +645,10 @@ class Supervisor:
             return found[0] if found else None
 
         states: dict[str, ContainerState | None] = dict.fromkeys(self.sources)
+        if self._tree is not None:   # read (and removed) through the tree as each one ended
+            states.update(self._tree.states)
+            self._removed.update(self._tree.removed)
+            reachable = [n for n in reachable if n not in self._tree.states]
         with ThreadPoolExecutor(max_workers=max(1, len(reachable))) as pool:
             futures = {n: pool.submit(_quiet, one, n) for n in reachable}
             for n, fut in futures.items():

@@ -98,6 +98,7 @@ class NodeConnection:
         self._known_hosts_cache = known_hosts_cache
         self._conn: Connection | None = None
         self._lock = threading.Lock()
+        self._close_when_open = False   # close() came while an open() was still connecting
 
     # -- connecting ------------------------------------------------------------------
 
@@ -122,6 +123,7 @@ class NodeConnection:
             if self.connected:
                 return self
             self._close_quietly()
+            self._close_when_open = False
             try:
                 conn = self._fabric_connection()
             except Exception as e:  # e.g. `Port abc` for this host in ~/.ssh/config
@@ -140,6 +142,9 @@ class NodeConnection:
                 raise NodeError(self.name, describe_error(
                     e, target=target, known_hosts=self.known_hosts,
                     timeout=self.connect_timeout)) from None
+            if self._close_when_open:   # closed meanwhile: nothing may stay open after close()
+                _close_fabric(conn)
+                raise NodeError(self.name, "the connection was closed while it was being opened")
             self._tune(conn.transport)
             self._conn = conn
             return self
@@ -347,8 +352,15 @@ class NodeConnection:
             chan.close()
 
     def close(self) -> None:
-        with self._lock:
+        """Close the connection.  Never waits for an open() still connecting (a node that does
+        not answer takes connect_timeout to fail): that open() closes what it opens."""
+        if not self._lock.acquire(blocking=False):
+            self._close_when_open = True
+            return
+        try:
             self._close_quietly()
+        finally:
+            self._lock.release()
 
     def _close_quietly(self) -> None:
         if self._conn is not None:

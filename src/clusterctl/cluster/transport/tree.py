@@ -94,8 +94,8 @@ class Command:
 def enabled(cluster) -> bool:
     """Whether this call goes through the tree: ``ssh.tree: true`` and 2+ nodes, or
     ``auto`` (the default) with :data:`AUTO_MIN_NODES` or more and a caller that will not
-    open every node's own connection next anyway (``cluster.each_node_anyway``: a
-    followed run, code to ship), where the tree would only add its logins to those."""
+    open every node's own connection next anyway (``cluster.each_node_anyway``: code to
+    ship, a collective check's run), where the tree would only add its logins to those."""
     setting = getattr(getattr(cluster.inventory, "ssh", None), "tree", AUTO)
     count = len(cluster.nodes)
     if setting == AUTO:
@@ -129,7 +129,11 @@ def plan_tree(names: Sequence[str], width: int) -> dict[str, str]:
 #   "clusterctl-tree-e NAME K LEN CHUNK" its stderr, then "clusterctl-tree-r NAME K RC .";
 # CHUNK is base64 of the next piece (at most $CHUNK characters, a multiple of 4, so each
 # decodes alone) and LEN its length; per failed hop, "clusterctl-tree-hop NAME RC B64(its
-# ssh's last words) .".  LEN and the final "." tell a line cut short by a dying hop (its
+# ssh's last words) .".  A command may also write "clusterctl-tree-l NAME K TEXT ." lines
+# to fd 3 itself: one line of its output each, as it comes (base64 and fold wait for a
+# block: a followed run's lines would wait with them).  Each hop relays its children's
+# lines as they arrive (grep --line-buffered: mawk, Debian's awk, reads a pipe a block at
+# a time).  LEN and the final "." tell a line cut short by a dying hop (its
 # last, written in part) from a whole one.  A node's
 # output is never held whole: it goes up as it is written, a chunk at a time.
 NODE_SCRIPT = r"""
@@ -163,6 +167,8 @@ shift 7
 k=0 pids=
 while [ "$#" -ge 2 ]; do
   k=$((k+1))
+  # fd 3: this program's own stdout, for a command that writes whole protocol lines itself
+  # (a followed run's log stream: "clusterctl-tree-l" lines, as its lines come)
   # the argv arrives NUL-terminated (any bytes but NUL, as docker run takes them): xargs -0
   # hands it over unchanged; the command writes its own exit status (xargs would map it)
   ( a=$1 i=$2
@@ -173,7 +179,7 @@ while [ "$#" -ge 2 ]; do
     [ -s "$d/rc.$k" ] || echo 127 > "$d/rc.$k"
     [ "$i" = - ] || kill $! 2>/dev/null
     [ ! -s "$d/err.$k" ] || chunks e $k < "$d/err.$k"
-    printf 'clusterctl-tree-r %s %s %s .\n' "$self" "$k" "$(cat "$d/rc.$k")" ) < /dev/null &
+    printf 'clusterctl-tree-r %s %s %s .\n' "$self" "$k" "$(cat "$d/rc.$k")" ) < /dev/null 3>&1 &
   pids="$pids $!"
   shift 2
 done
@@ -196,7 +202,7 @@ for child in $(printf '%s\n' "$req" | awk -v p="$path" '{ if (index($2, p "/") =
           -o KexAlgorithms=$HOP_KEX -o ClearAllForwardings=yes -o LogLevel=ERROR $auth ${key:+-i "$key"} \
           -p "$port" -l "$user" -- "$host" \
           "sh -c $prog clusterctl-tree $cdir $child $qkey $qprog" 2> "$d/hoperr.$n"
-      echo $? > "$d/hoprc.$n"; } | awk '/^clusterctl-tree-/ { print; fflush() }'
+      echo $? > "$d/hoprc.$n"; } | grep --line-buffered '^clusterctl-tree-'
     rc=$(cat "$d/hoprc.$n")
     [ "$rc" = 0 ] || printf 'clusterctl-tree-hop %s %s %s .\n' "$child" "$rc" \
       "$(grep -v '^clusterctl-alive$' "$d/hoperr.$n" | tail -n 5 | b64)"
@@ -273,6 +279,7 @@ def _request_line(name: str, path: str, directory: str, hop: _Hop | None,
 
 
 _CHUNK = re.compile(r"clusterctl-tree-([oe]) (\S+) (\d+) (\d+) ([A-Za-z0-9+/=]*)")
+_LINE = re.compile(r"clusterctl-tree-l (\S+) (\d+) (.*)", re.S)
 _RC = re.compile(r"clusterctl-tree-r (\S+) (\d+) (-?\d+) \.")
 _HOP = re.compile(r"clusterctl-tree-hop (\S+) (\d+) (\S*) \.")
 
@@ -286,9 +293,16 @@ class Receiver:
     the hops that failed.  A node with a line cut short (its parent died while writing it)
     is never complete.  Pure (no I/O)."""
 
-    def __init__(self, commands: Mapping[str, Sequence[Command]], sink: Sink) -> None:
+    def __init__(self, commands: Mapping[str, Sequence[Command]], sink: Sink, *,
+                 on_code: Callable[[str, int, int], None] | None = None,
+                 on_hop: Callable[[str, str], None] | None = None) -> None:
+        """``on_code(node, K, status)`` and ``on_hop(node, why)``, when given, hear of each
+        command's end and each failed hop the moment its line arrives (a followed run acts
+        on them while the tree still runs)."""
         self._count = {n: len(c) for n, c in commands.items()}
         self._sink = sink
+        self._on_code = on_code
+        self._on_hop = on_hop
         self.codes: dict[str, dict[int, int]] = {}
         self.hops: dict[str, str] = {}
         self.cut: set[str] = set()
@@ -311,16 +325,31 @@ class Receiver:
                 return
             self._sink(name, k, "out" if kind == "o" else "err", data)
             return
+        m = _LINE.fullmatch(text)
+        if m:
+            name, k, rest = m.group(1), int(m.group(2)), m.group(3)
+            if not self._asked(name, k) or name in self.cut:
+                return
+            if not rest.endswith(" .") and rest != ".":
+                self.cut.add(name)    # its end never came: a hop died while writing it
+                return
+            self._sink(name, k, "out", (rest[:-2] if rest != "." else "").encode() + b"\n")
+            return
         m = _RC.fullmatch(text)
         if m:
-            if self._asked(m.group(1), int(m.group(2))):
-                self.codes.setdefault(m.group(1), {})[int(m.group(2))] = int(m.group(3))
+            name, k, rc = m.group(1), int(m.group(2)), int(m.group(3))
+            if self._asked(name, k):
+                self.codes.setdefault(name, {})[k] = rc
+                if self._on_code is not None and name not in self.cut:
+                    self._on_code(name, k, rc)
             return
         m = _HOP.fullmatch(text)
         if m:
             words = _unb64(m.group(3)).strip().replace("\n", "; ")
             self.hops[m.group(1)] = (f"ssh from its parent node exited {m.group(2)}"
                                      + (f": {words}" if words else ""))
+            if self._on_hop is not None:
+                self._on_hop(m.group(1), self.hops[m.group(1)])
 
     def complete(self) -> dict[str, list[int]]:
         """{node: its commands' exit statuses, in order}: the nodes whose every command ended
@@ -415,13 +444,20 @@ class TreeRun:
 
 
 def run_through_tree(cluster, commands: Mapping[str, Sequence[Command]], sink: Sink, *,
-                     timeout: float = 120.0) -> TreeRun:
+                     timeout: float | None = 120.0,
+                     on_code: Callable[[str, int, int], None] | None = None,
+                     on_cut: Callable[[list[str], str], None] | None = None) -> TreeRun:
     """The tree's part alone (the caller checked :func:`enabled`): every node of ``commands``
     the tree can take runs its commands, their output going to ``sink`` as it comes.  A
     node missing from ``codes`` (not planned, its hop failed, its output cut short) is the
     caller's to run on its own connection, and what ``sink`` got of it is to be dropped.
-    Raises NodeError when the first node, the root, cannot be reached at all."""
-    ran = _through_tree(cluster, commands, sink, timeout)
+    Raises NodeError when the first node, the root, cannot be reached at all.
+
+    While it runs (a followed run's tree lasts as long as the run): ``on_code(node, K,
+    status)`` hears of each command's end as its line arrives, and ``on_cut(nodes, why)`` of
+    each failed hop, with every node below it (their output can no longer come this way).
+    ``timeout`` None: no deadline (the connection's own keepalives still end a dead one)."""
+    ran = _through_tree(cluster, commands, sink, timeout, on_code, on_cut)
     # a hop that failed is not tried again in this command (launch makes two tree calls: a
     # node the others cannot reach would make the second wait for its timeout again)
     cluster.tree_memo.setdefault("failed", set()).update(ran.hops)
@@ -429,7 +465,7 @@ def run_through_tree(cluster, commands: Mapping[str, Sequence[Command]], sink: S
 
 
 def _through_tree(cluster, commands: Mapping[str, Sequence[Command]], sink: Sink,
-                  timeout: float) -> TreeRun:
+                  timeout: float | None, on_code=None, on_cut=None) -> TreeRun:
     ssh = cluster.inventory.ssh
     key_on_nodes = getattr(ssh, "node_identity_file", None)
     width = int(getattr(ssh, "tree_width", DEFAULT_WIDTH) or DEFAULT_WIDTH)
@@ -453,6 +489,10 @@ def _through_tree(cluster, commands: Mapping[str, Sequence[Command]], sink: Sink
             hops[name] = hop
     if len(members) < 2:
         return TreeRun({}, {}, [])
+    left_out = [n for n in names if n not in members]
+    if left_out and on_cut is not None:
+        on_cut(left_out, "the tree cannot take it (no known host key here, a proxy, another "
+                         "identity file, or its hop failed before)")
     paths = plan_tree(members, width)
     token = secrets.token_hex(6)
     dirs = {n: f"/tmp/clusterctl-tree.{token}.{secrets.token_hex(5)}" for n in members}
@@ -475,7 +515,12 @@ def _through_tree(cluster, commands: Mapping[str, Sequence[Command]], sink: Sink
     argv = ["sh", "-c", script, "clusterctl-tree", dirs[root.name], root.name,
             str(key_on_nodes or ""), quoted]
     depth = max(p.count("/") for p in paths.values())
-    receiver = Receiver({n: commands[n] for n in members}, sink)
+
+    def on_hop(name: str, why: str) -> None:
+        if on_cut is not None:
+            below = paths[name] + "/"
+            on_cut([n for n in members if n == name or paths[n].startswith(below)], why)
+    receiver = Receiver({n: commands[n] for n in members}, sink, on_code=on_code, on_hop=on_hop)
     said: deque[str] = deque(maxlen=20)    # the root's own last words on stderr
     out = LineSplitter(receiver.line)
     err = LineSplitter(lambda t: said.append(t) if t != "clusterctl-alive" else None)
@@ -485,7 +530,8 @@ def _through_tree(cluster, commands: Mapping[str, Sequence[Command]], sink: Sink
         chan = conn.exec_channel(argv, forward_agent=agent.handler if agent else None)
         _feed(chan, request)   # the node reads it all first (into memory), then works
         code = conn.pump_channel(chan, ["clusterctl tree"], out.feed, err.feed,
-                                 timeout=timeout + depth * (HOP_CONNECT_TIMEOUT + 5))
+                                 timeout=None if timeout is None
+                                 else timeout + depth * (HOP_CONNECT_TIMEOUT + 5))
         out.flush()
         err.flush()
     except NodeError as e:
