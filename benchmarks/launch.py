@@ -52,14 +52,20 @@ on them grows with node count for that reason alone):
     each stop costs the whole grace).
 
   ``--teardown-only`` measures only these (no launch or whole-process figures),
-  ``--launch-only`` only the others.
+  ``--launch-only`` only the others;
+* with ``--followed-only`` (and nothing else): the whole followed ``clusterctl launch``
+  process, not detached, of a run whose last rank fails after 3 s (launch, every node's
+  output followed, the fail-fast stop, every final state read, every container removed),
+  CPU and wall, for the default (``tree: auto``: from 16 nodes the follow goes through the
+  tree too) and ``direct`` (a connection per node, the previous default for a followed run).
 
 Run as root (the sandbox creates network namespaces and daemons), with the
 local engine up and an image that has python3 (default: the base target's tag,
 which `make demo` builds on the way to the cpu image):
 
     sudo make bench-launch        # or: sudo .venv/bin/python benchmarks/launch.py
-        [--image REF] [--repeat 2] [--nodes 1,4,8,16] [--teardown-only | --launch-only]
+        [--image REF] [--job JOB.yaml] [--repeat 2] [--nodes 1,4,8,16]
+        [--teardown-only | --launch-only | --followed-only]
         [--json FILE] [--plot FILE.png]
 
 ``--json FILE`` writes every printed row and the run's conditions in benchmarks/plot.py's
@@ -71,7 +77,7 @@ load_average) and ``ratios`` (the T(hi)/T(lo) lines); ``--plot`` draws them.
 
 It creates its own sandbox (name "blaunch", 10.213.63.0/24; change with
 --name/--subnet) and removes it at the end, also on failure or Ctrl-C.  Bad
-input (an image the engine lacks, --repeat below 1, bad --nodes, a malformed
+input (an image the engine lacks, a --job that is not a valid job, --repeat below 1, bad --nodes, a malformed
 --name or --subnet, not root, no engine) is one message saying what is valid and
 exit status 2, before the sandbox is made.
 """
@@ -173,10 +179,10 @@ class Launch:
         return self.cpu - self.cpu_pre
 
 
-def time_to_running(inv_path: Path, image: str) -> Launch:
+def time_to_running(inv_path: Path, image: str, job_path: Path = JOB) -> Launch:
     """One detached launch, timed by wall clock and by this process's CPU, then stopped."""
     inventory = load_inventory(inv_path)
-    job = load_job(JOB)
+    job = load_job(job_path)
     marks: dict[str, tuple[float, float]] = {}
     machine: dict[str, float] = {}   # this machine's busy CPU seconds (all processes)
     real_start = launch.start_all
@@ -216,7 +222,34 @@ def time_to_running(inv_path: Path, image: str) -> Launch:
                   stop_cpu=stop_cpu, stop_wall=stop_wall)
 
 
-def process_cpu(inv_path: Path, image: str, env: dict[str, str]) -> tuple[float, float, float, float]:
+#: The followed designs (``--followed-only``): the whole ``clusterctl launch`` process of a run
+#: followed to its end as a user runs it (not detached): the last rank fails after 3 s, so
+#: it is launch, every node's output followed, the fail-fast stop of the others, every final
+#: state read and every container removed.  ``default``: ``ssh.tree`` at ``auto`` (through
+#: the tree from 16 nodes, follow included: run.treefollow); ``direct``: ``tree: false``, a
+#: connection per node for all of it (the previous default for a followed run).
+FOLLOWED_DESIGNS = ("direct", "default")
+
+
+def followed_process(inv_path: Path, image: str, env: dict[str, str], job: Path, nodes: int
+                     ) -> tuple[float, float]:
+    """(CPU s, wall s) of one whole followed ``clusterctl launch`` process (see
+    :data:`FOLLOWED_DESIGNS`); it must end with the failing rank's status, 3."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.monotonic()
+    res = subprocess.run([sys.executable, "-m", "clusterctl", "launch", str(job), "--nodes", str(inv_path),
+                          "--image", image, "--set", f"FAIL_RANK={nodes - 1}", "--set", "FAIL_AFTER=3"],
+                         capture_output=True, text=True, env=env)
+    wall = time.monotonic() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if res.returncode != 3:
+        raise ClusterctlError(f"clusterctl launch exited {res.returncode}, not 3: "
+                              f"{(res.stderr or res.stdout).strip()[-400:]}")
+    return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), wall
+
+
+def process_cpu(inv_path: Path, image: str, env: dict[str, str], job: Path = JOB
+                ) -> tuple[float, float, float, float]:
     """(CPU s, wall s) of a whole ``clusterctl launch --detach`` process, then the same of
     the ``clusterctl stop RUN --grace 0`` process that tears the run down (teardown as a user
     runs it: every container stopped, its output saved, removed)."""
@@ -230,7 +263,7 @@ def process_cpu(inv_path: Path, image: str, env: dict[str, str]) -> tuple[float,
             raise ClusterctlError(f"clusterctl {argv[0]} exited {res.returncode}: {res.stderr.strip()[-400:]}")
         return res, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), wall
 
-    res, cpu, wall = timed(["launch", str(JOB), "--nodes", str(inv_path), "--image", image,
+    res, cpu, wall = timed(["launch", str(job), "--nodes", str(inv_path), "--image", image,
                             "--set", "FAIL_RANK=99", "--detach", "--json"])
     run_id = yaml.safe_load(res.stdout)["run_id"]
     _, stop_cpu, stop_wall = timed(["stop", run_id, "--nodes", str(inv_path), "--grace", "0"])
@@ -279,7 +312,7 @@ def teardown_design(name: str, lines: dict[str, float]):
             saved_init, saved_open, saved_send
 
 
-def time_to_teardown(inv_path: Path, image: str, design_name: str) -> Teardown:
+def time_to_teardown(inv_path: Path, image: str, design_name: str, job: Path = JOB) -> Teardown:
     """A followed run whose last rank fails after 4 s; where the teardown's time went.
 
     Detection compares a node's clock with this machine's: in the sandbox they are the
@@ -288,7 +321,7 @@ def time_to_teardown(inv_path: Path, image: str, design_name: str) -> Teardown:
     last = str(len(inventory.nodes) - 1)
     lines: dict[str, float] = {}
     with teardown_design(design_name, lines):
-        result = launch.launch(load_job(JOB), inventory, image=image, push=False, stream=io.StringIO(),
+        result = launch.launch(load_job(job), inventory, image=image, push=False, stream=io.StringIO(),
                                overrides={"FAIL_RANK": last, "FAIL_AFTER": "4"})
     out = result.outcome
     assert out.first_failure is not None and out.exit_code == 3, supervise.summary_lines(out)
@@ -333,8 +366,13 @@ def parser() -> argparse.ArgumentParser:
     only = ap.add_mutually_exclusive_group()
     only.add_argument("--teardown-only", action="store_true",
                       help="only the failure -> teardown figures (at 4 nodes and the largest of --nodes)")
+    only.add_argument("--followed-only", action="store_true",
+                      help="measure only the whole followed launch (FOLLOWED_DESIGNS)")
     only.add_argument("--launch-only", action="store_true",
                       help="only the launch and whole-process figures (no teardown figures)")
+    ap.add_argument("--job", type=Path, default=JOB, metavar="JOB.yaml",
+                    help="the job launched (FAIL_RANK and FAIL_AFTER as tests/fixtures/jobs/fail-rank.yaml "
+                         "takes them; fail-rank-sh.yaml for an image without python)")
     ap.add_argument("--json", default=None, metavar="FILE",
                     help="write every row and the run's conditions as JSON (benchmarks/plot.py)")
     ap.add_argument("--plot", default=None, metavar="FILE.png",
@@ -348,6 +386,7 @@ def check(args: argparse.Namespace) -> None:
     sandbox.parse_subnet(args.subnet, max(args.nodes))
     benchplot.check_outputs(args.json, args.plot)
     sandbox.require_environment("benchmarks/launch.py")
+    load_job(args.job)   # a job that is not there or not valid: its own message
     distribute.source_image(engine.client(), args.image)   # no engine, or no such image
 
 
@@ -431,12 +470,14 @@ def run(args: argparse.Namespace) -> int:
         print(f"image {args.image} pushed to {size} nodes in {time.monotonic() - t:.1f}s (not counted)")
         invs = {name: {n: inventory_for(full, n, tmp / f"n{n}-{name}.yaml", name) for n in args.nodes}
                 for name in (*DESIGNS, "default")}
-        if not args.teardown_only:
+        if args.followed_only:
+            followed(args, invs, results)
+        elif not args.teardown_only:
             launches(args, invs, results)
             loads.sample()
             whole_process(args, invs, results)
             loads.sample()
-        if not args.launch_only:
+        if not args.launch_only and not args.followed_only:
             teardowns(args, full, invs["direct"], results)
         print(f"\n(run records in {records.runs_dir()}, removed with the sandbox)")
     finally:
@@ -460,14 +501,14 @@ def launches(args: argparse.Namespace, invs: dict[str, dict[int, Path]],
     counts = sorted(invs["direct"])
     # not counted: every node's first container of the image starts cold (its layers
     # mounted the first time), which would make whichever run came first the slow one
-    warm = time_to_running(invs["direct"][counts[-1]], args.image)
+    warm = time_to_running(invs["direct"][counts[-1]], args.image, args.job)
     print(f"(warm-up on {counts[-1]} nodes, not counted: wall {warm.wall:.2f}s)", flush=True)
     for n in counts:
         names = DESIGNS if n > 1 else ("direct", "old")   # one node: no tree to make
         for _ in range(args.repeat):
             for name in names:   # alternated: every design sees the same load
                 with design(name == "old"):
-                    got.setdefault((n, name), []).append(time_to_running(invs[name][n], args.image))
+                    got.setdefault((n, name), []).append(time_to_running(invs[name][n], args.image, args.job))
         for name in names:
             s = got[(n, name)]
             print(f"{n:>5} {name:>10} {med(x.cpu for x in s):>10.3f} "
@@ -517,7 +558,7 @@ def whole_process(args: argparse.Namespace, invs: dict[str, dict[int, Path]],
     counts = sorted(invs["direct"])
     for n in counts:
         for name in PROCESS_DESIGNS if n > 1 else ("direct",):
-            s = [process_cpu(invs[name][n], args.image, env) for _ in range(args.repeat)]
+            s = [process_cpu(invs[name][n], args.image, env, args.job) for _ in range(args.repeat)]
             cpu[(n, name)] = med(x[0] for x in s)
             row = {"nodes": n, "design": name, "cpu": round(cpu[(n, name)], 4),
                    "wall": round(med(x[1] for x in s), 4), "stop_cpu": round(med(x[2] for x in s), 4),
@@ -538,6 +579,36 @@ def whole_process(args: argparse.Namespace, invs: dict[str, dict[int, Path]],
         if (hi, name) in cpu))
 
 
+def followed(args: argparse.Namespace, invs: dict[str, dict[int, Path]],
+             results: dict[str, list[dict]]) -> None:
+    print("\nwhole followed `clusterctl launch` process (imports included; the last rank fails after 3 s: "
+          f"launch, follow, fail-fast stop, final states, removal), median of {args.repeat}:\n"
+          f"{'nodes':>5} {'design':>18} {'CPU s':>6} {'wall s':>7}")
+    env = benchplot.cli_env(os.environ, CLUSTERCTL_PLAIN="1")
+    counts = sorted(invs["direct"])
+    got: dict[tuple[int, str], list[tuple[float, float]]] = {}
+    for n in counts:
+        names = FOLLOWED_DESIGNS if n > 1 else ("direct",)   # one node: the same either way
+        for _ in range(args.repeat):
+            for name in names:   # alternated: every design sees the same load
+                got.setdefault((n, name), []).append(followed_process(invs[name][n], args.image, env,
+                                                                      args.job, n))
+        for name in names:
+            s = got[(n, name)]
+            row = {"nodes": n, "design": f"followed {name}", "cpu": round(med(x[0] for x in s), 4),
+                   "wall": round(med(x[1] for x in s), 4)}
+            print(f"{n:>5} {row['design']:>18} {row['cpu']:>6.2f} {row['wall']:>7.2f}", flush=True)
+            results["process"].append(row)
+    lo, hi = counts[0], counts[-1]
+    base = med(x[0] for x in got[(lo, "direct")])
+    for name in FOLLOWED_DESIGNS:
+        if (hi, name) in got:
+            value = med(x[0] for x in got[(hi, name)]) / base
+            results["ratios"].append({"design": f"followed {name}", "what": "process_cpu", "nodes": [lo, hi],
+                                      "value": round(value, 3)})
+            print(f"T({hi})/T({lo}) followed {name}: CPU {value:.2f}x", flush=True)
+
+
 def teardowns(args: argparse.Namespace, full: Path, invs: dict[int, Path],
               results: dict[str, list[dict]]) -> None:
     print("\nrank failure -> last other container stopped (node clocks), median of "
@@ -551,7 +622,7 @@ def teardowns(args: argparse.Namespace, full: Path, invs: dict[int, Path],
         got: dict[str, list[Teardown]] = {}
         for _ in range(args.repeat):
             for name in TEARDOWN_DESIGNS:   # alternated: every design sees the same load
-                got.setdefault(name, []).append(time_to_teardown(inv, args.image, name))
+                got.setdefault(name, []).append(time_to_teardown(inv, args.image, name, args.job))
         load = os.getloadavg()
         for name in TEARDOWN_DESIGNS:
             s = got[name]

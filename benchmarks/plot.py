@@ -435,7 +435,8 @@ def _md(header: list[str], rows: list[list[str]]) -> str:
 
 
 WAYS = ("by-hand", "star", "relay", "relay+zstd")
-DESIGNS = ("direct", "default", "tree-key", "tree-agent", "old", "before", "now")
+DESIGNS = ("direct", "default", "tree-key", "tree-agent", "old", "before", "now", "followed direct",
+           "followed default")
 TEARDOWN_DESIGNS = ("new", "channel", "old")
 PHASES = ("plan", "start", "hops_up", "head_sends", "to_chain_end", "load_results")
 
@@ -786,6 +787,7 @@ def table(doc: dict) -> str:
 
 COLORS = {"by-hand": "#7f7f7f", "star": "#1f77b4", "relay": "#2ca02c", "relay+zstd": "#d62728",
           "direct": "#1f77b4", "default": "#d62728", "tree-key": "#2ca02c", "tree-agent": "#9467bd", "old": "#7f7f7f",
+          "followed direct": "#17becf", "followed default": "#ff7f0e",
           "before": "#7f7f7f", "now": "#1f77b4", "new": "#1f77b4", "channel": "#ff7f0e",
           "hostfile": "#1f77b4", "yaml": "#2ca02c", "slurm": "#9467bd",
           "clusterctl": "#1f77b4", "paramiko": "#2ca02c", "openssh": "#d62728", "openssh-kex": "#ff7f0e"}
@@ -889,7 +891,9 @@ def _launch(plt, doc: dict):
             _lines(ax, process, "design", "stop_cpu", DESIGNS, style=":", marker="^", suffix=", stop process")
             _lines(ax, launch, "design", "stop_host_cpu", DESIGNS, style="-.", marker="v", suffix=", stop's own")
             ax.set_ylabel("CPU seconds on this machine")
-            ax.set_title("host CPU: launch -> all running" + (", stop" if any(
+            followed_only = not launch and all(r["design"].startswith("followed") for r in process)
+            ax.set_title("host CPU: a followed launch, start to end (fail-fast included)" if followed_only
+                         else "host CPU: launch -> all running" + (", stop" if any(
                 r.get("stop_cpu") is not None for r in process) else ""))
             if len(ax.get_lines()) > 10:   # launch, whole process and both stops: under the panel
                 ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2, fontsize="xx-small")

@@ -695,7 +695,9 @@ def test_a_followed_run_through_the_tree_uses_one_connection_and_a_broken_hop_lo
     result, opened = run(24, cut_the_hop)
     assert killed, "the hop to node2 was never found"
     every_tick_once(result, 24)
-    assert opened["node1"] == 3 and opened.get("node2", 0) >= 2 and opened.get("node3", 0) >= 2, opened
+    # node1: the tree's three, and maybe its prober's backup read of the container's state
+    # (every 5th probe, 10 s); node2 and node3: their own follower and waiter at least
+    assert opened["node1"] in (3, 4) and opened.get("node2", 0) >= 2 and opened.get("node3", 0) >= 2, opened
     assert list(Path("/tmp").glob("clusterctl-tree.*")) == []
 
 

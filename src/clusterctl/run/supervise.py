@@ -16,6 +16,12 @@ peer failed; the rank that failed first is buried in the logs.  So:
   (:class:`~clusterctl.cluster.containers.StopChannel`: a shell on the node
   waiting on its stdin), not a new SSH session; a new one only where that
   channel is missing or broke;
+* with the tree on (:func:`clusterctl.cluster.transport.tree.enabled`: ``ssh.tree: true``,
+  or ``auto`` from 16 nodes) all of that goes through ONE connection from this machine
+  (:mod:`clusterctl.run.treefollow`): every node's output, ``docker wait`` and signs of life
+  come through the tree, this machine probes only the tree's root, and the stop is one
+  more tree call; a node the tree can no longer carry gets its own follower (from the line
+  after the last that came), waiter and prober, as above;
 * the failure reported is the one that happened FIRST by time - the
   container's own ``FinishedAt`` on its node, or a lost node's last sign of
   life - not the first one noticed, nor the first node in the inventory.
