@@ -195,14 +195,17 @@ for child in $(printf '%s\n' "$req" | awk -v p="$path" '{ if (index($2, p "/") =
     auth="-o IdentitiesOnly=yes -o IdentityAgent=none -o ForwardAgent=no"; fwd=no
   else auth="-o ForwardAgent=$fwd"; fi
   [ "$TRACE" = 1 ] && echo "clusterctl-mark hop $child start" >&2
-  { { printf '%s\n' "$req" | awk -v p="$cpath" '$2 == p || index($2, p "/") == 1' |
-        ssh -F /dev/null -T -o BatchMode=yes -o StrictHostKeyChecking=yes \
-          -o UserKnownHostsFile="$d/kh.$n" -o GlobalKnownHostsFile=/dev/null \
-          -o ConnectTimeout=$HOP_CONNECT_TIMEOUT -o ServerAliveInterval=5 -o ServerAliveCountMax=3 \
-          -o KexAlgorithms=$HOP_KEX -o ClearAllForwardings=yes -o LogLevel=ERROR $auth ${key:+-i "$key"} \
-          -p "$port" -l "$user" -- "$host" \
-          "sh -c $prog clusterctl-tree $cdir $child $qkey $qprog" 2> "$d/hoperr.$n"
-      echo $? > "$d/hoprc.$n"; } | grep --line-buffered '^clusterctl-tree-'
+  # the hop's stderr (its ssh's words, the child's own) to a file without the child's
+  # heartbeat, which would grow it by a line every $HEARTBEAT s for as long as a run is followed
+  { { { printf '%s\n' "$req" | awk -v p="$cpath" '$2 == p || index($2, p "/") == 1' |
+          ssh -F /dev/null -T -o BatchMode=yes -o StrictHostKeyChecking=yes \
+            -o UserKnownHostsFile="$d/kh.$n" -o GlobalKnownHostsFile=/dev/null \
+            -o ConnectTimeout=$HOP_CONNECT_TIMEOUT -o ServerAliveInterval=5 -o ServerAliveCountMax=3 \
+            -o KexAlgorithms=$HOP_KEX -o ClearAllForwardings=yes -o LogLevel=ERROR $auth ${key:+-i "$key"} \
+            -p "$port" -l "$user" -- "$host" \
+            "sh -c $prog clusterctl-tree $cdir $child $qkey $qprog"
+        echo $? > "$d/hoprc.$n"; } 2>&1 >&4 | grep -v '^clusterctl-alive$' > "$d/hoperr.$n"
+    } 4>&1 | grep --line-buffered '^clusterctl-tree-'
     rc=$(cat "$d/hoprc.$n")
     [ "$rc" = 0 ] || printf 'clusterctl-tree-hop %s %s %s .\n' "$child" "$rc" \
       "$(grep -v '^clusterctl-alive$' "$d/hoperr.$n" | tail -n 5 | b64)"
