@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 from typer.testing import CliRunner
 
 from clusterctl.cli import app
@@ -167,16 +168,27 @@ def _rss_mb(pid: int) -> float | None:
     return None
 
 
-def test_chatty_job_loses_no_line_and_memory_stays_bounded(sandbox3, base_image, runs_dir):
+@pytest.mark.parametrize("how", ["direct", "tree"])
+def test_chatty_job_loses_no_line_and_memory_stays_bounded(sandbox3, base_image, runs_dir, tmp_path, how):
     """3 nodes x 2000 lines/s x 10 s, and a reader that reads nothing for the whole time the
     nodes print: clusterctl must hold the backlog on the nodes (backpressure), not in its
-    memory, and then deliver every line exactly once, in order, to stdout and runs/."""
+    memory, and then deliver every line exactly once, in order, to stdout and runs/.  Also
+    followed through the tree (width 1: node1 carries node2, node2 carries node3), where
+    every node's lines share one stream: a stalled reader stalls all of it, and a node whose
+    signs of life then arrive late may be taken off the tree mid-stream (it goes on on its
+    own connection from its last line): still every line once."""
     sb = sandbox3
     nodes = list(sb.nodes)
+    inventory = sb.inventory_path
+    if how == "tree":
+        data = yaml.safe_load(sb.inventory_path.read_text())
+        data["ssh"].update({"tree": True, "tree_width": 1})
+        inventory = tmp_path / "tree.yaml"
+        inventory.write_text(yaml.safe_dump(data, sort_keys=False))
     per_node = CHATTY_NODES_RATE * CHATTY_SECONDS
-    run_id = f"chatty-{int(time.time())}"
+    run_id = f"chatty-{how}-{int(time.time())}"
     argv = [sys.executable, "-m", "clusterctl", "launch", str(CHATTY_JOB), "--nodes",
-            str(sb.inventory_path), "--image", base_image, "--run-id", run_id,
+            str(inventory), "--image", base_image, "--run-id", run_id,
             "--set", f"CHATTY_RATE={CHATTY_NODES_RATE}", "--set", f"CHATTY_SECONDS={CHATTY_SECONDS}",
             "--set", f"CHATTY_PAD={CHATTY_PAD}"]
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,

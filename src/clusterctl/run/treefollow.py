@@ -36,7 +36,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 
 from clusterctl.cluster.containers import ContainerState, split_timestamp, state_from_inspect
-from clusterctl.cluster.transport import tree
+from clusterctl.cluster.transport import STREAM_WINDOW_SIZE, tree
 from clusterctl.core.errors import NodeError
 from clusterctl.core.lines import LineSplitter
 
@@ -146,8 +146,10 @@ class TreeFollow:
     def _run(self) -> None:
         why = "the tree ended before its output came whole"
         try:
+            # a small window: while the merged output waits (a slow terminal), the nodes
+            # hold the backlog, not this process (as each node's own log stream does)
             tree.run_through_tree(self.cluster, self.commands, self._sink, timeout=None,
-                                  on_code=self._code, on_cut=self._cut)
+                                  on_code=self._code, on_cut=self._cut, window_size=STREAM_WINDOW_SIZE)
         except NodeError as e:
             why = f"the tree's connection failed: {e.reason}"
         except Exception as e:  # noqa: BLE001 - every node goes on on its own connection

@@ -267,8 +267,8 @@ class NodeConnection:
             err.flush()
 
     def exec_channel(self, argv: Sequence[str], *,
-                     forward_agent: Callable[[paramiko.Channel], None] | None = None
-                     ) -> paramiko.Channel:
+                     forward_agent: Callable[[paramiko.Channel], None] | None = None,
+                     window_size: int = WINDOW_SIZE) -> paramiko.Channel:
         """Start argv and hand back the raw paramiko Channel, for piping bytes (push).
 
         Write with ``chan.sendall(data)``; send EOF (the remote command sees its
@@ -282,8 +282,10 @@ class NodeConnection:
         ``forward_agent``: agent forwarding for this channel only, answered by
         this handler (called with each agent channel the node opens back; the
         push relay's one-push agent), never by the user's ssh-agent.
+        ``window_size``: as for :meth:`stream` (:data:`STREAM_WINDOW_SIZE` for a channel
+        that lives as long as a run).
         """
-        return self._channel([os.fspath(a) for a in argv], forward_agent)
+        return self._channel([os.fspath(a) for a in argv], forward_agent, window_size=window_size)
 
     def wait_channel(self, chan: paramiko.Channel, argv: Sequence[str] = ("<channel>",), *,
                      timeout: float | None = None, check: bool = False) -> CommandResult:

@@ -449,7 +449,8 @@ class TreeRun:
 def run_through_tree(cluster, commands: Mapping[str, Sequence[Command]], sink: Sink, *,
                      timeout: float | None = 120.0,
                      on_code: Callable[[str, int, int], None] | None = None,
-                     on_cut: Callable[[list[str], str], None] | None = None) -> TreeRun:
+                     on_cut: Callable[[list[str], str], None] | None = None,
+                     window_size: int | None = None) -> TreeRun:
     """The tree's part alone (the caller checked :func:`enabled`): every node of ``commands``
     the tree can take runs its commands, their output going to ``sink`` as it comes.  A
     node missing from ``codes`` (not planned, its hop failed, its output cut short) is the
@@ -459,8 +460,10 @@ def run_through_tree(cluster, commands: Mapping[str, Sequence[Command]], sink: S
     While it runs (a followed run's tree lasts as long as the run): ``on_code(node, K,
     status)`` hears of each command's end as its line arrives, and ``on_cut(nodes, why)`` of
     each failed hop, with every node below it (their output can no longer come this way).
-    ``timeout`` None: no deadline (the connection's own keepalives still end a dead one)."""
-    ran = _through_tree(cluster, commands, sink, timeout, on_code, on_cut)
+    ``timeout`` None: no deadline (the connection's own keepalives still end a dead one).
+    ``window_size``: the channel's receive window (what waits here, unread, while ``sink``
+    blocks); a tree that lives as long as a run takes a small one."""
+    ran = _through_tree(cluster, commands, sink, timeout, on_code, on_cut, window_size)
     # a hop that failed is not tried again in this command (launch makes two tree calls: a
     # node the others cannot reach would make the second wait for its timeout again)
     cluster.tree_memo.setdefault("failed", set()).update(ran.hops)
@@ -468,7 +471,7 @@ def run_through_tree(cluster, commands: Mapping[str, Sequence[Command]], sink: S
 
 
 def _through_tree(cluster, commands: Mapping[str, Sequence[Command]], sink: Sink,
-                  timeout: float | None, on_code=None, on_cut=None) -> TreeRun:
+                  timeout: float | None, on_code=None, on_cut=None, window_size=None) -> TreeRun:
     ssh = cluster.inventory.ssh
     key_on_nodes = getattr(ssh, "node_identity_file", None)
     width = int(getattr(ssh, "tree_width", DEFAULT_WIDTH) or DEFAULT_WIDTH)
@@ -530,7 +533,8 @@ def _through_tree(cluster, commands: Mapping[str, Sequence[Command]], sink: Sink
     code: int | None = None
     failure: NodeError | None = None
     try:
-        chan = conn.exec_channel(argv, forward_agent=agent.handler if agent else None)
+        chan = conn.exec_channel(argv, forward_agent=agent.handler if agent else None,
+                                 **({"window_size": window_size} if window_size else {}))
         _feed(chan, request)   # the node reads it all first (into memory), then works
         code = conn.pump_channel(chan, ["clusterctl tree"], out.feed, err.feed,
                                  timeout=None if timeout is None
