@@ -453,10 +453,12 @@ class Supervisor:
             for stopper in self._stoppers.values():   # unused ones: their shells read EOF, end
                 stopper.close()
 
-    def _watch(self, src: Source) -> None:
-        """The node's own waiter and liveness prober."""
+    def _watch(self, src: Source, *, probe: bool = True, seen: float | None = None) -> None:
+        """The node's own waiter and (``probe``) liveness prober (``seen``: see :meth:`_probe`)."""
         threading.Thread(target=self._wait, args=(src,), name=f"wait-{src.node}", daemon=True).start()
-        threading.Thread(target=self._probe, args=(src,), name=f"probe-{src.node}", daemon=True).start()
+        if probe:
+            threading.Thread(target=self._probe, args=(src, seen), name=f"probe-{src.node}",
+                             daemon=True).start()
 
     def _start_tree(self) -> None:
         """The follow through the tree (:mod:`clusterctl.run.treefollow`): one tree call for
@@ -495,9 +497,7 @@ class Supervisor:
         src = self.sources[node]
         self._followers[node] = start_followers(self.cluster, [src], self.merger,
                                                 after={node: (after, skip)})[node]
-        threading.Thread(target=self._wait, args=(src,), name=f"wait-{node}", daemon=True).start()
-        if node != next(iter(self.sources)):
-            threading.Thread(target=self._probe, args=(src, seen), name=f"probe-{node}", daemon=True).start()
+        self._watch(src, probe=node != next(iter(self.sources)), seen=seen)
 
     def _follow(self) -> None:
         while True:
