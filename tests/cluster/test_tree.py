@@ -177,6 +177,107 @@ def test_every_node_runs_its_commands_through_one_connection(sandbox3, tmp_path,
     assert tree_leftovers(sb) == []
 
 
+def logins(sb) -> dict[str, list[str]]:
+    """Where each node's logins came from so far (its own sshd's log: one line per login)."""
+    return {n: re.findall(r"Accepted publickey for \S+ from (\S+) ", sb.sshd_log(n)) for n in sb.nodes}
+
+
+def mux_leftovers(sb) -> list[str]:
+    """Directories of kept logins on this machine (the nodes share its files) and the
+    OpenSSH control masters in the sandbox's nodes: none may outlive the command."""
+    return ([str(d) for d in Path("/tmp").glob("clusterctl-mux.*")]
+            + [f"process {p[:100]!r}" for p in sb.node_processes("clusterctl-mux.", width=None)
+               if " [mux]" in p])
+
+
+def only(sb, names):
+    """The sandbox as check_probes sees it, with only ``names``."""
+    return type(sb)(**{**sb.__dict__, "nodes": {n: sb.nodes[n] for n in names}})
+
+
+@pytest.mark.parametrize("mode", ["agent", "node key"])
+def test_a_command_logs_in_to_each_node_once_for_all_its_tree_calls(sandbox3, tmp_path, mode):
+    """``cluster.tree_reuse`` (launch: preflight, start, follow, stop): each node is logged in
+    to once per command, in the first tree call that takes it, and its parent keeps that
+    login (an OpenSSH control master) for the command's next calls.  Call 1 takes node1 and
+    node2 (node1 -> node2); calls 2 and 3 take all three (node1 -> node2 -> node3): node2's
+    new login to node3 is signed through node1's master, made in call 1, by the agent of the
+    call in progress.  Each node's sshd saw one login in all, every result came through the
+    tree, and the cluster's close ended both masters (no login) and removed what they left."""
+    sb = sandbox3
+    names = list(sb.nodes)
+    first, second, third = names
+    extra = {"node_identity_file": str(sb.key)} if mode == "node key" else {}
+    inv_path = tree_inventory(sb, tmp_path, **extra)
+    before, seen = logins(sb), []
+    asked = probes(inv_path)
+    with Cluster(load_inventory(inv_path)) as cluster:
+        cluster.tree_reuse = True
+        pair = {n: asked[n] for n in (first, second)}
+        check_probes(only(sb, pair), tree.run_commands(cluster, pair, timeout=60, on_tree=seen.append))
+        for _ in range(2):
+            check_probes(sb, tree.run_commands(cluster, asked, timeout=60, on_tree=seen.append))
+        during, masters = logins(sb), mux_leftovers(sb)
+        opened = [n for n in names if cluster.is_connected(n)]
+    assert opened == [first], opened
+    assert [s["tree"] for s in seen] == [[first, second], names, names], seen
+    assert {n: during[n][len(before[n]):] for n in names} == {
+        first: [sb.head_ip], second: [sb.nodes[first]], third: [sb.nodes[second]]}
+    assert logins(sb) == during                       # the close went over the masters
+    assert len([m for m in masters if m.startswith("process")]) == 2, masters
+    assert mux_leftovers(sb) == [] and tree_leftovers(sb) == []
+
+
+def test_kept_logins_of_a_killed_command_end_by_themselves_and_the_next_removes_their_rest(
+        sandbox3, tmp_path, monkeypatch):
+    """The process holding the command is killed (SIGKILL: no close) while its tree call
+    runs, with the nodes' logins kept: the tree's processes end (heartbeat), the masters
+    end once idle for MUX_PERSIST seconds (2 here), and what they leave (a directory with a
+    link) is removed by a later command's tree once MUX_SWEEP_MIN minutes old (0 here)."""
+    import os
+    import signal
+    import sys
+    import time
+
+    sb = sandbox3
+    inv_path = tree_inventory(sb, tmp_path)
+    program = (
+        "import sys\n"
+        "from clusterctl.cluster.inventory import load_inventory\n"
+        "from clusterctl.cluster.transport import Cluster, tree\n"
+        "tree.MUX_PERSIST = 2\n"
+        "inv = load_inventory(sys.argv[1])\n"
+        "with Cluster(inv) as c:\n"
+        "    c.tree_reuse = True\n"
+        "    tree.run_commands(c, {n.name: [tree.Command(('true',))] for n in inv.nodes}, timeout=60)\n"
+        "    tree.run_commands(c, {n.name: [tree.Command(('sleep', '300'))] for n in inv.nodes}, timeout=600)\n")
+    child = subprocess.Popen([sys.executable, "-c", program, str(inv_path)], env=os.environ.copy())
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and len(sb.node_processes("sleep\0" "300", width=None)) < 3:
+            time.sleep(0.2)
+        masters = [p for p in mux_leftovers(sb) if p.startswith("process")]
+        assert len(masters) == 2, mux_leftovers(sb)
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and (tree_leftovers(sb) or
+                                           any(p.startswith("process") for p in mux_leftovers(sb))):
+        time.sleep(0.5)
+    assert tree_leftovers(sb) == []
+    rest = mux_leftovers(sb)
+    assert len(rest) == 2 and not any(p.startswith("process") for p in rest), rest
+    assert not [f for d in rest for f in Path(d).iterdir() if f.name != "agent"], rest   # sockets gone
+
+    monkeypatch.setattr(tree, "MUX_SWEEP_MIN", 0)
+    with Cluster(load_inventory(inv_path)) as cluster:
+        cluster.tree_reuse = True
+        check_probes(sb, tree.run_commands(cluster, probes(inv_path), timeout=60))
+        assert not set(rest) & set(mux_leftovers(sb)), mux_leftovers(sb)
+    assert mux_leftovers(sb) == [] and tree_leftovers(sb) == []
+
+
 def hop_login(sb, *options: str) -> tuple[subprocess.CompletedProcess, str | None]:
     """node1's own OpenSSH client logs in to node2 as a hop does (strict host key, the
     sandbox's key), with ``-v``: the result and the key exchange it negotiated."""

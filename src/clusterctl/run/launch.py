@@ -244,11 +244,13 @@ _START_SCRIPT = ('c=$("$@") || exit; printf "%s\\n" "$c"; docker inspect --type 
                  '\'[{"Name":{{json .Name}},"State":{{json .State}},"Config":{"Labels":{{json .Config.Labels}}}}]\' "$c"')
 
 
-def start_all(cluster: Cluster, plans: Sequence[plan.NodePlan], *,
-              timeout: float = START_TIMEOUT) -> dict[str, containers.ContainerState | None]:
+def start_all(cluster: Cluster, plans: Sequence[plan.NodePlan], *, timeout: float = START_TIMEOUT,
+              last: bool = False) -> dict[str, containers.ContainerState | None]:
     """Start every node's container in parallel; all or nothing (StartFailed).  Returns each
     node's container state as ``docker inspect`` saw it just after the start (None: unknown).
-    Through the tree when the inventory asks for it (:mod:`clusterctl.cluster.transport.tree`)."""
+    Through the tree when the inventory asks for it (:mod:`clusterctl.cluster.transport.tree`);
+    ``last``: no tree call follows in this command (a detached launch), so the start ends
+    the nodes' logins kept since preflight as it ends (no call of its own to end them)."""
     by_node = {p.node: p for p in plans}
 
     def started(node: str, r: CommandResult) -> containers.ContainerState | None:
@@ -262,7 +264,7 @@ def start_all(cluster: Cluster, plans: Sequence[plan.NodePlan], *,
         return containers.state_from_inspect(node, found[0]) if found else None
 
     ran = tree.run_commands(cluster, {p.node: [tree.Command(("sh", "-c", _START_SCRIPT, "sh", *p.argv), p.stdin)]
-                                      for p in plans}, timeout=timeout)
+                                      for p in plans}, timeout=timeout, last=last)
     results: dict[str, containers.ContainerState | None | NodeError] = {}
     for node, r in ran.items():
         try:
@@ -486,7 +488,7 @@ def launch(job, inventory, *, image: str | None = None, overrides: Mapping[str, 
                     signals.enter_context(stop_on_signals(stop_event, caught.append))
                 try:
                     if not adopt:
-                        start_recorded(cluster, plans, record)
+                        start_recorded(cluster, plans, record, last=detach)
                 except StartFailed as e:
                     if run.attempt == 0 or not policy.recovers:
                         raise
@@ -545,6 +547,7 @@ def _adopted(run: _Run, record: records.RunRecord):
     if record.master_port:     # the port the attempt was given (its env, as it runs)
         inv = replace(inv, master_port=record.master_port)
     cluster = Cluster(inv, accept_new_host_keys=run.accept_new_host_keys).__enter__()
+    cluster.tree_reuse = True
     plans = plan.make_plan(run.job, inv, run_id=run.run_id, image=run.image, overrides=run.overrides,
                            extra_docker_args=watchdog_options(run.hang), **local_facts(inv),
                            attempt=plan.Attempt(run.attempt, tuple(run.excluded), run.policy.checkpoint))
@@ -618,6 +621,9 @@ def _prepare_attempt(run: _Run):
         # preflight and start on those too (the tree would only add).  A followed run goes
         # through the tree as a detached one does (run.treefollow)
         cluster.each_node_anyway = run.workspace is not None
+        # preflight, start and, followed, the follow and the fail-fast stop: one login per
+        # node for all of them (transport.tree: the nodes keep their logins to each other)
+        cluster.tree_reuse = True
         try:
             plans = _check_and_plan(run, cluster)
             _collective_recheck(run, inv)
@@ -978,10 +984,11 @@ def _fresh_run_id(run_id: str | None, job) -> str:
     return run_id
 
 
-def start_recorded(cluster: Cluster, plans: Sequence[plan.NodePlan], record: records.RunRecord) -> None:
+def start_recorded(cluster: Cluster, plans: Sequence[plan.NodePlan], record: records.RunRecord, *,
+                   last: bool = False) -> None:
     """start_all, with the outcome (start-failed, or each container's start time) in run.json."""
     try:
-        started = start_all(cluster, plans)
+        started = start_all(cluster, plans, last=last)
     except StartFailed:
         record.state, record.exit_code, record.finished = "start-failed", 1, records.utcnow()
         record.save()

@@ -88,6 +88,10 @@ class Cluster:
         # the caller opens every node's own connection next anyway (a followed run, code to
         # ship): ``ssh.tree: auto`` then goes direct (transport.tree.enabled)
         self.each_node_anyway = False
+        # the command makes several tree calls (launch): the nodes keep their logins to
+        # each other from one call to the next (transport.tree: OpenSSH control masters)
+        self.tree_reuse = False
+        self.before_close: list[Callable[[], None]] = []   # run first by close()
 
     def __enter__(self) -> Cluster:
         return self
@@ -175,6 +179,9 @@ class Cluster:
             pool.shutdown(wait=False)
 
     def close(self) -> None:
+        hooks, self.before_close = self.before_close, []
+        for hook in hooks:
+            hook()
         with self._lock:
             conns, self._connections = list(self._connections.values()), {}
         for c in conns:

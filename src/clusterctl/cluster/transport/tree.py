@@ -27,6 +27,17 @@ How a node logs in to its children (``ssh`` on the node, strict host keys):
   The key never leaves this machine.  Each
   signature costs this machine an agent channel (~2.5 ms of CPU, measured).
 
+A command that makes several tree calls (``cluster.tree_reuse``: launch, whose preflight,
+start, follow and fail-fast stop each are one) logs in to each node once: each parent
+node's ``ssh`` to a child is an OpenSSH control master (``ControlPersist``, in a directory
+of the command's own, mode 0700), so the command's next calls open sessions on those
+logins instead of new ones; each call points the masters at its own forwarded agent (a
+link in that directory), for a node that needs a new login then.  The command's last call
+(``last=True``) or the cluster's close ends the masters and removes the directories; a
+command killed before that leaves them only until :data:`MUX_PERSIST` idle seconds have
+passed (the masters) and :data:`MUX_SWEEP_MIN` minutes (their directories, removed by the
+next command's tree).
+
 Each hop's host key is the one this machine's known_hosts holds for that node
 (passed in the request, checked with ``StrictHostKeyChecking=yes``); a node
 whose key is not there, or that is reached through a ProxyJump/ProxyCommand,
@@ -43,8 +54,8 @@ Secrets (a command's stdin) travel in the request through the nodes' memory
 Failures: a node whose results do not come back (its hop failed, its parent
 died, the tree timed out) is run on its own connection afterwards, so a broken
 tree costs time, never a result; only that connection's failure is reported,
-naming the node.  Contract: :func:`run_commands`, :func:`plan_tree`,
-:class:`Command`, :func:`enabled`.
+naming the node.  Contract: :func:`run_commands`, :func:`run_through_tree`,
+:func:`plan_tree`, :class:`Command`, :func:`enabled`, :func:`close_reuse`.
 """
 
 from __future__ import annotations
@@ -78,6 +89,12 @@ AUTO = "auto"
 AUTO_MIN_NODES = 16
 HOP_CONNECT_TIMEOUT = 10   # seconds a node's ssh to a child may take to log in
 HEARTBEAT = 2              # seconds between a node's "alive" lines on its stderr
+#: seconds a parent node's OpenSSH control master to a child waits, idle, for the command's
+#: next call (:attr:`Cluster.tree_reuse`); the command's end closes it before that
+MUX_PERSIST = 120
+#: minutes after which a parent's directory of masters that are all gone (its command was
+#: killed before it could close them) is removed by the next command's tree
+MUX_SWEEP_MIN = 10
 #: base64 characters per line of output (a multiple of 4, so each line decodes alone; a
 #: line stays under PIPE_BUF, so a pipe never mixes two writers' lines)
 CHUNK = 3000
@@ -137,21 +154,28 @@ def plan_tree(names: Sequence[str], width: int) -> dict[str, str]:
 # last, written in part) from a whole one.  A node's
 # output is never held whole: it goes up as it is written, a chunk at a time.
 NODE_SCRIPT = r"""
-d=$1 self=$2 key=$3 prog=$4
+d=$1 self=$2 key=$3 prog=$4 mux=${5:--} fin=${6:--}
 case "$d" in /tmp/clusterctl-tree.*) ;; *) echo "not a tree directory: $d" >&2; exit 2 ;; esac
+case "$mux" in -|/tmp/clusterctl-mux.*) ;; *) echo "not a tree directory: $mux" >&2; exit 2 ;; esac
 set -f
 umask 077
 mkdir "$d" || { echo "could not make the tree's temporary directory $d" >&2; exit 1; }
-trap 'rm -rf "$d"' EXIT
+hb=
+trap '[ -z "$hb" ] || kill "$hb" 2>/dev/null; rm -rf "$d"' EXIT
 trap 'exit 143' TERM
 trap 'exit 129' HUP
 # the session's end can reach this shell as SIGPIPE, which would skip the EXIT trap
 trap 'exit 141' PIPE
 req=$(cat)
 { trap '' PIPE
-  while sleep $HEARTBEAT < /dev/null > /dev/null 2>&1; do echo clusterctl-alive >&2 || break; done
-  kill -TERM 0; } < /dev/null > /dev/null &
+  # on stdout too: a parent's kept login (mux) that lost its caller shuts only this
+  # session's stdout (OpenSSH's eow), where a closed connection shuts both
+  while sleep $HEARTBEAT < /dev/null > /dev/null 2>&1 5>&-; do
+    echo clusterctl-alive >&2 && echo clusterctl-alive >&5 || break; done
+  kill -TERM 0; } < /dev/null 5>&1 > /dev/null &
 hb=$!
+close_mux() { $CLOSE_MUX
+}
 # a word for the remote shell: single-quoted, its quotes escaped (the hop's command line)
 q() { [ -n "$1" ] || { printf "''"; return; }; printf '%s' "$1" | sed "s/'/'\\\\''/g; 1s/^/'/; \$s/\$/'/"; }
 qkey=$(q "$key") qprog=$(q "$prog")
@@ -163,7 +187,23 @@ mine=$(printf '%s\n' "$req" | awk -v s="$self" '$1 == s')
 [ -n "$mine" ] || { echo "no request for $self" >&2; exit 2; }
 set -- $mine
 path=$2
-shift 7
+shift 8
+# reuse ($mux, a directory of this command's own): each hop's ssh is an OpenSSH control
+# master that outlives this call (ControlPersist) so the command's next calls log in no
+# more; the masters reach the agent of the call in progress through $mux/agent, a link
+# each call points at its own forwarded socket.  The call marked "close" ends them.
+# a directory of kept logins whose masters are all gone (its command was killed, or this
+# node was cut off from it, before its close) goes once it is old: every tree call sweeps
+find /tmp -maxdepth 1 -name 'clusterctl-mux.*' -user "$(id -u)" -mmin +$MUX_SWEEP_MIN \
+  ! -path "$mux" 2>/dev/null | while read -r o; do
+  [ -n "$(find "$o" -type s 2>/dev/null | head -n 1)" ] || rm -rf "$o"; done
+agent=${SSH_AUTH_SOCK:-} muxo=
+if [ "$mux" != - ] && printf '%s\n' "$req" | awk -v p="$path" '{ if (index($2, p "/") == 1) f = 1 } END { exit !f }'; then
+  { mkdir "$mux" 2>/dev/null || [ -d "$mux" ]; } && [ ! -L "$mux" ] && [ -O "$mux" ] ||
+    { echo "could not make the tree's directory $mux" >&2; exit 1; }
+  if [ -z "$key" ]; then ln -sfn "$agent" "$mux/agent"; agent=$mux/agent; fi
+  muxo="-o ControlMaster=auto -o ControlPath=$mux/%C -o ControlPersist=$MUX_PERSIST"
+fi
 k=0 pids=
 while [ "$#" -ge 2 ]; do
   k=$((k+1))
@@ -187,10 +227,12 @@ n=0
 for child in $(printf '%s\n' "$req" | awk -v p="$path" '{ if (index($2, p "/") == 1 && index(substr($2, length(p) + 2), "/") == 0) print $1 }'); do
   n=$((n+1))
   set -- $(printf '%s\n' "$req" | awk -v s="$child" '$1 == s')
-  cpath=$2 cdir=$3 port=$4 user=$5 host=$6
+  cpath=$2 cdir=$3 port=$4 user=$5 host=$6 cmux=$8
   printf '%s' "$7" | base64 -d > "$d/kh.$n"
   if printf '%s\n' "$req" | awk -v p="$cpath" '{ if (index($2, p "/") == 1) f = 1 } END { exit !f }'; then
     fwd=yes; else fwd=no; fi
+  # a kept login serves the command's next calls too, where this child may carry others
+  [ -z "$muxo" ] || fwd=yes
   if [ -n "$key" ]; then
     auth="-o IdentitiesOnly=yes -o IdentityAgent=none -o ForwardAgent=no"; fwd=no
   else auth="-o ForwardAgent=$fwd"; fi
@@ -198,12 +240,12 @@ for child in $(printf '%s\n' "$req" | awk -v p="$path" '{ if (index($2, p "/") =
   # the hop's stderr (its ssh's words, the child's own) to a file without the child's
   # heartbeat, which would grow it by a line every $HEARTBEAT s for as long as a run is followed
   { { { printf '%s\n' "$req" | awk -v p="$cpath" '$2 == p || index($2, p "/") == 1' |
-          ssh -F /dev/null -T -o BatchMode=yes -o StrictHostKeyChecking=yes \
-            -o UserKnownHostsFile="$d/kh.$n" -o GlobalKnownHostsFile=/dev/null \
+          SSH_AUTH_SOCK=$agent ssh -F /dev/null -T -o BatchMode=yes -o StrictHostKeyChecking=yes \
+            -o UserKnownHostsFile="$d/kh.$n" -o GlobalKnownHostsFile=/dev/null $muxo \
             -o ConnectTimeout=$HOP_CONNECT_TIMEOUT -o ServerAliveInterval=5 -o ServerAliveCountMax=3 \
             -o KexAlgorithms=$HOP_KEX -o ClearAllForwardings=yes -o LogLevel=ERROR $auth ${key:+-i "$key"} \
             -p "$port" -l "$user" -- "$host" \
-            "sh -c $prog clusterctl-tree $cdir $child $qkey $qprog"
+            "sh -c $prog clusterctl-tree $cdir $child $qkey $qprog $cmux $fin"
         echo $? > "$d/hoprc.$n"; } 2>&1 >&4 | grep -v '^clusterctl-alive$' > "$d/hoperr.$n"
     } 4>&1 | grep --line-buffered '^clusterctl-tree-'
     rc=$(cat "$d/hoprc.$n")
@@ -213,9 +255,19 @@ for child in $(printf '%s\n' "$req" | awk -v p="$path" '{ if (index($2, p "/") =
   pids="$pids $!"
 done
 wait $pids
+[ "$fin" != close ] || [ "$mux" = - ] || close_mux "$mux"
 kill "$hb" 2>/dev/null
 exit 0
 """
+
+
+#: Ends the control masters in the directory "$1" (each parent node's, for the command's
+#: next tree calls) and removes it: the node program's last call does, and the head on the
+#: own connection of a node the tree no longer carried at the end.
+CLOSE_MUX = r"""case "$1" in /tmp/clusterctl-mux.*) if [ -d "$1" ] && [ ! -L "$1" ]; then
+    find "$1" -maxdepth 1 -type s | while read -r s; do
+      ssh -F /dev/null -o ControlPath="$s" -O exit clusterctl-tree > /dev/null 2>&1; done
+    rm -rf "$1"; fi ;; esac"""
 
 
 @dataclass
@@ -272,9 +324,9 @@ def _b64(data: bytes) -> str:
 
 
 def _request_line(name: str, path: str, directory: str, hop: _Hop | None,
-                  commands: Sequence[Command]) -> str:
+                  commands: Sequence[Command], mux: str = "-") -> str:
     fields = [name, path, directory, str(hop.port) if hop else "0", hop.user if hop else "-",
-              hop.host if hop else "-", _b64(hop.known_host.encode()) if hop else "-"]
+              hop.host if hop else "-", _b64(hop.known_host.encode()) if hop else "-", mux]
     for c in commands:
         # every argument NUL-terminated, so an empty last one is kept
         fields += [_b64(b"".join(a.encode() + b"\0" for a in c.argv)), _b64(c.stdin or b"")]
@@ -397,7 +449,8 @@ def _unb64(text: str) -> str:
 
 
 def run_commands(cluster, commands: Mapping[str, Sequence[Command]], *,
-                 timeout: float = 120.0, on_tree=None) -> dict[str, list[CommandResult] | NodeError]:
+                 timeout: float = 120.0, on_tree=None,
+                 last: bool = False) -> dict[str, list[CommandResult] | NodeError]:
     """Run each node's commands (all of a node's at once) and return their results,
     {node: [CommandResult, ...] in the given order, or NodeError} in the given node order.
 
@@ -405,14 +458,15 @@ def run_commands(cluster, commands: Mapping[str, Sequence[Command]], *,
     bring back) on each node's own connection.  ``on_tree(info)``, when given, is called
     with what the tree did (``{"tree": [...], "direct": [...], "hops": {...}}``).  The
     results are held in memory: for commands whose output is small (a run's output goes
-    through :func:`run_through_tree` with a sink of its own)."""
+    through :func:`run_through_tree` with a sink of its own).  ``last``: the command's last
+    tree call (:func:`run_through_tree`)."""
     order = list(commands)
     results: dict[str, list[CommandResult] | NodeError] = {}
     info: dict = {"tree": [], "direct": [], "hops": {}}
     if enabled(cluster) and len(order) > 1:
         got: dict[tuple[str, int, str], bytearray] = {}
         try:
-            ran = run_through_tree(cluster, commands, _collect(got), timeout=timeout)
+            ran = run_through_tree(cluster, commands, _collect(got), timeout=timeout, last=last)
             results.update(_results(ran.codes, got, commands))
             info["tree"], info["hops"] = ran.planned, ran.hops
         except NodeError as e:   # the root itself (unreachable): the others go direct
@@ -450,7 +504,7 @@ def run_through_tree(cluster, commands: Mapping[str, Sequence[Command]], sink: S
                      timeout: float | None = 120.0,
                      on_code: Callable[[str, int, int], None] | None = None,
                      on_cut: Callable[[list[str], str], None] | None = None,
-                     window_size: int | None = None) -> TreeRun:
+                     window_size: int | None = None, last: bool = False) -> TreeRun:
     """The tree's part alone (the caller checked :func:`enabled`): every node of ``commands``
     the tree can take runs its commands, their output going to ``sink`` as it comes.  A
     node missing from ``codes`` (not planned, its hop failed, its output cut short) is the
@@ -462,8 +516,10 @@ def run_through_tree(cluster, commands: Mapping[str, Sequence[Command]], sink: S
     each failed hop, with every node below it (their output can no longer come this way).
     ``timeout`` None: no deadline (the connection's own keepalives still end a dead one).
     ``window_size``: the channel's receive window (what waits here, unread, while ``sink``
-    blocks); a tree that lives as long as a run takes a small one."""
-    ran = _through_tree(cluster, commands, sink, timeout, on_code, on_cut, window_size)
+    blocks); a tree that lives as long as a run takes a small one.  ``last``: the
+    command's last tree call, which ends the nodes' logins kept for the next
+    (``cluster.tree_reuse``) as it ends; otherwise the cluster's close does."""
+    ran = _through_tree(cluster, commands, sink, timeout, on_code, on_cut, window_size, last)
     # a hop that failed is not tried again in this command (launch makes two tree calls: a
     # node the others cannot reach would make the second wait for its timeout again)
     cluster.tree_memo.setdefault("failed", set()).update(ran.hops)
@@ -471,7 +527,8 @@ def run_through_tree(cluster, commands: Mapping[str, Sequence[Command]], sink: S
 
 
 def _through_tree(cluster, commands: Mapping[str, Sequence[Command]], sink: Sink,
-                  timeout: float | None, on_code=None, on_cut=None, window_size=None) -> TreeRun:
+                  timeout: float | None, on_code=None, on_cut=None, window_size=None,
+                  last: bool = False) -> TreeRun:
     ssh = cluster.inventory.ssh
     key_on_nodes = getattr(ssh, "node_identity_file", None)
     width = int(getattr(ssh, "tree_width", DEFAULT_WIDTH) or DEFAULT_WIDTH)
@@ -493,7 +550,7 @@ def _through_tree(cluster, commands: Mapping[str, Sequence[Command]], sink: Sink
         if hop is not None:
             members.append(name)
             hops[name] = hop
-    if len(members) < 2:
+    if len(members) < 2 and not (last and cluster.tree_memo.get("mux")):   # a root alone: its close
         return TreeRun({}, {}, [])
     left_out = [n for n in names if n not in members]
     if left_out and on_cut is not None:
@@ -502,8 +559,9 @@ def _through_tree(cluster, commands: Mapping[str, Sequence[Command]], sink: Sink
     paths = plan_tree(members, width)
     token = secrets.token_hex(6)
     dirs = {n: f"/tmp/clusterctl-tree.{token}.{secrets.token_hex(5)}" for n in members}
-    request = "".join(_request_line(n, paths[n], dirs[n], hops.get(n), commands[n]) + "\n"
-                      for n in members).encode()
+    mux = _reuse_dirs(cluster, members, last)
+    request = "".join(_request_line(n, paths[n], dirs[n], hops.get(n), commands[n], mux.get(n, "-"))
+                      + "\n" for n in members).encode()
     conn = cluster.connection(root.name)
     agent = None
     if not key_on_nodes:
@@ -516,10 +574,12 @@ def _through_tree(cluster, commands: Mapping[str, Sequence[Command]], sink: Sink
                                            f"sign node-to-node logins: {e}"}, [])
     script = (NODE_SCRIPT.replace("$HEARTBEAT", str(HEARTBEAT))
               .replace("$HOP_CONNECT_TIMEOUT", str(HOP_CONNECT_TIMEOUT)).replace("$HOP_KEX", HOP_KEX)
-              .replace("$CHUNK", str(CHUNK)).replace("$TRACE", "0"))
+              .replace("$CHUNK", str(CHUNK)).replace("$TRACE", "0")
+              .replace("$MUX_PERSIST", str(MUX_PERSIST)).replace("$MUX_SWEEP_MIN", str(MUX_SWEEP_MIN))
+              .replace("$CLOSE_MUX", CLOSE_MUX))
     quoted = shlex.quote(script)
     argv = ["sh", "-c", script, "clusterctl-tree", dirs[root.name], root.name,
-            str(key_on_nodes or ""), quoted]
+            str(key_on_nodes or ""), quoted, mux.get(root.name, "-"), "close" if last and mux else "-"]
     depth = max(p.count("/") for p in paths.values())
 
     def on_hop(name: str, why: str) -> None:
@@ -565,6 +625,51 @@ def _through_tree(cluster, commands: Mapping[str, Sequence[Command]], sink: Sink
     return TreeRun(done, hop_failures, members)
 
 
+def _reuse_dirs(cluster, members: Sequence[str], last: bool) -> dict[str, str]:
+    """{node: its directory of OpenSSH control masters} when the command keeps its nodes'
+    logins for its next tree calls (``cluster.tree_reuse``), else {}.  The same directory
+    for a node in every call of the command (named here with random tokens: the nodes may
+    share /tmp); the first call makes the cluster's close end them (:func:`close_reuse`),
+    unless it is the ``last``, which ends them itself."""
+    memo = cluster.tree_memo
+    if not getattr(cluster, "tree_reuse", False) or (memo.get("mux_closed") and not last):
+        return {}   # after the close began, a call keeps nothing (the close's own is last)
+    if "mux" not in memo:
+        memo["mux"] = {}
+        memo["mux_token"] = secrets.token_hex(6)
+        cluster.before_close.append(lambda: close_reuse(cluster))
+    dirs = {n: memo["mux"].setdefault(n, f"/tmp/clusterctl-mux.{memo['mux_token']}.{secrets.token_hex(5)}")
+            for n in members}
+    memo["mux_open"] = not last
+    return dirs
+
+
+def close_reuse(cluster, timeout: float = 30.0) -> None:
+    """End the control masters the command's tree calls left on its parent nodes for the
+    next call: one more tree call (over the masters: no login), marked last.  Best effort:
+    a node it cannot reach has its masters end after :data:`MUX_PERSIST` idle seconds."""
+    memo = cluster.tree_memo
+    memo["mux_closed"] = True   # a call after this one keeps nothing
+    if not memo.get("mux_open"):
+        return
+    memo["mux_open"] = False
+    dirs = memo.get("mux", {})
+    failed = memo.get("failed", set())
+    names = [n for n in dirs if n not in failed]
+    try:
+        if names:
+            _through_tree(cluster, {n: [Command(("true",))] for n in names}, lambda *a: None,
+                          timeout, last=True)
+    except Exception:   # noqa: BLE001 - the masters end by themselves after MUX_PERSIST s
+        pass
+    # a node the tree stopped carrying (its hop failed, a followed run's node went on on its
+    # own connection) may hold masters from before: on that connection, when it is open
+    cut = [n for n in dirs if n in failed and cluster.is_connected(n)]
+    if cut:
+        cluster.map(lambda conn: conn.run(["sh", "-c", CLOSE_MUX, "clusterctl-tree", dirs[conn.name]],
+                                          timeout=timeout), nodes=cut)
+
+
 def _feed(chan, data: bytes) -> None:
     try:
         chan.sendall(data)
@@ -573,5 +678,5 @@ def _feed(chan, data: bytes) -> None:
 
 
 __all__ = ["AUTO", "AUTO_MIN_NODES", "CHUNK", "DEFAULT_WIDTH", "Command", "Receiver", "Sink", "TreeRun",
-           "enabled", "parse_results", "plan_tree", "run_commands", "run_through_tree"]
+           "close_reuse", "enabled", "parse_results", "plan_tree", "run_commands", "run_through_tree"]
 
