@@ -188,20 +188,21 @@ mine=$(printf '%s\n' "$req" | awk -v s="$self" '$1 == s')
 set -- $mine
 path=$2
 shift 8
-# reuse ($mux, a directory of this command's own): each hop's ssh is an OpenSSH control
-# master that outlives this call (ControlPersist) so the command's next calls log in no
-# more; the masters reach the agent of the call in progress through $mux/agent, a link
-# each call points at its own forwarded socket.  The call marked "close" ends them.
 # a directory of kept logins whose masters are all gone (its command was killed, or this
 # node was cut off from it, before its close) goes once it is old: every tree call sweeps
 find /tmp -maxdepth 1 -name 'clusterctl-mux.*' -user "$(id -u)" -mmin +$MUX_SWEEP_MIN \
   ! -path "$mux" 2>/dev/null | while read -r o; do
   [ -n "$(find "$o" -type s 2>/dev/null | head -n 1)" ] || rm -rf "$o"; done
+# kept logins ($mux, a directory of this command's own, on a node with children): each
+# hop's ssh is an OpenSSH control master that outlives this call (ControlPersist), so the
+# command's next calls log in no more; the masters reach the agent of the call in
+# progress through $mux/agent, a link each call points at its own forwarded socket.  The
+# call marked "close" ends them and removes the directory.
 agent=${SSH_AUTH_SOCK:-} muxo=
 if [ "$mux" != - ] && printf '%s\n' "$req" | awk -v p="$path" '{ if (index($2, p "/") == 1) f = 1 } END { exit !f }'; then
   { mkdir "$mux" 2>/dev/null || [ -d "$mux" ]; } && [ ! -L "$mux" ] && [ -O "$mux" ] ||
     { echo "could not make the tree's directory $mux" >&2; exit 1; }
-  if [ -z "$key" ]; then ln -sfn "$agent" "$mux/agent"; agent=$mux/agent; fi
+  if [ -z "$key" ] && [ -n "$agent" ]; then ln -sfn "$agent" "$mux/agent"; agent=$mux/agent; fi
   muxo="-o ControlMaster=auto -o ControlPath=$mux/%C -o ControlPersist=$MUX_PERSIST"
 fi
 k=0 pids=
