@@ -57,7 +57,10 @@ on them grows with node count for that reason alone):
   process, not detached, of a run whose last rank fails after 3 s (launch, every node's
   output followed, the fail-fast stop, every final state read, every container removed),
   CPU and wall, for the default (``tree: auto``: from 16 nodes the follow goes through the
-  tree too) and ``direct`` (a connection per node, the previous default for a followed run).
+  tree too), ``default-each`` (the same before the nodes kept their logins from one tree
+  call to the next) and ``direct`` (a connection per node, the previous default for a
+  followed run);
+* with ``--process-only``: only the whole ``launch --detach`` and ``stop`` processes.
 
 Run as root (the sandbox creates network namespaces and daemons), with the
 local engine up and an image that has python3 (default: the base target's tag,
@@ -65,7 +68,7 @@ which `make demo` builds on the way to the cpu image):
 
     sudo make bench-launch        # or: sudo .venv/bin/python benchmarks/launch.py
         [--image REF] [--job JOB.yaml] [--repeat 2] [--nodes 1,4,8,16]
-        [--teardown-only | --launch-only | --followed-only]
+        [--teardown-only | --launch-only | --followed-only | --process-only]
         [--json FILE] [--plot FILE.png]
 
 ``--json FILE`` writes every printed row and the run's conditions in benchmarks/plot.py's
@@ -127,7 +130,7 @@ def inventory_for(full: Path, n: int, out: Path, design_name: str = "direct") ->
     data["nodes"] = data["nodes"][:n]
     if design_name.startswith("tree"):
         data["ssh"]["tree"] = True
-    elif design_name != "default":   # direct and old: a connection per node whatever the count
+    elif not design_name.startswith("default"):   # direct and old: a connection per node
         data["ssh"]["tree"] = False
     if design_name == "tree-key":
         # the sandbox's nodes share this machine's files, so its key is also "on the nodes"
@@ -145,7 +148,24 @@ DESIGNS = ("direct", "old", "tree-agent", "tree-key")
 #: The whole-process designs: ``default`` is the inventory as ``sandbox up`` writes it
 #: (``ssh.tree`` left at ``auto``: ``launch --detach`` goes direct below 16 nodes and through
 #: the tree, signed here, from 16 on); ``direct`` is the previous default (``tree: false``).
-PROCESS_DESIGNS = ("direct", "default", "tree-agent", "tree-key")
+#: ``default-each`` is the default as it was before the nodes kept their logins from one
+#: tree call to the next (each tree call logs in to every node again: preflight and start).
+PROCESS_DESIGNS = ("direct", "default", "default-each", "tree-agent", "tree-key")
+
+#: ``clusterctl`` as the ``-each`` designs run it: the previous tree, whose every call logs
+#: in to each node anew (no Cluster keeps the nodes' logins: ``tree_reuse`` stays False)
+EACH_CALL_LOGS_IN = (
+    "import runpy\n"
+    "from clusterctl.cluster.transport.cluster import Cluster\n"
+    "Cluster.tree_reuse = property(lambda self: False, lambda self, value: None)\n"
+    "runpy.run_module('clusterctl', run_name='__main__', alter_sys=True)\n")
+
+
+def clusterctl(design_name: str) -> list[str]:
+    """The argv that runs ``clusterctl`` as ``design_name`` has it."""
+    if design_name.endswith("-each"):
+        return [sys.executable, "-c", EACH_CALL_LOGS_IN]
+    return [sys.executable, "-m", "clusterctl"]
 
 
 @contextmanager
@@ -227,17 +247,19 @@ def time_to_running(inv_path: Path, image: str, job_path: Path = JOB) -> Launch:
 #: it is launch, every node's output followed, the fail-fast stop of the others, every final
 #: state read and every container removed.  ``default``: ``ssh.tree`` at ``auto`` (through
 #: the tree from 16 nodes, follow included: run.treefollow); ``direct``: ``tree: false``, a
-#: connection per node for all of it (the previous default for a followed run).
-FOLLOWED_DESIGNS = ("direct", "default")
+#: connection per node for all of it (the previous default for a followed run);
+#: ``default-each``: the default before the nodes kept their logins from one tree call to
+#: the next (preflight, start, follow and stop each logged in to every node).
+FOLLOWED_DESIGNS = ("direct", "default", "default-each")
 
 
-def followed_process(inv_path: Path, image: str, env: dict[str, str], job: Path, nodes: int
-                     ) -> tuple[float, float]:
+def followed_process(inv_path: Path, image: str, env: dict[str, str], job: Path, nodes: int,
+                     design_name: str = "default") -> tuple[float, float]:
     """(CPU s, wall s) of one whole followed ``clusterctl launch`` process (see
     :data:`FOLLOWED_DESIGNS`); it must end with the failing rank's status, 3."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.monotonic()
-    res = subprocess.run([sys.executable, "-m", "clusterctl", "launch", str(job), "--nodes", str(inv_path),
+    res = subprocess.run([*clusterctl(design_name), "launch", str(job), "--nodes", str(inv_path),
                           "--image", image, "--set", f"FAIL_RANK={nodes - 1}", "--set", "FAIL_AFTER=3"],
                          capture_output=True, text=True, env=env)
     wall = time.monotonic() - t0
@@ -248,15 +270,15 @@ def followed_process(inv_path: Path, image: str, env: dict[str, str], job: Path,
     return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), wall
 
 
-def process_cpu(inv_path: Path, image: str, env: dict[str, str], job: Path = JOB
-                ) -> tuple[float, float, float, float]:
+def process_cpu(inv_path: Path, image: str, env: dict[str, str], job: Path = JOB,
+                design_name: str = "default") -> tuple[float, float, float, float]:
     """(CPU s, wall s) of a whole ``clusterctl launch --detach`` process, then the same of
     the ``clusterctl stop RUN --grace 0`` process that tears the run down (teardown as a user
     runs it: every container stopped, its output saved, removed)."""
     def timed(argv: list[str]) -> tuple[subprocess.CompletedProcess, float, float]:
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         t0 = time.monotonic()
-        res = subprocess.run([sys.executable, "-m", "clusterctl", *argv], capture_output=True, text=True, env=env)
+        res = subprocess.run([*clusterctl(design_name), *argv], capture_output=True, text=True, env=env)
         wall = time.monotonic() - t0
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         if res.returncode != 0:
@@ -345,6 +367,20 @@ def repeats(text: str) -> int:
     return int(text)
 
 
+def _chosen(args: argparse.Namespace, designs: tuple[str, ...]) -> tuple[str, ...]:
+    """``designs``, only those ``--designs`` names when it is given."""
+    wanted = getattr(args, "designs", None)
+    return tuple(d for d in designs if not wanted or d in wanted)
+
+
+def design_names(text: str) -> list[str]:
+    known = set(PROCESS_DESIGNS)
+    names = [t.strip() for t in text.split(",") if t.strip()]
+    if not names or any(n not in known for n in names):
+        raise argparse.ArgumentTypeError(f"designs are a comma-separated list of {', '.join(PROCESS_DESIGNS)}")
+    return names
+
+
 def node_counts(text: str) -> list[int]:
     """``--nodes``: comma-separated whole numbers from 1 to 64, 1 first (the ratios' base)."""
     parts = text.split(",")
@@ -370,6 +406,10 @@ def parser() -> argparse.ArgumentParser:
                       help="measure only the whole followed launch (FOLLOWED_DESIGNS)")
     only.add_argument("--launch-only", action="store_true",
                       help="only the launch and whole-process figures (no teardown figures)")
+    only.add_argument("--process-only", action="store_true",
+                      help="only the whole `launch --detach` and `stop` processes (PROCESS_DESIGNS)")
+    ap.add_argument("--designs", type=design_names, default=None, metavar="A,B",
+                    help="with --process-only: only these of PROCESS_DESIGNS (default: all)")
     ap.add_argument("--job", type=Path, default=JOB, metavar="JOB.yaml",
                     help="the job launched (FAIL_RANK and FAIL_AFTER as tests/fixtures/jobs/fail-rank.yaml "
                          "takes them; fail-rank-sh.yaml for an image without python)")
@@ -469,15 +509,16 @@ def run(args: argparse.Namespace) -> int:
                 print(f"push attempt {attempt} failed on {', '.join(sorted(e.failures))}; again", flush=True)
         print(f"image {args.image} pushed to {size} nodes in {time.monotonic() - t:.1f}s (not counted)")
         invs = {name: {n: inventory_for(full, n, tmp / f"n{n}-{name}.yaml", name) for n in args.nodes}
-                for name in (*DESIGNS, "default")}
+                for name in (*DESIGNS, "default", "default-each")}
         if args.followed_only:
             followed(args, invs, results)
         elif not args.teardown_only:
-            launches(args, invs, results)
-            loads.sample()
+            if not args.process_only:
+                launches(args, invs, results)
+                loads.sample()
             whole_process(args, invs, results)
             loads.sample()
-        if not args.launch_only and not args.followed_only:
+        if not (args.launch_only or args.followed_only or args.process_only):
             teardowns(args, full, invs["direct"], results)
         print(f"\n(run records in {records.runs_dir()}, removed with the sandbox)")
     finally:
@@ -557,8 +598,8 @@ def whole_process(args: argparse.Namespace, invs: dict[str, dict[int, Path]],
     cpu = {}
     counts = sorted(invs["direct"])
     for n in counts:
-        for name in PROCESS_DESIGNS if n > 1 else ("direct",):
-            s = [process_cpu(invs[name][n], args.image, env, args.job) for _ in range(args.repeat)]
+        for name in (_chosen(args, PROCESS_DESIGNS) if n > 1 else ("direct",)):
+            s = [process_cpu(invs[name][n], args.image, env, args.job, name) for _ in range(args.repeat)]
             cpu[(n, name)] = med(x[0] for x in s)
             row = {"nodes": n, "design": name, "cpu": round(cpu[(n, name)], 4),
                    "wall": round(med(x[1] for x in s), 4), "stop_cpu": round(med(x[2] for x in s), 4),
@@ -592,7 +633,7 @@ def followed(args: argparse.Namespace, invs: dict[str, dict[int, Path]],
         for _ in range(args.repeat):
             for name in names:   # alternated: every design sees the same load
                 got.setdefault((n, name), []).append(followed_process(invs[name][n], args.image, env,
-                                                                      args.job, n))
+                                                                      args.job, n, name))
         for name in FOLLOWED_DESIGNS:   # one node's figure is both designs' (no tree to take)
             s = got[(n, name if n > 1 else "direct")]
             row = {"nodes": n, "design": f"followed {name}", "cpu": round(med(x[0] for x in s), 4),

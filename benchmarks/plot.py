@@ -435,8 +435,8 @@ def _md(header: list[str], rows: list[list[str]]) -> str:
 
 
 WAYS = ("by-hand", "star", "relay", "relay+zstd")
-DESIGNS = ("direct", "default", "tree-key", "tree-agent", "old", "before", "now", "followed direct",
-           "followed default")
+DESIGNS = ("direct", "default", "default-each", "tree-key", "tree-agent", "old", "before", "now",
+           "followed direct", "followed default", "followed default-each")
 TEARDOWN_DESIGNS = ("new", "channel", "old")
 PHASES = ("plan", "start", "hops_up", "head_sends", "to_chain_end", "load_results")
 
@@ -787,7 +787,8 @@ def table(doc: dict) -> str:
 
 COLORS = {"by-hand": "#7f7f7f", "star": "#1f77b4", "relay": "#2ca02c", "relay+zstd": "#d62728",
           "direct": "#1f77b4", "default": "#d62728", "tree-key": "#2ca02c", "tree-agent": "#9467bd", "old": "#7f7f7f",
-          "followed direct": "#17becf", "followed default": "#ff7f0e",
+          "followed direct": "#17becf", "followed default": "#ff7f0e", "default-each": "#8c564b",
+          "followed default-each": "#8c564b",
           "before": "#7f7f7f", "now": "#1f77b4", "new": "#1f77b4", "channel": "#ff7f0e",
           "hostfile": "#1f77b4", "yaml": "#2ca02c", "slurm": "#9467bd",
           "clusterctl": "#1f77b4", "paramiko": "#2ca02c", "openssh": "#d62728", "openssh-kex": "#ff7f0e"}
