@@ -78,6 +78,7 @@ from clusterctl.cluster.transport.commands import CommandResult
 from clusterctl.cluster.transport.connection import _explicit_port
 from clusterctl.cluster.transport.hopssh import HOP_KEX
 from clusterctl.cluster.transport.hostkeys import host_key_name, known_hosts_index
+from clusterctl.core.deadline import bounded
 from clusterctl.core.errors import NodeError
 from clusterctl.core.lines import LineSplitter
 
@@ -645,10 +646,13 @@ def _reuse_dirs(cluster, members: Sequence[str], last: bool) -> dict[str, str]:
     return dirs
 
 
-def close_reuse(cluster, timeout: float = 30.0) -> None:
+def close_reuse(cluster, timeout: float = 15.0, cut_timeout: float = 5.0) -> None:
     """End the control masters the command's tree calls left on its parent nodes for the
-    next call: one more tree call (over the masters: no login), marked last.  Best effort:
-    a node it cannot reach has its masters end after :data:`MUX_PERSIST` idle seconds."""
+    next call: one more tree call (over the masters: no login), marked last, given up
+    after ``timeout`` s; a node the tree no longer carried, on its own open connection,
+    given up after ``cut_timeout`` s (a lost node's would otherwise hold up the command's
+    end).  Best effort: a node it cannot reach has its masters end after
+    :data:`MUX_PERSIST` idle seconds, and its directory goes at a later tree call's sweep."""
     memo = cluster.tree_memo
     memo["mux_closed"] = True   # a call after this one keeps nothing
     if not memo.get("mux_open"):
@@ -659,16 +663,17 @@ def close_reuse(cluster, timeout: float = 30.0) -> None:
     names = [n for n in dirs if n not in failed]
     try:
         if names:
-            _through_tree(cluster, {n: [Command(("true",))] for n in names}, lambda *a: None,
-                          timeout, last=True)
+            bounded(lambda: _through_tree(cluster, {n: [Command(("true",))] for n in names},
+                                          lambda *a: None, timeout, last=True), timeout, "tree-close")
     except Exception:   # noqa: BLE001 - the masters end by themselves after MUX_PERSIST s
         pass
     # a node the tree stopped carrying (its hop failed, a followed run's node went on on its
     # own connection) may hold masters from before: on that connection, when it is open
     cut = [n for n in dirs if n in failed and cluster.is_connected(n)]
     if cut:
-        cluster.map(lambda conn: conn.run(["sh", "-c", CLOSE_MUX, "clusterctl-tree", dirs[conn.name]],
-                                          timeout=timeout), nodes=cut)
+        cluster.map(lambda conn: bounded(
+            lambda: conn.run(["sh", "-c", CLOSE_MUX, "clusterctl-tree", dirs[conn.name]], timeout=cut_timeout),
+            cut_timeout, "tree-close"), nodes=cut)
 
 
 def _feed(chan, data: bytes) -> None:
