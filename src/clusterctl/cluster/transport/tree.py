@@ -36,7 +36,7 @@ link in that directory), for a node that needs a new login then.  The command's 
 (``last=True``) or the cluster's close ends the masters and removes the directories; a
 command killed before that leaves them only until :data:`MUX_PERSIST` idle seconds have
 passed (the masters) and :data:`MUX_SWEEP_MIN` minutes (their directories, removed by the
-next command's tree).
+next tree call on that node).
 
 Each hop's host key is the one this machine's known_hosts holds for that node
 (passed in the request, checked with ``StrictHostKeyChecking=yes``); a node
@@ -94,7 +94,7 @@ HEARTBEAT = 2              # seconds between a node's "alive" lines on its stder
 #: next call (:attr:`Cluster.tree_reuse`); the command's end closes it before that
 MUX_PERSIST = 120
 #: minutes after which a parent's directory of masters that are all gone (its command was
-#: killed before it could close them) is removed by the next command's tree
+#: killed before it could close them, or the node was cut off) is removed by a later tree call
 MUX_SWEEP_MIN = 10
 #: base64 characters per line of output (a multiple of 4, so each line decodes alone; a
 #: line stays under PIPE_BUF, so a pipe never mixes two writers' lines)
