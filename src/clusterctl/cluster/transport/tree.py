@@ -184,6 +184,8 @@ b64() { x=$(base64 | tr -d '\n'); printf '%s' "${x:--}"; }
 # stdin -> "clusterctl-tree-$1 NAME $2 LEN CHUNK" lines, each written whole, at once
 chunks() { base64 | tr -d '\n' | fold -w $CHUNK |
   awk -v p="clusterctl-tree-$1 $self $2 " '{ print p length($0) " " $0; fflush() }'; }
+# whether the node at path $1 has nodes below it in this call
+carries() { printf '%s\n' "$req" | awk -v p="$1" '{ if (index($2, p "/") == 1) f = 1 } END { exit !f }'; }
 mine=$(printf '%s\n' "$req" | awk -v s="$self" '$1 == s')
 [ -n "$mine" ] || { echo "no request for $self" >&2; exit 2; }
 set -- $mine
@@ -200,7 +202,7 @@ find /tmp -maxdepth 1 -name 'clusterctl-mux.*' -user "$(id -u)" -mmin +$MUX_SWEE
 # progress through $mux/agent, a link each call points at its own forwarded socket.  The
 # call marked "close" ends them and removes the directory.
 agent=${SSH_AUTH_SOCK:-} muxo=
-if [ "$mux" != - ] && printf '%s\n' "$req" | awk -v p="$path" '{ if (index($2, p "/") == 1) f = 1 } END { exit !f }'; then
+if [ "$mux" != - ] && carries "$path"; then
   { mkdir "$mux" 2>/dev/null || [ -d "$mux" ]; } && [ ! -L "$mux" ] && [ -O "$mux" ] ||
     { echo "could not make the tree's directory $mux" >&2; exit 1; }
   if [ -z "$key" ] && [ -n "$agent" ]; then ln -sfn "$agent" "$mux/agent"; agent=$mux/agent; fi
@@ -231,7 +233,7 @@ for child in $(printf '%s\n' "$req" | awk -v p="$path" '{ if (index($2, p "/") =
   set -- $(printf '%s\n' "$req" | awk -v s="$child" '$1 == s')
   cpath=$2 cdir=$3 port=$4 user=$5 host=$6 cmux=$8
   printf '%s' "$7" | base64 -d > "$d/kh.$n"
-  if printf '%s\n' "$req" | awk -v p="$cpath" '{ if (index($2, p "/") == 1) f = 1 } END { exit !f }'; then
+  if carries "$cpath"; then
     fwd=yes; else fwd=no; fi
   # a kept login serves the command's next calls too, where this child may carry others
   [ -z "$muxo" ] || fwd=yes
