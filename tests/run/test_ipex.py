@@ -1,5 +1,5 @@
 """The ipex target for real: torch 2.8.0 + Intel Extension for PyTorch 2.8.0 from PyPI, built on
-the local Debian base from a wheelhouse, then bf16 training with IPEX over gloo on 2 sandbox nodes.
+the local Debian base from a wheelhouse, then bf16 training with IPEX over gloo on 2 sandbox nodes (a sandbox of the module's own).
 
 oneCCL's bindings are a STAND-IN here (tests/fixtures/ccl_stand_in.py): the real
 ``oneccl_bind_pt`` wheel is served from Intel's index only, which this machine cannot reach.
@@ -10,19 +10,21 @@ autocast, DDP across two nodes' containers.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import yaml
 from typer.testing import CliRunner
 
 from clusterctl.cli import app
 from clusterctl.run import records
 from tests.fixtures.images import IPEX_TORCH
+from tests.fixtures.sandbox import SandboxCluster, cluster_fields, held_sandbox, own_sandbox
 
 runner = CliRunner()
+NAME, SUBNET = own_sandbox("i", "h", 7)
 #: what IPEX's bf16 weight prepack (``ipex.optimize(..., dtype=torch.bfloat16)``) needs of the
 #: CPU, in IPEX's own words: "avx_ne_convert or avx512bw, avx512vl and avx512dq"
 BF16_ANY, BF16_ALL = "avx_ne_convert", ("avx512bw", "avx512vl", "avx512dq")
@@ -54,19 +56,18 @@ RANK_LINE = re.compile(r"rank (\d+)/(\d+) node=(\d+) local_rank=\d weights-sha25
 
 
 @pytest.fixture(scope="module")
-def two_nodes(sandbox3, ipex_image, tmp_path_factory) -> Iterator[Path]:
-    """The sandbox's inventory cut to its first 2 nodes (same keys, same host keys). The ipex
-    image the tests push there (7.4 GB per node) is removed from them afterwards: the sandbox
-    lives on for the session's later tests, and the disk is needed."""
-    data = yaml.safe_load(sandbox3.inventory_path.read_text())
-    data["nodes"] = data["nodes"][:2]
-    path = tmp_path_factory.mktemp("ipex-nodes") / "two.yaml"
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
-    try:
-        yield path
-    finally:
-        for node in [n["name"] for n in data["nodes"]]:
-            sandbox3.node_docker(node, "image", "rm", "--force", ipex_image, check=False)
+def two_nodes(ipex_image) -> Iterator[Path]:
+    """The inventory of a 2-node sandbox of the module's own (2 slots a node), removed after
+    the module with the image on it. The ipex image is on both nodes before the first launch
+    (``load_image``: one ``docker load`` of its 7.4 GB, the other node's store hard-linked),
+    so the launches push nothing: the push is not these tests' subject, and a second 7.4 GB
+    load cost CI about two minutes."""
+    if os.geteuid() != 0:
+        pytest.skip("the sandbox needs root (network namespaces, daemons)")
+    with held_sandbox(NAME, SUBNET, 2, slots=2) as raw:
+        sb = SandboxCluster(**cluster_fields(raw))
+        sb.load_image(ipex_image, list(sb.nodes))
+        yield sb.inventory_path
 
 
 @needs_bf16_cpu
