@@ -24,6 +24,7 @@ from clusterctl.cluster.transport import Cluster, tree
 from clusterctl.cluster.transport.agent import HopAgent, load_key
 from clusterctl.cluster.transport.hopssh import HOP_KEX
 from clusterctl.core.errors import NodeError
+from tests.fixtures.sandbox import kept_login_dirs
 
 # --------------------------------------------------------------------------- pure
 
@@ -187,7 +188,7 @@ def mux_leftovers(sb, earlier: frozenset[str] = frozenset()) -> list[str]:
     ``earlier`` (another test's node cut off mid-run keeps its own until a later tree
     call's sweep), and the OpenSSH control masters in the sandbox's nodes: none may
     outlive the command."""
-    return ([str(d) for d in Path("/tmp").glob("clusterctl-mux.*") if str(d) not in earlier]
+    return ([str(d) for d in kept_login_dirs() if str(d) not in earlier]
             + [f"process {p[:100]!r}" for p in sb.node_processes("clusterctl-mux.", width=None)
                if " [mux]" in p])
 

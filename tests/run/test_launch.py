@@ -30,6 +30,7 @@ from clusterctl.cluster.transport import Cluster
 from clusterctl.run import launch, records, supervise
 from clusterctl.run.jobs import load_job
 from tests.fixtures import JOBS, REPO
+from tests.fixtures.sandbox import kept_login_dirs
 
 FAIL_RANK_JOB = JOBS / "fail-rank.yaml"
 runner = CliRunner()
@@ -653,7 +654,7 @@ def test_a_followed_run_through_the_tree_uses_one_connection_and_a_broken_hop_lo
     real = connection.NodeConnection._channel
     # kept logins' directories of earlier tests (a node lost mid-run keeps its own until
     # a later tree call's sweep): none of this test's
-    kept_before = set(Path("/tmp").glob("clusterctl-mux.*"))
+    kept_before = kept_login_dirs()
 
     def run(ticks: int, on_started=None) -> tuple[launch.RunResult, dict[str, int]]:
         opened: dict[str, int] = {}
@@ -704,7 +705,7 @@ def test_a_followed_run_through_the_tree_uses_one_connection_and_a_broken_hop_lo
     assert opened["node1"] in (4, 5) and opened.get("node2", 0) >= 2 and opened.get("node3", 0) >= 2, opened
     assert list(Path("/tmp").glob("clusterctl-tree.*")) == []
     # node1's closed by the tree, node2's on its own connection
-    assert set(Path("/tmp").glob("clusterctl-mux.*")) - kept_before == set()
+    assert kept_login_dirs() - kept_before == set()
 
 
 @pytest.mark.sandbox

@@ -50,7 +50,13 @@ from clusterctl.cli import app
 from clusterctl.cluster import containers
 from clusterctl.run import records
 from tests.fixtures import JOBS
-from tests.fixtures.sandbox import SandboxCluster, cluster_fields, held_sandbox, own_sandbox
+from tests.fixtures.sandbox import (
+    SandboxCluster,
+    cluster_fields,
+    held_sandbox,
+    kept_login_dirs,
+    own_sandbox,
+)
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.docker, pytest.mark.slow]
 
@@ -100,13 +106,6 @@ def login_sources(sb: SandboxCluster) -> dict[str, list[str]]:
             for node in sb.nodes}
 
 
-def kept_logins() -> set[Path]:
-    """Directories of the nodes' kept logins (transport.tree) on this machine, whose /tmp the
-    nodes share: a test compares them before and after (another test's lost node keeps
-    its own until a later tree call's sweep)."""
-    return set(Path("/tmp").glob("clusterctl-mux.*"))
-
-
 def leftovers(sb: SandboxCluster) -> list[str]:
     """Containers on any node's own daemon, and what a relay push left (its /tmp directory,
     processes in the nodes' namespaces)."""
@@ -118,7 +117,7 @@ def test_launch_and_fail_fast_teardown_on_thirty_two_nodes(sandbox32, shell_imag
     sb = sandbox32
     assert len(sb.nodes) == NODES
     last = NODES - 1
-    before, kept_before = login_sources(sb), kept_logins()
+    before, kept_before = login_sources(sb), kept_login_dirs()
     res = runner.invoke(app, ["launch", str(FAIL_JOB), "--nodes", str(sb.inventory_path), "--image", shell_image,
                               "--set", f"FAIL_RANK={last}", "--set", "FAIL_AFTER=10"])
     out = res.output
@@ -148,13 +147,13 @@ def test_launch_and_fail_fast_teardown_on_thirty_two_nodes(sandbox32, shell_imag
     new_logins = {node: after[node][len(before[node]):] for node in sb.nodes}
     assert new_logins == {node: [sb.head_ip] if node == first else [sb.nodes[first]]
                           for node in sb.nodes}, new_logins
-    assert kept_logins() - kept_before == set()
+    assert kept_login_dirs() - kept_before == set()
 
 
 def test_detached_launch_and_stop_on_thirty_two_nodes(sandbox32, shell_image, runs_dir):
     sb = sandbox32
     inv = str(sb.inventory_path)
-    before, kept_before = login_sources(sb), kept_logins()
+    before, kept_before = login_sources(sb), kept_login_dirs()
     res = runner.invoke(app, ["launch", str(FAIL_JOB), "--nodes", inv, "--image", shell_image,
                               "--set", "FAIL_RANK=99", "--detach", "--json"])
     assert res.exit_code == 0, res.output[-3000:]
@@ -166,7 +165,7 @@ def test_detached_launch_and_stop_on_thirty_two_nodes(sandbox32, shell_image, ru
     # kept its logins from one to the next and ended them with the start)
     assert new_logins == {node: [sb.head_ip] if node == first else [sb.nodes[first]]
                           for node in sb.nodes}, new_logins
-    assert kept_logins() - kept_before == set()
+    assert kept_login_dirs() - kept_before == set()
     run_id = json.loads(res.stdout)["run_id"]   # the push and start lines go to stderr
     for node in sb.nodes:   # launch has returned: every node's container is running
         names = sb.node_docker(node, "ps", "--filter", f"label={containers.RUN_LABEL}={run_id}",
