@@ -17,7 +17,7 @@ import pytest
 from clusterctl.cluster.inventory import load_inventory
 from clusterctl.cluster.transport import Cluster, CommandResult, command_line, sshd_answers
 from clusterctl.core.errors import NodeError, UserError
-from tests.fixtures.sshd import ENGINE_SOCKET, free_port
+from tests.fixtures.sshd import ENGINE_SOCKET, free_port, running_sshd
 
 
 def _cluster(sshd, nodes=1, **kwargs) -> Cluster:
@@ -111,6 +111,25 @@ def test_all_commands_share_one_connection_per_node(loopback_sshd):
         second = cluster.connection("node1").run(["printenv", "SSH_CONNECTION"], check=True).stdout
     # SSH_CONNECTION = client address, client PORT, server address, server port
     assert first == second and first.split()[3] == str(loopback_sshd.port)
+
+
+def test_the_connection_asks_for_aes_gcm_first_and_openssh_gives_it(loopback_sshd):
+    """paramiko would take AES-CTR with an HMAC (its own first choice, tag compared in
+    Python per packet); the connection asks for AES-GCM first, and real OpenSSH agrees."""
+    assert paramiko.Transport._preferred_ciphers[0] == "aes128-ctr"   # what we change
+    with _cluster(loopback_sshd) as cluster:
+        conn = cluster.connection("node1")
+        assert conn.run(["true"], check=True).exit_code == 0
+        assert (conn.transport.local_cipher, conn.transport.remote_cipher) == (
+            "aes128-gcm@openssh.com", "aes128-gcm@openssh.com")
+
+
+def test_a_server_without_aes_gcm_still_gets_a_connection_with_aes_ctr(tmp_path):
+    with running_sshd(tmp_path, extra="Ciphers aes256-ctr,aes128-ctr") as sshd:
+        with _cluster(sshd) as cluster:
+            conn = cluster.connection("node1")
+            assert conn.run(["echo", "ok"], check=True).stdout == "ok\n"
+            assert conn.transport.remote_cipher == "aes128-ctr"   # our order, then the server's
 
 
 def test_sshd_answers_a_fresh_connection_only_when_sshd_is_there(loopback_sshd):
