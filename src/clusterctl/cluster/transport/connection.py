@@ -52,7 +52,6 @@ from clusterctl.core.lines import LineSplitter
 logging.getLogger("paramiko").addHandler(logging.NullHandler())
 
 
-
 def aead_first(ciphers: Sequence[str]) -> tuple[str, ...]:
     """``ciphers`` with AES-GCM first, the others after in their order."""
     gcm = tuple(c for c in ciphers if c.endswith("-gcm@openssh.com"))
