@@ -244,6 +244,8 @@ def _traces(name: str) -> list[str]:
     left += [f"rule {line}" for line in rules.splitlines() if f"cc-{name} " in line]
     state, data = sandbox.state_base() / name, sandbox.data_base() / name
     left += [f"dir {p}" for p in (state, data) if p.exists()]
+    lock = sandbox.state_base() / f".{name}.lock"
+    left += [f"lock file {lock}"] if lock.exists() else []
     left += [f"process {p}" for p in sandbox.processes_using(state)]
     mounts = Path("/proc/self/mountinfo").read_text().splitlines()
     left += [f"mount {line.split()[4]}" for line in mounts

@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import ipaddress
+import os
 import re
 import shutil
 from collections.abc import Iterator
@@ -122,12 +123,35 @@ def require_environment(what: str) -> None:
 
 @contextlib.contextmanager
 def _locked(name: str) -> Iterator[None]:
-    """Serialise up/down of one sandbox (two shells, or a test and a benchmark)."""
+    """Serialise up/down of one sandbox (two shells, or a test and a benchmark).
+
+    The lock file goes with the sandbox: it is removed, still locked, when no sandbox
+    ``name`` is left (after ``down``, or an ``up`` refused before it started anything).
+    A process that waited on the removed file sees that the path is no longer the file
+    it holds and locks the path again, so removing it never lets two in at once.
+    """
     lock_dir = state_base()
     lock_dir.mkdir(parents=True, exist_ok=True)
-    with open(lock_dir / f".{name}.lock", "w") as f:
+    path = lock_dir / f".{name}.lock"
+    while True:
+        f = open(path, "a")  # noqa: SIM115 - held across the yield, closed below
         fcntl.flock(f, fcntl.LOCK_EX)
+        held = os.fstat(f.fileno())
+        try:
+            now = os.stat(path)
+        except FileNotFoundError:
+            now = None
+        if now is not None and (now.st_dev, now.st_ino) == (held.st_dev, held.st_ino):
+            break
+        f.close()  # removed (or replaced) while this process waited: lock the path anew
+    try:
         yield
+    finally:
+        try:
+            if not (state_base() / name).exists():
+                path.unlink(missing_ok=True)
+        finally:
+            f.close()
 
 
 # --------------------------------------------------------------------------- up
@@ -319,7 +343,6 @@ def _teardown(name: str) -> bool:
         found = found or path.exists()
         _remove_tree(path)
     storage.detach_loops(data_base() / name)  # a loop device still held when it was unmounted
-    (state_base() / f".{name}.lock").unlink(missing_ok=True)
     return found
 
 
