@@ -509,7 +509,7 @@ def environment_page(container_env: Mapping[str, str], layers: Iterable[tuple[st
             "## The resume contract\n",
             "Every container of an SSH launch also gets these (after every layer below: nothing "
             "replaces them), the same on every rank of an attempt; a run that restarts "
-            "(`--max-restarts`, docs/how-to/keep-runs-alive.md) raises the attempt and names the "
+            "(`--max-restarts`, docs/how-to/restarts.md) raises the attempt and names the "
             "nodes it left behind:\n",
             _table(["variable", "value"], [[code(k), md(v, cell=True)] for k, v in resume_env.items()]),
         ]

@@ -4,7 +4,7 @@ Pure: facts in (the job's policy, how each attempt ended, which nodes are left),
 :class:`Decision` out.  :mod:`clusterctl.run.launch` runs the attempts and asks
 :func:`decide` after each; nothing here touches a machine.
 
-The rules, in the order they apply (docs/how-to/keep-runs-alive.md says the same):
+The rules, in the order they apply (docs/how-to/restarts.md says the same):
 
 1. the run succeeded, was stopped by the user (Ctrl-C, SIGTERM, ``clusterctl stop``) or
    ended suspicious (exit 0 with a collective error in the output): it ends so;
