@@ -43,6 +43,7 @@ from clusterctl.cluster.transport import STREAM_WINDOW_SIZE, tree
 from clusterctl.core.deadline import bounded
 from clusterctl.core.errors import NodeError
 from clusterctl.core.lines import LineSplitter
+from clusterctl.core.scripts import script_text
 
 LABEL_PREFIX = "io.clusterctl."
 RUN_LABEL = f"{LABEL_PREFIX}run"
@@ -478,19 +479,7 @@ class NodeStop:
 #: per container "@@T logs ID" + its output (both streams, timestamped); "@@T after" + the
 #: final inspect JSON; "@@T removed" or "@@T rm-failed LAST-WORDS".  Nothing when the node has
 #: none of the run's containers.  A marker may follow a last log line that has no newline.
-_STOP_RUN_SCRIPT = r"""
-t=$1 label=$2 grace=$3
-ids=$(docker ps -a -q --no-trunc --filter "$label") || exit 3
-[ -n "$ids" ] || exit 0
-printf '@@%s before\n' "$t"
-docker inspect --type container $ids || exit 3
-docker stop --time "$grace" $ids > /dev/null
-for c in $ids; do printf '@@%s logs %s\n' "$t" "$c"; docker logs --timestamps "$c" 2>&1; done
-printf '@@%s after\n' "$t"
-docker inspect --type container $ids
-if err=$(docker rm --force $ids 2>&1 > /dev/null); then printf '@@%s removed\n' "$t"
-else printf '@@%s rm-failed %s\n' "$t" "$(printf '%s\n' "$err" | tail -n 1)"; fi
-"""
+_STOP_RUN_SCRIPT = script_text("clusterctl.cluster", "containers-stop-run.sh")
 
 
 class _StopReader:

@@ -42,6 +42,7 @@ from clusterctl.code import store
 from clusterctl.code.snapshot import Entry, write_tar
 from clusterctl.core.errors import NodeError
 from clusterctl.core.files import write_atomic
+from clusterctl.core.scripts import script_text
 
 #: Trees a node keeps without dropping any (older ones go once unused for a day).
 KEEP = 16
@@ -55,40 +56,11 @@ _HEX = re.compile(r"^[0-9a-f]{64}\Z")
 #: ``sh -c APPLY sh CODE_DIR DIGEST BASE NREMOVE``: stdin holds NREMOVE bytes of NUL-separated
 #: paths to drop from the copy of BASE, then a gzip'd tar of the new files.  Prints
 #: ``present PATH`` / ``added PATH``; exit 3 ``nobase`` when BASE is not on the node.
-APPLY = r'''set -eu
-d=$1 h=$2 b=$3 n=$4
-case $d in "~/"*) d=$HOME/${d#"~/"};; esac
-mkdir -p -- "$d/trees"
-cd -- "$d/trees"
-if [ -d "$h" ]; then touch -- "$h"; cat >/dev/null; echo "present $(pwd -P)/$h"; exit 0; fi
-if [ -n "$b" ] && [ ! -d "$b" ]; then cat >/dev/null; echo nobase; exit 3; fi
-t=.tmp.$h.$$
-trap 'rm -rf -- "$t"' EXIT
-rm -rf -- "$t"
-if [ -n "$b" ]; then cp -al -- "$b" "$t"; else mkdir -- "$t"; fi
-if [ "$n" -gt 0 ]; then
-  head -c "$n" | (cd -- "$t" && xargs -0 -r rm -rf --)
-  find "$t" -mindepth 1 -depth -type d -empty -delete
-fi
-gzip -dc | tar -x -p --no-same-owner -C "$t" -f -
-mv -T -- "$t" "$h" 2>/dev/null || [ -d "$h" ]
-echo "added $(pwd -P)/$h"
-ls -t | grep -E '^[0-9a-f]{64}$' | tail -n +''' + str(KEEP + 1) + r''' | while read -r x; do
-  find "$x" -maxdepth 0 -mmin +1440 -exec rm -rf -- {} + ; done || true
-find . -maxdepth 1 -name '.tmp.*' -mmin +60 -exec rm -rf -- {} + || true
-'''
+APPLY = script_text("clusterctl.code", "sync-apply.sh").replace("$FIRST_UNKEPT", str(KEEP + 1))
 
 #: ``sh -c PROBE sh CODE_DIR DIGEST``: ``present PATH``, or ``absent`` and the trees the node
 #: has, newest first (at most :data:`KEEP`).
-PROBE = r'''set -eu
-d=$1 h=$2
-case $d in "~/"*) d=$HOME/${d#"~/"};; esac
-mkdir -p -- "$d/trees"
-cd -- "$d/trees"
-if [ -d "$h" ]; then touch -- "$h"; echo "present $(pwd -P)/$h"; exit 0; fi
-echo absent
-ls -t | grep -E '^[0-9a-f]{64}$' | head -n ''' + str(KEEP) + ''' || true
-'''
+PROBE = script_text("clusterctl.code", "sync-probe.sh").replace("$KEEP", str(KEEP))
 
 
 @dataclass(frozen=True)

@@ -38,6 +38,7 @@ from clusterctl.cluster.distribute.savestream import SharedSave
 from clusterctl.cluster.distribute.source import SourceImage, chain_ids
 from clusterctl.cluster.distribute.tarstream import StreamError
 from clusterctl.core.errors import NodeError
+from clusterctl.core.scripts import script_text
 
 _SEND_ERRORS = (OSError, EOFError, paramiko.SSHException)
 
@@ -151,19 +152,7 @@ def node_chain_ids(conn) -> set[str]:
 # $1 the image ID, $2 the tag to give it ('' when pushed by ID).  Prints "have" (and tags it)
 # when the engine has the image; else "lack" then every image's RootFS layers, one JSON list
 # a line.  Any other docker failure: its words on stderr, its exit status.
-PLAN_SCRIPT = r"""
-out=$(docker image inspect --format '{{.Id}}' "$1" 2>&1); rc=$?
-if [ "$rc" = 0 ] && [ "$out" = "$1" ]; then
-  [ -z "$2" ] || docker tag "$1" "$2" || exit
-  echo have; exit 0
-fi
-if [ "$rc" != 0 ]; then
-  case "$out" in *[Nn]"o such image"*) ;; *) printf '%s\n' "$out" >&2; exit "$rc" ;; esac
-fi
-ids=$(docker image ls -a -q --no-trunc | sort -u) || exit
-if command -v zstd > /dev/null; then echo lack zstd; else echo lack; fi
-[ -z "$ids" ] || docker image inspect --format '{{json .RootFS.Layers}}' $ids || :
-"""
+PLAN_SCRIPT = script_text("clusterctl.cluster", "node-plan.sh")
 
 
 def node_state(conn, image: SourceImage) -> tuple[set[str] | None, bool]:

@@ -97,6 +97,7 @@ from clusterctl.cluster.distribute.tarstream import StreamError
 from clusterctl.cluster.transport.agent import HopAgent, host_key_blobs, load_key
 from clusterctl.cluster.transport.hopssh import HOP_KEX
 from clusterctl.core.errors import NodeError
+from clusterctl.core.scripts import script_text
 
 #: a node from which nothing arrives for this long (no keepalive answer, no heartbeat) is lost
 LOST_AFTER = 10.0
@@ -117,135 +118,27 @@ _SEND_ERRORS = (OSError, EOFError, paramiko.SSHException)
 # ID, REF: the image ID docker load must give, and the tag to give it ('' when pushed by ID):
 # confirmed here right after the load, not in one more command from the head;
 # KNOWN_HOST: the child's host key as this machine verified it (a known_hosts line).
-NODE_SCRIPT = r"""
-d=$1; z=$2; fed=$3; id=$4; ref=$5; shift 5
-case "$d" in /tmp/clusterctl-push.*) ;; *) exit 2 ;; esac
-umask 077
-mkdir "$d" || { echo "could not make the push's temporary directory $d" >&2; exit 1; }
-trap 'rm -rf "$d"' EXIT
-trap 'exit 143' TERM
-trap 'exit 129' HUP
-# the head's session gone, a write to stderr would end this shell without its EXIT trap
-# (SIGPIPE's default), leaving $d behind: exit through the trap instead
-trap 'exit 141' PIPE
-cut -d' ' -f5 /proc/$$/stat > "$d/pgid"
-mkfifo "$d/in" && : > "$d/known_hosts" && : > "$d/progress" || exit 1
-# every 2 s: tell the head how far dd got; stop everything when the stream stalls for
-# $STALL s before it is complete (a dead feeder or head) or the head's session is gone.
-# The stall is measured on the clock, not in rounds of this loop: on a busy node a round
-# takes longer than 2 s, and counting rounds let a stalled node wait minutes past $STALL.
-{ trap '' PIPE
-  last=-1; since=$(date +%s)
-  while sleep 2 < /dev/null > /dev/null 2>&1; do
-    now=$(wc -c < "$d/progress") || break
-    t=$(date +%s) || break
-    if [ "$now" != "$last" ] || grep -q "records out" "$d/progress"; then since=$t; last=$now; fi
-    [ $((t - since)) -ge "$STALL" ] && break
-    echo "clusterctl-alive $(tr '\r' '\n' < "$d/progress" | grep bytes | tail -n 1)" >&2 || break
-  done
-  kill -TERM 0; } < /dev/null > /dev/null &
-hb=$!
-outs=
-i=0
-while [ "$#" -ge 5 ]; do
-  i=$((i+1))
-  printf '%s\n' "$4" >> "$d/known_hosts"
-  mkfifo "$d/out$i"
-  # the hop's ssh logs in now, while the stream has not reached this node yet: "cat fifo |"
-  # waits for tee, ssh does not, so every hop of a chain connects at the same time instead
-  # of each one only once its feeder's hop is up (~1 s per hop, serial along the chain)
-  { cat "$d/out$i" | {
-      [ "$TRACE" = 1 ] && echo "clusterctl-mark hop$i-ssh-start" >&2
-      ssh -F /dev/null -T -o BatchMode=yes -o StrictHostKeyChecking=yes \
-        -o UserKnownHostsFile="$d/known_hosts" -o GlobalKnownHostsFile=/dev/null \
-        -o ConnectTimeout=10 -o ServerAliveInterval=5 -o ServerAliveCountMax=3 \
-        -o ForwardAgent=no -o KexAlgorithms=$HOP_KEX -o ClearAllForwardings=yes -o LogLevel=ERROR \
-        -p "$1" -l "$2" -- "$3" "$5"
-      echo "clusterctl-hop $i $?" >&2
-      exec cat > /dev/null; }; } < /dev/null &
-  outs="$outs $d/out$i"
-  shift 5
-done
-[ "$fed" = 1 ] && exec < "$d/in"
-# the head sends no byte before every node of the round says this (its hop is up): a hop
-# that connects while bytes already flow leaves a backlog no link at rate B can catch up
-echo "clusterctl-ready" >&2
-receive() {
-  if [ "$TRACE" = 1 ]; then
-    dd bs=1 count=1 status=none && echo "clusterctl-mark first-byte" >&2
-    dd bs=1M status=progress 2> "$d/progress"
-    echo "clusterctl-mark last-byte" >&2
-  else
-    dd bs=1M status=progress 2> "$d/progress"
-  fi
-}
-if [ "$z" = 1 ]; then
-  receive | tee -p $outs | zstd -dcq | docker load
-else
-  receive | tee -p $outs | docker load
-fi
-rc=$?
-[ "$TRACE" = 1 ] && echo "clusterctl-mark load-end" >&2
-if [ "$rc" = 0 ]; then
-  if [ -n "$ref" ]; then
-    docker tag "$id" "$ref" > /dev/null
-  else
-    docker image inspect --format . "$id" > /dev/null
-  fi
-  echo "clusterctl-confirm $?" >&2
-fi
-tr '\r' '\n' < "$d/progress" | grep bytes | tail -n 1 >&2
-kill "$hb" 2>/dev/null
-wait
-exit $rc
-"""
+NODE_SCRIPT = script_text("clusterctl.cluster", "relay-node.sh")
 
 # Run on a fed node by its feeder's ssh: wait (30 s at most) for the node's own command to
 # have made its input (its directory must be ours: never write into a path someone else made),
 # note who we are (so the head can stop us), feed the fifo.
-HOP_SCRIPT = r"""
-d=$1; t0=$(date +%s)
-until [ -O "$d" ] && [ -p "$d/in" ]; do
-  [ $(($(date +%s) - t0)) -ge 30 ] && { echo "no relay input at $d" >&2; exit 1; }
-  sleep 0.05 2> /dev/null || sleep 1
-done
-cut -d" " -f5 /proc/$$/stat > "$d/hop"; exec cat > "$d/in"
-"""
+HOP_SCRIPT = script_text("clusterctl.cluster", "relay-hop.sh")
 
 # Stop what is left of a node's part of a round (kill: its command never ended) and remove it.
-CLEANUP_SCRIPT = r"""
-d=$1
-case "$d" in /tmp/clusterctl-push.*) ;; *) exit 2 ;; esac
-if [ "$2" = kill ]; then
-  for f in "$d/pgid" "$d/hop"; do
-    p=$(cat "$f" 2>/dev/null) && [ -n "$p" ] && kill -TERM "-$p" 2>/dev/null
-  done
-fi
-rm -rf "$d"
-"""
+CLEANUP_SCRIPT = script_text("clusterctl.cluster", "relay-cleanup.sh")
 
 # After the last round, on every node the push still reaches: stop and remove whatever of this
 # push ($1: its token) is left, whichever way a round ended (a command whose answer was lost,
 # a cleanup that timed out).  A node the head cannot reach stops and cleans up itself ($STALL).
-# (the loop body both sweeps share: stop a part's processes, remove its directory)
-_SWEEP_ONE = r"""
-  [ -d "$d" ] || continue
-  for f in "$d/pgid" "$d/hop"; do
-    p=$(cat "$f" 2>/dev/null) && [ -n "$p" ] && kill -TERM "-$p" 2>/dev/null
-  done
-  rm -rf "$d"
-done
-"""
-SWEEP_SCRIPT = r"""
-case "$1" in *[!0-9a-f]*|'') exit 2 ;; esac
-for d in /tmp/clusterctl-push."$1".*; do""" + _SWEEP_ONE
+# (both sweeps have the same loop body: stop a part's processes, remove its directory;
+# tests/core/test_scripts.py keeps the two files' bodies the same)
+SWEEP_SCRIPT = script_text("clusterctl.cluster", "relay-sweep.sh")
 
 # After a later round, on a node that succeeded in it: stop and remove what is left of its
 # earlier rounds' parts ($@: their directories; a cleanup that timed out), only those (the
 # other nodes' parts of this push may still run, and a sandbox's nodes share one /tmp).
-SWEEP_DIRS_SCRIPT = r"""
-for d in "$@"; do
-  case "$d" in /tmp/clusterctl-push.*) ;; *) exit 2 ;; esac""" + _SWEEP_ONE
+SWEEP_DIRS_SCRIPT = script_text("clusterctl.cluster", "relay-sweep-dirs.sh")
 
 _BYTES = re.compile(r"^(?:clusterctl-alive )?(\d+) bytes")
 _HOP = re.compile(r"^clusterctl-hop (\d+) (\d+)\Z")

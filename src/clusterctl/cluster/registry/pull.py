@@ -19,22 +19,10 @@ from collections.abc import Iterable
 from clusterctl.cluster.distribute.node import PushResult
 from clusterctl.cluster.registry.push import classify
 from clusterctl.core.errors import NodeError
+from clusterctl.core.scripts import script_text
 
 #: ``sh -c PULL_SCRIPT sh REFERENCE WITH_AUTH``: pull, then print the image ID.
-PULL_SCRIPT = r"""
-set -eu
-ref=$1
-if [ "$2" = 1 ]; then
-  d=$(mktemp -d)
-  trap 'rm -rf "$d"' EXIT HUP INT TERM
-  chmod 700 "$d"
-  (umask 077 && cat > "$d/config.json")
-  DOCKER_CONFIG=$d docker pull --quiet "$ref" >/dev/null
-else
-  docker pull --quiet "$ref" >/dev/null
-fi
-docker image inspect --format '{{.Id}}' "$ref"
-"""
+PULL_SCRIPT = script_text("clusterctl.cluster", "pull-image.sh")
 
 PULL_TIMEOUT = 1800.0  # seconds: a large image over a slow link
 
