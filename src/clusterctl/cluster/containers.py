@@ -1,5 +1,7 @@
-"""A run's containers on the nodes: every ``docker`` command clusterctl runs on a node over SSH
-to find, inspect, wait for, read, stop or remove them.
+"""A run's containers on the nodes: every container command clusterctl runs on a node over SSH
+to find, inspect, wait for, read, stop or remove them, each argv from the node's runtime
+(:func:`clusterctl.cluster.runtime.runtime_of`: ``docker`` today; the shell scripts here still
+spell ``docker`` themselves).
 
 Containers of a run carry labels (:data:`RUN_LABEL`, :data:`JOB_LABEL`,
 :data:`NODE_LABEL`, :data:`RANK_LABEL`) set by the launch plan; everything here
@@ -39,6 +41,7 @@ from typing import BinaryIO
 
 from pydantic import BaseModel
 
+from clusterctl.cluster.runtime import ContainerRuntime, node_runtime, runtime_for, runtime_of
 from clusterctl.cluster.transport import STREAM_WINDOW_SIZE, tree
 from clusterctl.core.deadline import bounded
 from clusterctl.core.errors import NodeError
@@ -108,7 +111,7 @@ def inspect_containers(conn, names: list[str], *, timeout: float | None = 20.0) 
     """``docker inspect`` of ``names`` on ``conn``'s node (missing ones are left out)."""
     if not names:
         return []
-    res = conn.run(["docker", "inspect", "--type", "container", *names], timeout=timeout)
+    res = conn.run(runtime_of(conn).inspect(names), timeout=timeout)
     try:
         data = json.loads(res.stdout or "[]")
     except ValueError:
@@ -138,8 +141,7 @@ def inspect_and_remove(conn, names: list[str], *, timeout: float | None = 20.0
 
 def find_containers(conn, run_id: str, *, timeout: float | None = 20.0) -> list[ContainerState]:
     """The containers labelled ``io.clusterctl.run=<run_id>`` on ``conn``'s node, any state."""
-    res = conn.run(["docker", "ps", "-a", "-q", "--no-trunc", "--filter", f"label={RUN_LABEL}={run_id}"],
-                   timeout=timeout, check=True)
+    res = conn.run(runtime_of(conn).ps(labels={RUN_LABEL: run_id}), timeout=timeout, check=True)
     return inspect_containers(conn, res.stdout.split(), timeout=timeout)
 
 
@@ -154,7 +156,7 @@ def wait_container(conn, name: str) -> int | None:
     ContainerGone when the container does not exist.  Unbounded: the container
     may run for days, so call it from a thread of its own.
     """
-    res = conn.run(["docker", "wait", name])
+    res = conn.run(runtime_of(conn).wait(name))
     if res.exit_code == 0 and res.stdout.strip():
         return int(res.stdout.split()[-1])
     if _NO_SUCH in res.stderr:
@@ -165,17 +167,11 @@ def wait_container(conn, name: str) -> int | None:
 # --------------------------------------------------------------------------- output
 
 def docker_logs_argv(container: str, *, follow: bool = False, tail: int | None = None,
-                     timestamps: bool = False, since: str | None = None) -> list[str]:
-    argv = ["docker", "logs"]
-    if follow:
-        argv.append("--follow")
-    if tail is not None:
-        argv += ["--tail", str(tail)]
-    if since is not None:
-        argv += ["--since", since]
-    if timestamps:
-        argv.append("--timestamps")
-    return [*argv, container]
+                     timestamps: bool = False, since: str | None = None,
+                     runtime: ContainerRuntime | None = None) -> list[str]:
+    """The container's output (``runtime``: the node's, default the default runtime's)."""
+    return (runtime or runtime_for()).logs(container, follow=follow, tail=tail, since=since,
+                                           timestamps=timestamps)
 
 
 def split_timestamp(line: str) -> tuple[str, str]:
@@ -198,7 +194,7 @@ def follow_logs(conn, container: str, on_line: Callable[[str], None], *, tail: i
     output's backpressure), at most that much output waits here; the rest stays in the
     container's log on the node.  ``keep_whole``: strings a cut of a very long line must not
     split (the run's secrets, masked line by line downstream)."""
-    conn.stream(docker_logs_argv(container, follow=True, tail=tail), on_line,
+    conn.stream(docker_logs_argv(container, follow=True, tail=tail, runtime=runtime_of(conn)), on_line,
                 window_size=STREAM_WINDOW_SIZE, keep_whole=keep_whole)
 
 
@@ -219,7 +215,8 @@ def follow_logs_after(conn, container: str, on_line: Callable[[str], None], *, a
                 return
         on_line(text)
     since = f"{after}Z" if after else None
-    conn.stream(docker_logs_argv(container, follow=True, timestamps=True, since=since), take,
+    conn.stream(docker_logs_argv(container, follow=True, timestamps=True, since=since,
+                                 runtime=runtime_of(conn)), take,
                 window_size=STREAM_WINDOW_SIZE, keep_whole=keep_whole)
 
 
@@ -234,13 +231,13 @@ def fetch_logs(conn, container: str, *, tail: int | None = None,
     def on_chunk(chunk: str) -> None:
         for x in chunk.splitlines():
             take(*split_timestamp(x))
-    conn.stream(docker_logs_argv(container, tail=tail, timestamps=True), on_chunk)
+    conn.stream(docker_logs_argv(container, tail=tail, timestamps=True, runtime=runtime_of(conn)), on_chunk)
     return lines
 
 
 def exec_in_container(conn, container: str, argv: list[str], *, timeout: float = 60.0):
     """``docker exec CONTAINER argv...`` on the node (argv, no shell); the CommandResult, unchecked."""
-    return conn.run(["docker", "exec", container, *argv], timeout=timeout)
+    return conn.run(runtime_of(conn).exec(container, argv), timeout=timeout)
 
 
 def copy_out(conn, path: str, *, timeout: float = 60.0) -> bytes | None:
@@ -348,9 +345,9 @@ class StopChannel:
         if sent is None:
             return None
         chan, grace = sent
+        argv = runtime_of(self.conn).stop([self.container], grace=grace)
         try:
-            res = self.conn.wait_channel(chan, ["docker", "stop", "--time", str(grace), self.container],
-                                         timeout=timeout)
+            res = self.conn.wait_channel(chan, argv, timeout=timeout)
         except Exception:  # noqa: BLE001 - broken channel or connection, a timeout: a new channel
             _close_channel(chan)
             return None
@@ -401,10 +398,10 @@ def stop_containers(cluster, containers: dict[str, str], *, grace: int = 3,
                 if res is not None and (res.exit_code == 0 or _NO_SUCH in res.stderr):
                     return res
             conn = cluster.connection(node)
+            runtime = runtime_of(conn)
             if remove and grace:
-                conn.run(["docker", "stop", "--time", str(grace), name], timeout=timeout)
-            argv = (["docker", "rm", "--force", name] if remove
-                    else ["docker", "stop", "--time", str(grace), name])
+                conn.run(runtime.stop([name], grace=grace), timeout=timeout)
+            argv = runtime.rm([name]) if remove else runtime.stop([name], grace=grace)
             return conn.run(argv, timeout=timeout)
 
         res = bounded(call, timeout, name=f"stop-{node}")
@@ -432,7 +429,8 @@ def _stop_containers_through_tree(cluster, containers: dict[str, str], grace: in
     """:func:`stop_containers` of a run followed through the tree (no channel per node was
     opened beforehand): one more tree call, and each node the tree did not bring back is
     stopped on its own connection (:func:`~clusterctl.cluster.transport.tree.run_commands`)."""
-    got = tree.run_commands(cluster, {n: [tree.Command(("docker", "stop", "--time", str(int(grace)), c))]
+    runtimes = {node.name: node_runtime(node) for node in cluster.nodes if node.name in containers}
+    got = tree.run_commands(cluster, {n: [tree.Command(tuple(runtimes[n].stop([c], grace=grace)))]
                                       for n, c in containers.items()}, timeout=timeout)
     problems: dict[str, str] = {}
     for node, r in got.items():
@@ -451,10 +449,11 @@ def remove_run_containers(cluster, run_id: str, nodes: list[str], *, timeout: fl
     """
     def one(conn) -> None:
         def call():
-            found = conn.run(["docker", "ps", "-a", "-q", "--filter", f"label={RUN_LABEL}={run_id}"],
+            runtime = runtime_of(conn)
+            found = conn.run(runtime.ps(labels={RUN_LABEL: run_id}, no_trunc=False),
                              timeout=timeout, check=True).stdout.split()
             if found:
-                conn.run(["docker", "rm", "--force", *found], timeout=timeout, check=True)
+                conn.run(runtime.rm(found), timeout=timeout, check=True)
         bounded(call, timeout * 2, name=f"remove-{conn.name}")
 
     return {n: getattr(r, "reason", str(r)) for n, r in cluster.map(one, nodes=nodes).items()

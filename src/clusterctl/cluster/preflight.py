@@ -38,6 +38,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from clusterctl.cluster import consistency, engine
+from clusterctl.cluster.runtime import node_runtime, runtime_of
 from clusterctl.cluster.transport import (
     Cluster,
     CommandResult,
@@ -210,7 +211,7 @@ def _run(conn: NodeConnection, argv: Sequence[str], what: str, timeout: float | 
 
 def docker_server_version(conn: NodeConnection, timeout: float | None = 30) -> str:
     """The version of the Docker daemon the node's own `docker` CLI talks to."""
-    r = conn.run(["docker", "version", "--format", "{{.Server.Version}}"], timeout=timeout)
+    r = conn.run(runtime_of(conn).version(), timeout=timeout)
     version = r.stdout.strip()
     if r.exit_code == 0 and version:
         return version
@@ -230,7 +231,7 @@ def architecture(conn: NodeConnection, timeout: float | None = 30) -> str:
 
 def docker_root_dir(conn: NodeConnection, timeout: float | None = 30) -> str:
     """Where the node's Docker daemon keeps images (``docker info`` DockerRootDir)."""
-    r = _run(conn, ["docker", "info", "--format", DOCKER_INFO_FORMAT], "docker root", timeout)
+    r = _run(conn, runtime_of(conn).info(DOCKER_INFO_FORMAT), "docker root", timeout)
     root = _info_fields(r.stdout)[0]
     if not root.startswith("/"):
         raise NodeError(conn.name, f"docker root: unexpected DockerRootDir {root!r}")
@@ -251,7 +252,7 @@ def free_disk_bytes(conn: NodeConnection, path: str, timeout: float | None = 30)
 def init_binary(conn: NodeConnection, timeout: float | None = 30) -> tuple[str, bool]:
     """(``docker info`` InitBinary, whether the node has it): what ``docker run --init``
     starts as the container's PID 1, to pass signals on to the command (tini)."""
-    r = conn.run(["docker", "info", "--format", DOCKER_INFO_FORMAT], timeout=timeout)
+    r = conn.run(runtime_of(conn).info(DOCKER_INFO_FORMAT), timeout=timeout)
     name = _info_fields(r.stdout)[1] if r.exit_code == 0 else ""
     found = conn.run(["sh", "-c", _INIT_SCRIPT, "sh", name], timeout=timeout)
     return name, bool(name) and found.exit_code == 0
@@ -529,9 +530,9 @@ class _Replay:
                      "link": ["ip", "-o", "link", "show"], "conn": ["printenv", "SSH_CONNECTION"],
                      "addr": ["ip", "-o", "addr", "show"],
                      "tcp": ["cat", "/proc/net/tcp", "/proc/net/tcp6"], "ss": ["ss", "-Hltn"]}
-        docker_argv = {"version": ["docker", "version", "--format", "{{.Server.Version}}"],
-                       "info": ["docker", "info", "--format", DOCKER_INFO_FORMAT],
-                       "image": ["docker", "image", "inspect", "--format", "{{.Id}}", image_ref or ""]}
+        runtime = node_runtime(node)
+        docker_argv = {"version": runtime.version(), "info": runtime.info(DOCKER_INFO_FORMAT),
+                       "image": runtime.image_inspect([image_ref or ""], format="{{.Id}}")}
         return [(_NODE_SCRIPT, [mode, "1" if ports else "0", *devices], node_argv),
                 (_DOCKER_SCRIPT, [image_ref or ""], docker_argv)]
 
@@ -688,7 +689,7 @@ def _check_facts(conn: NodeConnection, result: NodeCheck, timeout) -> list[str]:
 
 def node_image_id(conn: NodeConnection, ref: str, timeout: float | None = 30) -> str | None:
     """The node's ID of image ``ref``, None when the node does not have it."""
-    r = conn.run(["docker", "image", "inspect", "--format", "{{.Id}}", ref], timeout=timeout)
+    r = conn.run(runtime_of(conn).image_inspect([ref], format="{{.Id}}"), timeout=timeout)
     return r.stdout.strip() or None if r.exit_code == 0 else None
 
 
@@ -699,7 +700,7 @@ def _check_image_id(conn: NodeConnection, result: NodeCheck, ref: str, timeout) 
 
 def image_versions(conn: NodeConnection, ref: str, timeout: float | None = 120) -> dict:
     """torch and backend versions inside image ``ref`` on the node (``docker run --rm``)."""
-    r = _run(conn, ["docker", "run", "--rm", "--net=none", ref, "python3", "-c", _VERSIONS_SCRIPT],
+    r = _run(conn, runtime_of(conn).run(ref, ["python3", "-c", _VERSIONS_SCRIPT], remove=True, network="none"),
              f"versions in {ref}", timeout)
     for line in r.stdout.splitlines():
         if line.startswith("CLUSTERCTL-VERSIONS "):

@@ -37,6 +37,7 @@ from clusterctl.cluster.distribute.layout import layout_from_metadata, store_lay
 from clusterctl.cluster.distribute.savestream import SharedSave
 from clusterctl.cluster.distribute.source import SourceImage, chain_ids
 from clusterctl.cluster.distribute.tarstream import StreamError
+from clusterctl.cluster.runtime import runtime_of
 from clusterctl.core.errors import NodeError
 from clusterctl.core.scripts import script_text
 
@@ -121,7 +122,7 @@ class NodePlan:
 
 def node_has_image(conn, image_id: str) -> bool:
     """True when the node's engine holds an image with exactly this ID."""
-    r = conn.run(["docker", "image", "inspect", "--format", "{{.Id}}", image_id], timeout=120)
+    r = conn.run(runtime_of(conn).image_inspect([image_id], format="{{.Id}}"), timeout=120)
     if r.ok:
         return r.stdout.strip() == image_id
     if "no such image" in r.stderr.lower():
@@ -132,13 +133,12 @@ def node_has_image(conn, image_id: str) -> bool:
 
 def node_chain_ids(conn) -> set[str]:
     """Every layer chain ID the node's engine has (via its images' RootFS layers)."""
-    ids = sorted(set(conn.run(["docker", "image", "ls", "-a", "-q", "--no-trunc"],
-                              timeout=120, check=True).stdout.split()))
+    runtime = runtime_of(conn)
+    ids = sorted(set(conn.run(runtime.image_ids(), timeout=120, check=True).stdout.split()))
     if not ids:
         return set()
     # an image removed meanwhile makes inspect exit 1 but still print the others
-    r = conn.run(["docker", "image", "inspect", "--format", "{{json .RootFS.Layers}}", *ids],
-                 timeout=120)
+    r = conn.run(runtime.image_inspect(ids, format="{{json .RootFS.Layers}}"), timeout=120)
     chains: set[str] = set()
     for line in r.stdout.splitlines():
         try:
@@ -182,7 +182,7 @@ def confirm_on_node(conn, image: SourceImage) -> None:
         if not node_has_image(conn, image.id):
             raise NodeError(conn.name, f"image {image.id} is not on the node after docker load")
         return
-    r = conn.run(["docker", "tag", image.id, image.ref], timeout=120)
+    r = conn.run(runtime_of(conn).tag(image.id, image.ref), timeout=120)
     if r.ok:
         return
     if "no such image" in r.stderr.lower():
@@ -204,7 +204,7 @@ def _is_id(ref: str, image_id: str) -> bool:
 def tag_on_node(conn, image: SourceImage) -> None:
     """Give the node's copy the source's tag (nothing to do when pushed by ID)."""
     if not _is_id(image.ref, image.id):
-        conn.run(["docker", "tag", image.id, image.ref], timeout=120, check=True)
+        conn.run(runtime_of(conn).tag(image.id, image.ref), timeout=120, check=True)
 
 
 #: what the docker CLI says when its daemon goes away under it (killed, stopped, restarted)
@@ -217,14 +217,14 @@ _NO_SPACE = re.compile(r"no space left on device", re.I)
 
 def _daemon_answers(conn) -> bool:
     try:
-        return conn.run(["docker", "version", "--format", "{{.Server.Version}}"], timeout=30).ok
+        return conn.run(runtime_of(conn).version(), timeout=30).ok
     except NodeError:
         return False
 
 
 def _data_root(conn) -> str | None:
     try:
-        r = conn.run(["docker", "info", "--format", "{{.DockerRootDir}}"], timeout=30)
+        r = conn.run(runtime_of(conn).info("{{.DockerRootDir}}"), timeout=30)
     except NodeError:
         return None
     return r.stdout.strip() if r.ok and r.stdout.strip() else None
@@ -298,7 +298,7 @@ def deliver(conn, image: SourceImage, plan: NodePlan, source: SharedSave,
 def _stream_to_node(conn, image: SourceImage, plan: NodePlan, source: SharedSave,
                     layout: dict[str, str] | None, progress: PushProgress) -> None:
     """Pipe the filtered save stream into ``docker load`` on the node; NodeError on failure."""
-    argv = ["docker", "load"]
+    argv = runtime_of(conn).load()
     chan = conn.exec_channel(argv)
     broken: BaseException | None = None
     try:

@@ -1,0 +1,56 @@
+"""The container runtime on the nodes: one seam for every container and image command.
+
+Layout (one job per module):
+
+* :mod:`.base` - :class:`ContainerRuntime`: the argv of each operation (run, ps, inspect,
+  wait, logs, exec, stop, kill, rm, load, image inspect/ls, tag, pull, version, info), pure;
+* :mod:`.docker` - :class:`DockerRuntime`: the ``docker`` CLI, the default.
+
+A runtime is chosen by name in ONE place, :func:`runtime_for`; a node's runtime in one
+function, :func:`node_runtime` (every node runs :data:`DEFAULT_RUNTIME` until the inventory
+names another per node).  Adding a runtime: a module beside ``docker.py`` and one entry in
+:data:`RUNTIMES`.
+
+Shell scripts that run on the nodes (stop channels, the followed run's script, the push's
+plan and relay, the pull, preflight's docker section, Slurm's task) still spell ``docker``
+themselves: see docs/concepts/design.md, "How to add a container runtime".
+"""
+
+from __future__ import annotations
+
+from clusterctl.cluster.runtime.base import ContainerRuntime
+from clusterctl.cluster.runtime.docker import DockerRuntime
+from clusterctl.core.errors import UserError, did_you_mean, one_of
+
+#: name -> runtime class: every runtime clusterctl knows, declared once
+RUNTIMES: dict[str, type[ContainerRuntime]] = {DockerRuntime.name: DockerRuntime}
+
+#: the runtime of a node that names none
+DEFAULT_RUNTIME = DockerRuntime.name
+
+
+def runtime_for(name: str | None = None) -> ContainerRuntime:
+    """The runtime called ``name`` (None: :data:`DEFAULT_RUNTIME`); UserError naming the
+    known ones otherwise."""
+    name = DEFAULT_RUNTIME if name is None else name
+    try:
+        return RUNTIMES[name]()
+    except KeyError:
+        raise UserError(f"container runtime {name!r} is not known{did_you_mean(name, list(RUNTIMES))}; "
+                        f"valid: {one_of(sorted(RUNTIMES))}") from None
+
+
+def node_runtime(node) -> ContainerRuntime:
+    """The runtime of inventory node ``node``: its ``runtime`` when it names one, else the
+    default.  The one place a node's runtime is decided (the inventory has no ``runtime:``
+    key yet: every node runs :data:`DEFAULT_RUNTIME`)."""
+    return runtime_for(getattr(node, "runtime", None))
+
+
+def runtime_of(conn) -> ContainerRuntime:
+    """The runtime of the node at the other end of ``conn`` (a ``NodeConnection``)."""
+    return node_runtime(conn.node)
+
+
+__all__ = ["DEFAULT_RUNTIME", "RUNTIMES", "ContainerRuntime", "DockerRuntime", "node_runtime",
+           "runtime_for", "runtime_of"]
