@@ -52,6 +52,7 @@ from clusterctl.cluster.containers import (
     state_from_inspect,
 )
 from clusterctl.cluster.inventory import load_inventory
+from clusterctl.cluster.runtime import runtime_of
 from clusterctl.cluster.transport import Cluster, describe_error
 from clusterctl.core.errors import EnvironmentProblem, NodeError, UserError, did_you_mean, one_of
 from clusterctl.run import records
@@ -311,12 +312,12 @@ def describe(inj: Injection) -> str:
 
 def _running(conn, run_id: str, node: str) -> list[tuple[ContainerState, int]]:
     """(state, attempt) of every running container with the run's and the node's labels."""
-    ids = conn.run(["docker", "ps", "-q", "--no-trunc", "--filter", f"label={RUN_LABEL}={run_id}",
-                    "--filter", f"label={NODE_LABEL}={node}", "--filter", "status=running"],
+    runtime = runtime_of(conn)
+    ids = conn.run(runtime.ps(labels={RUN_LABEL: run_id, NODE_LABEL: node}, status="running", all=False),
                    timeout=COMMAND_TIMEOUT, check=True).stdout.split()
     if not ids:
         return []
-    res = conn.run(["docker", "inspect", "--type", "container", *ids], timeout=COMMAND_TIMEOUT)
+    res = conn.run(runtime.inspect(ids), timeout=COMMAND_TIMEOUT)
     try:
         data = json.loads(res.stdout or "[]")
     except ValueError:
@@ -335,7 +336,7 @@ def kill_container(conn, run_id: str) -> Injection:
     node = conn.name
     container = pick_container(_running(conn, run_id, node), run_id=run_id, node=node).name
     requested = time.time()
-    res = conn.run(["docker", "kill", "--signal", "KILL", container], timeout=COMMAND_TIMEOUT)
+    res = conn.run(runtime_of(conn).kill(container, signal="KILL"), timeout=COMMAND_TIMEOUT)
     at = time.time()
     if res.exit_code != 0:
         raise NodeError(node, f"`docker kill --signal KILL {container}` failed: {_last_line(res)}")
@@ -348,8 +349,9 @@ def stop_rank(conn, run_id: str, rank: int | None = None) -> Injection:
     node = conn.name
     container = pick_container(_running(conn, run_id, node), run_id=run_id, node=node).name
     requested = time.time()
-    res = conn.run(["docker", "exec", container, "python3", "-c", STOP_SCRIPT,
-                    "-" if rank is None else str(rank)], timeout=COMMAND_TIMEOUT)
+    res = conn.run(runtime_of(conn).exec(container, ["python3", "-c", STOP_SCRIPT,
+                                                     "-" if rank is None else str(rank)]),
+                   timeout=COMMAND_TIMEOUT)
     at = time.time()
     try:
         result = parse_stop_output(res.stdout)
@@ -362,7 +364,7 @@ def stop_rank(conn, run_id: str, rank: int | None = None) -> Injection:
         raise UserError(rank_missing_message(result, container=container, node=node, rank=rank))
     how = "SIGSTOP from inside the container (docker exec)"
     if result.init:      # the rank is the container's PID 1: only a signal from outside stops it
-        res = conn.run(["docker", "kill", "--signal", "STOP", container], timeout=COMMAND_TIMEOUT)
+        res = conn.run(runtime_of(conn).kill(container, signal="STOP"), timeout=COMMAND_TIMEOUT)
         at = time.time()
         if res.exit_code != 0:
             raise NodeError(node, f"`docker kill --signal STOP {container}` failed: {_last_line(res)}")

@@ -85,6 +85,7 @@ from clusterctl.cluster.containers import (
     RANK_LABEL,
     RUN_LABEL,
 )
+from clusterctl.cluster.runtime import ContainerRuntime, node_runtime, runtime_for
 from clusterctl.core.errors import UserError
 from clusterctl.core.text import control_problem, escaped
 from clusterctl.image import targets
@@ -603,7 +604,8 @@ def _node_plan(launch: _Launch, n: _Node, iface: str | None, hosts: list[str],
     if job.contract == "mpi":       # the container starts the node's processes as mpirun would
         command = mpi.spawn_command(n.first_rank, n.nproc, command)
     argv = docker_run_argv(name=name, labels=labels, options=[*hosts, *options], env=env,
-                           secrets=n.secrets, image=launch.image, command=command)
+                           secrets=n.secrets, image=launch.image, command=command,
+                           runtime=node_runtime(node))
     return NodePlan(node=node.name, host=node.host, rank=n.rank, env=env, argv=argv,
                     container=name, run_id=launch.run_id, job=job.name, image=launch.image,
                     nproc=n.nproc, labels=labels, secrets=n.secrets, stdin=n.stdin,
@@ -620,28 +622,20 @@ def run_labels(run_id: str, job: str, node: str, rank: str, attempt: int = 0) ->
 def docker_run_argv(*, name: str, labels: Mapping[str, str], options: Sequence[str],
                     env: Mapping[str, str], secrets: Iterable[str], image: str,
                     command: Sequence[str], secrets_by_name: bool = False,
-                    detach: bool = True) -> list[str]:
-    """The ``docker run`` argv of one run container (see the module docstring for the order).
+                    detach: bool = True, runtime: ContainerRuntime | None = None) -> list[str]:
+    """The ``docker run`` argv of one run container (see the module docstring for the order),
+    in ``runtime``'s words (default: the default runtime's, :mod:`clusterctl.cluster.runtime`).
 
     Secret values never enter it: they come from ``--env-file /dev/stdin``, or with
     ``secrets_by_name`` as ``-e NAME`` (docker takes the value from its own
     environment, as a batch scheduler passes it).  ``detach=False`` leaves out ``-d``.
     """
     secrets = set(secrets)
-    argv = ["docker", "run", *(["-d"] if detach else []), "--net=host", "--name", name]
-    for key, value in labels.items():
-        argv += ["--label", f"{key}={value}"]
-    argv += list(options)
-    for key, value in env.items():
-        if key not in secrets:
-            argv += ["-e", f"{key}={value}"]
-    if secrets and secrets_by_name:
-        for key in env:
-            if key in secrets:
-                argv += ["-e", key]
-    elif secrets:
-        argv += ["--env-file", ENV_FILE_STDIN]
-    return [*argv, image, *command]
+    return (runtime or runtime_for()).run(
+        image, command, name=name, detach=detach, network="host", labels=labels, options=options,
+        env=[(k, v) for k, v in env.items() if k not in secrets],
+        env_names=[k for k in env if k in secrets] if secrets and secrets_by_name else (),
+        env_file=ENV_FILE_STDIN if secrets and not secrets_by_name else None)
 
 
 def _check_image(job: Job, image: str | None) -> None:

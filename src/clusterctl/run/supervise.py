@@ -74,6 +74,7 @@ from clusterctl.cluster.containers import (
     stop_nodes,
     wait_container,
 )
+from clusterctl.cluster.runtime import runtime_of
 from clusterctl.cluster.transport import sshd_answers, tree
 from clusterctl.core import exitcodes
 from clusterctl.core.deadline import bounded
@@ -347,14 +348,15 @@ class Supervisor:
 
     def _engine_gone(self, node: str) -> str | None:
         """Why the node's engine is gone (three tries over ~2 s), or None when it answers."""
+        def ask():
+            conn = self.cluster.connection(node)
+            return conn.run(runtime_of(conn).version(), timeout=5)
         why = None
         for _ in range(3):
             if self._done.is_set():
                 return None
             try:
-                r = bounded(lambda: self.cluster.connection(node).run(
-                    ["docker", "version", "--format", "{{.Server.Version}}"], timeout=5),
-                    self.settings.probe_timeout + 5, name=f"engine-{node}")
+                r = bounded(ask, self.settings.probe_timeout + 5, name=f"engine-{node}")
             except Exception:  # noqa: BLE001 - the node itself may be gone: the prober says so
                 return None
             if r.exit_code == 0 and r.stdout.strip():
