@@ -238,8 +238,8 @@ def test_the_probe_runs_with_launchs_plan_interactive_and_without_secrets(tmp_pa
     assert argv[-4:-1] == ["clusterctl/cpu:2.13.0", "python3", "-"]
     cfg = json.loads(argv[-1])   # the braces doubled for the job template are single again
     assert {k: v for k, v in cfg.items() if k != "rounds"} == {
-        "backend": "gloo", "sizes": [MiB, 4 * MiB], "iters": 2, "pair_bytes": MiB,
-        "timeout": options.collective_timeout}
+        "backend": "gloo", "device": "cpu", "module": [], "version": "torch",   # the table's gloo
+        "sizes": [MiB, 4 * MiB], "iters": 2, "pair_bytes": MiB, "timeout": options.collective_timeout}
     assert sorted(tuple(p) for r in cfg["rounds"] for p in r) == [(0, 1), (0, 2), (1, 2)]
     env = dict(a.split("=", 1) for a, prev in zip(argv[1:], argv[:-1], strict=True) if prev == "-e")
     assert env["NODE_RANK"] == "1" and env["NNODES"] == "3" and env["MASTER_ADDR"] == "10.0.0.1"

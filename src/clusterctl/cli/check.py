@@ -22,6 +22,7 @@ from clusterctl.cli.nodes import NodesOption
 from clusterctl.cluster import preflight
 from clusterctl.cluster.inventory import load_inventory
 from clusterctl.cluster.transport import Cluster
+from clusterctl.core import accelerators
 from clusterctl.core.console import interactive, out, table
 from clusterctl.core.errors import UserError
 from clusterctl.image.targets import get_target
@@ -153,8 +154,9 @@ def _collective(nodes, *, target, image, job, sizes, pair_size, iters, pair_roun
         pair_rounds=collective_view.parse_pair_rounds(pair_rounds),
         timeout=timeout, collective_timeout=min(120.0, timeout), thresholds=thresholds,
         push=push, backend=backend)
-    if backend is not None and backend not in BACKENDS:
-        raise UserError(f"--backend {backend!r} is not known; valid: {', '.join(BACKENDS)}")
+    known = accelerators.load().backend_names()
+    if backend is not None and backend not in known:
+        raise UserError(f"--backend {backend!r} is not known; valid: {', '.join(known)}")
     if save is not None and (save.is_dir() or not save.parent.is_dir()):
         raise UserError(f"--save {save}: valid: a file path in an existing directory")
     spec = load_job(job) if job is not None else None
@@ -173,8 +175,9 @@ def _collective(nodes, *, target, image, job, sizes, pair_size, iters, pair_roun
         raise typer.Exit(1)
 
 
-#: torch.distributed backends the probe knows how to set up.
-BACKENDS = ("gloo", "nccl", "ccl", "cncl", "accl")
+#: torch.distributed backends the probe knows how to set up: the accelerator table's
+#: (core/data/accelerators.yaml), the default first.
+BACKENDS = accelerators.load().backend_names()
 
 
 def _target_devices(name: str):

@@ -46,6 +46,7 @@ from clusterctl.cluster.transport import (
     describe_error,
     tree,
 )
+from clusterctl.core import accelerators
 from clusterctl.core.errors import NodeError, UserError
 
 #: uname -m -> Docker's architecture names (image platforms, `docker version` Arch).
@@ -74,13 +75,9 @@ def _info_fields(stdout: str) -> tuple[str, str]:
 _TCP_LISTEN = "0A"  # socket state LISTEN in /proc/net/tcp{,6}
 
 #: One round trip for the facts that must match across nodes: kernel, clock, and the
-#: accelerator driver where there is one (nvidia-smi; Cambricon's cnmon).  A constant.
-_FACTS_SCRIPT = (
-    'uname -r; date +%s.%N; '
-    'if command -v nvidia-smi >/dev/null 2>&1; then printf "nvidia "; '
-    'nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>&1 | head -n 1; '
-    'elif command -v cnmon >/dev/null 2>&1; then printf "cambricon "; '
-    'cnmon version 2>&1 | grep -i driver | head -n 1; else echo; fi')
+#: accelerator driver where there is one (nvidia-smi; Cambricon's cnmon: each device's
+#: ``driver`` in the accelerator table, core/data/accelerators.yaml).  A constant.
+_FACTS_SCRIPT = 'uname -r; date +%s.%N; ' + accelerators.load().driver_probe()
 
 #: Run inside an image (python3 -c): torch's version and its collective backends', read
 #: from files (torch/version.py, installed distributions' metadata, libnccl's file name)

@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from clusterctl.core import accelerators
 from clusterctl.core.errors import UserError, did_you_mean, one_of
 from clusterctl.core.yamlfile import FileProblems, Problems, parse, read_text, show
 
@@ -95,8 +96,8 @@ class Target(_Model):
     passthrough_env: list[str] = []
     flight_recorder: FlightRecorder | None = None
     images_built_on_it: PipFacts | None = None   # only the local base: how images FROM it run pip
-    backend: str | None
-    device: Literal["cpu", "cuda", "mlu"] = "cpu"
+    backend: str | None                          # a backend of the accelerator table
+    device: str = "cpu"                          # a device kind of the accelerator table
     needs: str
     smoke: list[str]
     tag: str
@@ -200,9 +201,27 @@ def _validate(model: type[_Model], data: Any, where: tuple, problems: Problems) 
         return None
 
 
+def load_targets(path: Path | None = None) -> dict[str, Target]:
+    """All targets by name, validated (a bad data file is a TargetDataError naming line and
+    field); ``path`` None: :data:`TARGETS_FILE`, read when called.  A target's ``device`` and
+    ``backend`` must be in the accelerator table (:mod:`clusterctl.core.accelerators`)."""
+    return _load_targets(Path(path) if path is not None else TARGETS_FILE)
+
+
+def _accelerator_problems(name: str, target: Target, problems: Problems) -> None:
+    """A problem for a ``device`` or ``backend`` the accelerator table does not know."""
+    table = accelerators.load()
+    where = f"one of the {{}} of {accelerators.ACCELERATORS_FILE.name} ({{}})"
+    if target.device not in table.devices:
+        problems.add(("targets", name, "device"), f"{show(target.device)} is not a known device kind",
+                     where.format("devices", one_of(table.device_names())))
+    if target.backend is not None and target.backend not in table.backends:
+        problems.add(("targets", name, "backend"), f"{show(target.backend)} is not a known backend",
+                     where.format("backends", one_of(list(table.backends))) + " or null")
+
+
 @cache
-def load_targets(path: Path = TARGETS_FILE) -> dict[str, Target]:
-    """All targets by name, validated (a bad data file is a TargetDataError naming line and field)."""
+def _load_targets(path: Path) -> dict[str, Target]:
     raw, problems = _read(path)
     section = raw.get("targets") if isinstance(raw, dict) else raw
     if not isinstance(section, dict):
@@ -219,6 +238,7 @@ def load_targets(path: Path = TARGETS_FILE) -> dict[str, Target]:
         target = _validate(Target, {**body, "name": name} if isinstance(body, dict) else body,
                            ("targets", name), problems)
         if target is not None:
+            _accelerator_problems(name, target, problems)
             targets[name] = target
     problems.raise_if_any()
     return targets
@@ -235,10 +255,14 @@ def _tools(raw: Any, problems: Problems) -> list[Tool]:
     return [t for t in tools if t is not None]
 
 
-@cache
-def image_tools(path: Path = TARGETS_FILE) -> list[Tool]:
+def image_tools(path: Path | None = None) -> list[Tool]:
     """What every image clusterctl renders carries besides its stack (py-spy, for the hang
     watchdog's stack dumps): the ``tools:`` list of targets.yaml."""
+    return _image_tools(Path(path) if path is not None else TARGETS_FILE)
+
+
+@cache
+def _image_tools(path: Path) -> list[Tool]:
     raw, problems = _read(path)
     tools = _tools(raw, problems)
     problems.raise_if_any()

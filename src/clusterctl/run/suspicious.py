@@ -10,8 +10,9 @@ matched, the run ends *suspicious* (exit :data:`SUSPICIOUS_EXIT`), not succeeded
 the matching lines are in the summary and ``run.json``.
 
 The patterns are errors, not warnings: ``NCCL WARN`` lines, NCCL_DEBUG=INFO chatter
-and c10d's store warnings do not match.  Each pattern names its library; they live in
-:data:`PATTERNS`, one table.
+and c10d's store warnings do not match.  Each pattern names its library; they are the
+``errors`` of each backend in the accelerator table (core/data/accelerators.yaml), and
+torch.distributed's own (:func:`patterns`).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from clusterctl.core import exitcodes
+from clusterctl.core import accelerators, exitcodes
 
 #: Exit status of a run whose containers all exited 0 while its output shows a
 #: collective-library error (next to 124, the hang watchdog's: as with GNU timeout).
@@ -29,29 +30,23 @@ SUSPICIOUS_EXIT = exitcodes.SUSPICIOUS  # 125
 #: How many matching lines a run keeps (the first ones: what came later is mostly fallout).
 KEEP = 20
 
-#: (library, pattern): an error line of that collective library (or of torch.distributed
-#: about it).  Searched anywhere in the line (prefixes such as ``[rank1]:`` vary).
-PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple((lib, re.compile(rx)) for lib, rx in (
-    # NCCL: ncclResult_t names in messages, the c10d wording, the watchdog's timeout
-    ("nccl", r"\bNCCL error\b"),
-    ("nccl", r"\bnccl(?:UnhandledCuda|System|Internal|InvalidArgument|InvalidUsage|Remote)Error\b"),
-    ("nccl", r"NCCL communicator was aborted"),
-    ("nccl", r"Watchdog caught collective operation timeout"),
-    ("nccl", r"ProcessGroupNCCL\S*\s.*\b(?:[Tt]imed out|[Tt]imeout|[Ee]xception|[Ee]rror)\b"),
-    # gloo: its transport errors carry the source path; its exception classes
-    ("gloo", r"gloo/transport/\S+\]\s.*(?:[Cc]onnection (?:closed|reset|refused)|[Tt]imed out|[Ee]rror)"),
-    ("gloo", r"\bgloo::(?:IoException|EnforceNotMet|TimeoutException|Exception)\b"),
-    ("gloo", r"Gloo connectFullMesh failed"),
-    # oneCCL (Intel): its log level tag
-    ("ccl", r"\|CCL_ERROR\|"),
-    ("ccl", r"\boneCCL\b.*\b(?:ERROR|[Ee]rror)\b"),
-    # CNCL (Cambricon) and ACCL (Alibaba)
-    ("cncl", r"\bCNCL(?:[ _]|\s.*\b)(?:ERROR|[Ee]rror)\b"),
-    ("cncl", r"\bcncl\w*Error\b"),
-    ("accl", r"\bACCL(?:[ _]|\s.*\b)(?:ERROR|[Ee]rror)\b"),
-    # torch.distributed's own exception types for a backend or network failure
-    ("torch.distributed", r"\b(?:torch\.distributed\.)?Dist(?:Backend|Network|Store)Error\b"),
-))
+#: Errors of torch.distributed itself, whichever backend: tried after every backend's.
+_TORCH_DISTRIBUTED: tuple[tuple[str, re.Pattern[str]], ...] = (
+    # its own exception types for a backend or network failure
+    ("torch.distributed", re.compile(r"\b(?:torch\.distributed\.)?Dist(?:Backend|Network|Store)Error\b")),
+)
+
+
+def patterns() -> tuple[tuple[str, re.Pattern[str]], ...]:
+    """(library, pattern): an error line of that collective library (or of torch.distributed
+    about it), searched anywhere in the line (prefixes such as ``[rank1]:`` vary).  Every
+    backend's ``errors`` of the accelerator table (:mod:`clusterctl.core.accelerators`), in
+    its order, then torch.distributed's own; the first match names the library."""
+    return (*accelerators.load().error_patterns(), *_TORCH_DISTRIBUTED)
+
+
+#: :func:`patterns` of the shipped table, as one tuple.
+PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = patterns()
 
 
 @dataclass(frozen=True)
@@ -81,7 +76,10 @@ def classify(text: str) -> str | None:
     """The library whose error ``text`` (one output line) shows, else None."""
     if _CPP_FRAME.match(text):
         return None
-    for library, pattern in PATTERNS:
+    for library, pattern in accelerators.load().error_patterns():
+        if pattern.search(text):
+            return library
+    for library, pattern in _TORCH_DISTRIBUTED:
         if pattern.search(text):
             return library
     return None

@@ -42,6 +42,7 @@ from pathlib import Path
 from clusterctl.cluster import containers
 from clusterctl.cluster import preflight as pf
 from clusterctl.cluster.transport import Cluster
+from clusterctl.core import accelerators
 from clusterctl.core.errors import NodeError, UserError
 from clusterctl.image import targets
 from clusterctl.run import launch as launching
@@ -125,13 +126,23 @@ def backend_of(job: Job, given: str | None) -> str:
             raise UserError(f"target {job.target} has no torch.distributed backend; valid: a "
                             "target with one (clusterctl targets), or --backend NAME.")
         return backend
-    return "gloo"
+    return accelerators.load().default_backend
+
+
+def _backend_facts(backend: str) -> dict:
+    """The accelerator table's facts the probe sets ``backend`` up with (device, module to
+    import, where its version comes from); a backend the table lacks is a UserError."""
+    table = accelerators.load()
+    if backend not in table.backends:
+        raise UserError(f"backend {backend!r} is not known; valid: {', '.join(table.backend_names())} "
+                        f"(the backends of {accelerators.ACCELERATORS_FILE.name}).")
+    return table.backends[backend].probe_config()
 
 
 def config(n: int, backend: str, o: Options, budget: float | None = None) -> dict:
     """The probe's input; ``budget``: its seconds from its start (None: no budget), which
     also caps the process group's timeout."""
-    cfg = {"backend": backend, "sizes": list(o.sizes), "iters": o.iters,
+    cfg = {"backend": backend, **_backend_facts(backend), "sizes": list(o.sizes), "iters": o.iters,
            "rounds": [[list(p) for p in r] for r in model.pair_rounds(n, o.pair_rounds)],
            "pair_bytes": o.pair_bytes, "timeout": o.collective_timeout}
     if budget is not None:

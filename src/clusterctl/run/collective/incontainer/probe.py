@@ -5,9 +5,10 @@ feeds it to ``python3 -`` on the container's stdin, so any image with torch can 
 it (nothing has to be baked into the image).  Only the standard library and torch
 (plus the target's own backend module) are used.
 
-Input: ``argv[1]`` is a JSON object (backend, sizes, iters, rounds, pair_bytes,
-timeout, and optionally budget); the rank environment is launch's (``NODE_RANK``, ``NNODES``,
-``MASTER_ADDR``, ``MASTER_PORT``, ``GLOO_SOCKET_IFNAME`` / ``NCCL_SOCKET_IFNAME``).
+Input: ``argv[1]`` is a JSON object (backend, and the accelerator table's device, module
+and version of it; sizes, iters, rounds, pair_bytes, timeout, and optionally budget); the
+rank environment is launch's (``NODE_RANK``, ``NNODES``, ``MASTER_ADDR``, ``MASTER_PORT``,
+``GLOO_SOCKET_IFNAME`` / ``NCCL_SOCKET_IFNAME``).
 Output: one line per measurement on stdout, ``CLUSTERCTL-PROBE {json}``:
 
 * ``versions``: torch and backend versions;
@@ -37,6 +38,7 @@ after printing ``budget``: the caller names the nodes whose pairs had not finish
 """
 
 import datetime
+import importlib
 import json
 import os
 import sys
@@ -87,40 +89,38 @@ def watchdog():
             out_of_budget()
 
 
-def device_for(backend, torch):
-    """The device one process of this backend uses, importing the backend's module."""
+def device_for(cfg, torch):
+    """The device one process of this backend uses, importing the backend's module: the
+    first of ``cfg["module"]`` that imports (later ones are older names of it)."""
     local = int(os.environ.get("LOCAL_RANK", "0"))
-    if backend in ("nccl", "accl"):
-        if backend == "accl":
-            import torch_accl  # noqa: F401  (registers the backend)
-        torch.cuda.set_device(local)
-        return torch.device("cuda", local), (lambda: torch.cuda.synchronize())
-    if backend == "cncl":
-        import torch_mlu  # noqa: F401
-        torch.mlu.set_device(local)
-        return torch.device("mlu", local), (lambda: torch.mlu.synchronize())
-    if backend == "ccl":
+    modules = cfg["module"]
+    for i, name in enumerate(modules):
         try:
-            import oneccl_bindings_for_pytorch  # noqa: F401
+            importlib.import_module(name)  # registers the backend or the device
+            break
         except ImportError:
-            import torch_ccl  # noqa: F401  (before torch 1.12)
-    return torch.device("cpu"), (lambda: None)
+            if i == len(modules) - 1:
+                raise
+    kind = cfg["device"]
+    if kind == "cpu":
+        return torch.device("cpu"), (lambda: None)
+    accelerator = getattr(torch, kind)  # torch.cuda, torch.mlu (registered by torch_mlu), ...
+    accelerator.set_device(local)
+    return torch.device(kind, local), (lambda: accelerator.synchronize())
 
 
-def backend_version(backend, torch):
+def backend_version(cfg, torch):
     try:
-        if backend in ("nccl", "accl"):
+        how = cfg["version"]
+        if how == "nccl":
             v = torch.cuda.nccl.version()
             return ".".join(str(x) for x in v) if isinstance(v, tuple) else str(v)
-        if backend == "ccl":
-            for name in ("oneccl_bindings_for_pytorch", "torch_ccl"):
+        if how == "module":
+            for name in cfg["module"]:
                 mod = sys.modules.get(name)
                 if mod is not None:
                     return str(getattr(mod, "__version__", "?"))
-        if backend == "cncl":
-            mod = sys.modules.get("torch_mlu")
-            return str(getattr(mod, "__version__", "?"))
-        if backend == "gloo":
+        if how == "torch":
             return "torch " + torch.__version__
     except Exception as e:  # noqa: BLE001 - a version is information, not a failure
         return f"unknown ({type(e).__name__})"
@@ -139,9 +139,9 @@ def main():
         import torch.distributed as dist
 
         backend = cfg["backend"]
-        device, sync = device_for(backend, torch)
+        device, sync = device_for(cfg, torch)
         emit("versions", torch=torch.__version__, backend=backend,
-             backend_version=backend_version(backend, torch), device=str(device))
+             backend_version=backend_version(cfg, torch), device=str(device))
         state["phase"] = "join"
         start = time.perf_counter()
         dist.init_process_group(
