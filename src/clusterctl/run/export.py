@@ -46,11 +46,10 @@ What an SSH launch gives a container, and where it goes here
 * ``docker run`` flags of the target and the job (:func:`pod_settings`): ``--net=host``
   -> ``hostNetwork`` + ``dnsPolicy: ClusterFirstWithHostNet``; ``--shm-size`` and
   ``--ipc=host`` -> a memory-backed emptyDir at /dev/shm (with that ``sizeLimit``);
-  ``--gpus`` -> ``nvidia.com/gpu`` = slots (an accelerator's ``docker_flag`` ->
-  its ``kubernetes_resource``, core/data/accelerators.yaml); ``--ulimit memlock=-1`` -> capability
+  ``--gpus`` -> ``nvidia.com/gpu`` = slots; ``--ulimit memlock=-1`` -> capability
   IPC_LOCK (Kubernetes sets no ulimits; with IPC_LOCK the memlock limit does not bind);
   ``--cap-add`` -> capabilities; ``--device`` -> a device plugin's resource
-  (:func:`device_resources`) or a refusal; ``-w``/``--workdir`` -> the container's
+  (:data:`DEVICE_RESOURCES`) or a refusal; ``-w``/``--workdir`` -> the container's
   ``workingDir`` (PyTorchJob); a TrainJob has no field for it (Trainer 2.3's container
   patch takes env, securityContext, volumeMounts only): the wrapper ``cd``s there first
   and fails if it cannot;
@@ -88,7 +87,6 @@ import yaml
 
 from clusterctl.cluster.containers import JOB_LABEL
 from clusterctl.cluster.registry.reference import digest_of
-from clusterctl.core import accelerators
 from clusterctl.core.errors import UserError, did_you_mean, one_of
 from clusterctl.image import targets
 from clusterctl.run import mpi, recovery
@@ -226,42 +224,23 @@ IMAGE_ENTRYPOINT = "/opt/clusterctl/entrypoint.sh"
 #: A Secret's name: a DNS-1123 subdomain (lower-case alphanumerics, '-', '.'), at most 253.
 _SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*\Z")
 
+GPU_RESOURCE = "nvidia.com/gpu"
 DEFAULT_RDMA_RESOURCE = "rdma/hca"
-#: Device path prefixes of the RDMA device plugin (k8s-rdma-shared-dev-plugin: its resource
-#: name is site config, --rdma-resource; one per pod).  The accelerators' own come from the
-#: accelerator table (core/data/accelerators.yaml: device_files, kubernetes_resource).
-_RDMA_DEVICES: dict[str, tuple[str | None, int | None]] = {"/dev/infiniband": (None, 1)}
-
-
-def device_resources() -> dict[str, tuple[str | None, int | None]]:
-    """Device path prefixes a device plugin provides, with its resource name (None: the RDMA
-    resource given by --rdma-resource) and how many a pod asks for (None: slots)."""
-    return {**_RDMA_DEVICES, **{prefix: (d.kubernetes_resource, None)
-                                for d in accelerators.load().devices.values()
-                                if d.kubernetes_resource for prefix in d.device_files}}
-
-
-def device_flags() -> dict[str, str]:
-    """docker run flags that give a container accelerators (``--gpus``), with the resource a
-    pod asks for instead (its value: all = slots, N or count=N)."""
-    return {d.docker_flag: d.kubernetes_resource for d in accelerators.load().devices.values()
-            if d.docker_flag and d.kubernetes_resource}
-
-
+#: Device path prefixes a device plugin provides, with its resource name (None: the RDMA
+#: resource given by --rdma-resource) and how many a pod asks for (None: slots).
+DEVICE_RESOURCES: dict[str, tuple[str | None, int | None]] = {
+    "/dev/infiniband": (None, 1),              # k8s-rdma-shared-dev-plugin (resource name is site config)
+    "/dev/cambricon_": ("cambricon.com/mlu", None),   # Cambricon's device plugin: one per MLU
+}
 #: Containers the operators expect by name.
 CONTAINER = {"pytorchjob": "pytorch", "trainjob": "node"}
 PYTORCHJOB_PORT = 23456    # the operator's default, named pytorchjob-port
 DEFAULT_RUNTIME = "torch-distributed"
 _DNS = re.compile(r"[^a-z0-9-]+")
 _SIZE = re.compile(r"^(\d+(?:\.\d+)?)([bkmgtp]?)b?\Z", re.IGNORECASE)
-#: docker run flags export understands; the ones taking a value may also be given as two
-#: tokens.  The accelerators' flags (:func:`device_flags`, ``--gpus``) go after --shm-size.
-_VALUE_FLAGS_BEFORE = ("--net", "--network", "--ipc", "--shm-size")
-_VALUE_FLAGS_AFTER = ("--ulimit", "--cap-add", "--device", "-w", "--workdir")
-
-
-def _value_flags() -> tuple[str, ...]:
-    return (*_VALUE_FLAGS_BEFORE, *device_flags(), *_VALUE_FLAGS_AFTER)
+#: docker run flags export understands; the ones taking a value may also be given as two tokens.
+_VALUE_FLAGS = ("--net", "--network", "--ipc", "--shm-size", "--gpus", "--ulimit", "--cap-add",
+                "--device", "-w", "--workdir")
 
 
 @dataclass(frozen=True)
@@ -616,11 +595,11 @@ def docker_size(text: str) -> str:
 
 def _flag_items(flags: Sequence[str]) -> list[tuple[str, str]]:
     """(flag, value) pairs of ``--flag=value`` and ``--flag value``; value '' for a bare flag."""
-    items, i, value_flags = [], 0, _value_flags()
+    items, i = [], 0
     while i < len(flags):
         arg = flags[i]
         head, sep, value = arg.partition("=")
-        if not sep and head in value_flags and i + 1 < len(flags):
+        if not sep and head in _VALUE_FLAGS and i + 1 < len(flags):
             value, i = flags[i + 1], i + 1
         items.append((head, value))
         i += 1
@@ -631,7 +610,6 @@ def pod_settings(flags: Sequence[str], devices: Sequence[str], *, slots: int,
                  rdma_resource: str = DEFAULT_RDMA_RESOURCE, where: str = "job") -> PodSettings:
     """What ``docker run`` flags and devices become in a pod; UserError for what cannot be said."""
     pod = PodSettings()
-    resource_of_flag = device_flags()
     for flag, value in _flag_items(flags):
         if flag in ("--net", "--network"):
             if value != "host":
@@ -648,13 +626,12 @@ def pod_settings(flags: Sequence[str], devices: Sequence[str], *, slots: int,
                 pod.shm, pod.shm_limit = True, docker_size(value)
             except ValueError:
                 raise UserError(f"{where}: --shm-size={value!r} is not a size; valid: e.g. 8g, 512m.") from None
-        elif flag in resource_of_flag:
-            resource = resource_of_flag[flag]
+        elif flag == "--gpus":
             count = str(slots) if value in ("all", "") else value.removeprefix("count=")
             if not count.isdigit():
-                raise UserError(f"{where}: {flag}={value!r} cannot be exported; valid: {flag}=all "
-                                f"({resource} = slots) or {flag}=N.")
-            pod.resources[resource] = count
+                raise UserError(f"{where}: --gpus={value!r} cannot be exported; valid: --gpus=all "
+                                f"({GPU_RESOURCE} = slots) or --gpus=N.")
+            pod.resources[GPU_RESOURCE] = count
         elif flag == "--ulimit":
             limit = value.partition("=")[0]
             if limit == "memlock":
@@ -672,7 +649,7 @@ def pod_settings(flags: Sequence[str], devices: Sequence[str], *, slots: int,
             pod.workdir = value
         else:
             raise UserError(f"{where}: docker run flag {flag!r} cannot be exported to Kubernetes; "
-                            f"valid: {one_of(_value_flags())} (or launch over SSH).")
+                            f"valid: {one_of(_VALUE_FLAGS)} (or launch over SSH).")
     for device in dict.fromkeys(devices):
         _device_resource(pod, device.split(":", 1)[0], slots, rdma_resource, where)
     return pod
@@ -684,12 +661,11 @@ def _add_cap(pod: PodSettings, cap: str) -> None:
 
 
 def _device_resource(pod: PodSettings, device: str, slots: int, rdma_resource: str, where: str) -> None:
-    known_devices = device_resources()
-    for prefix, (resource, count) in known_devices.items():
+    for prefix, (resource, count) in DEVICE_RESOURCES.items():
         if device == prefix or device.startswith(prefix if prefix.endswith("_") else prefix + "/"):
             pod.resources[resource or rdma_resource] = str(count or slots)
             return
-    known = ", ".join(f"{p}* ({r or rdma_resource})" for p, (r, _c) in known_devices.items())
+    known = ", ".join(f"{p}* ({r or rdma_resource})" for p, (r, _c) in DEVICE_RESOURCES.items())
     raise UserError(f"{where}: device {device} cannot be expressed in Kubernetes: a pod gets host "
                     f"devices only as a device plugin's resource, and clusterctl knows {known}; "
                     "valid: drop the device from the job, or launch over SSH.")
@@ -738,7 +714,8 @@ def resume_env(job: Job, kind: str, name: str) -> list[dict]:
     return env
 
 
-def recovery_settings(job: Job, kind: str, nnodes: int, runtime: str
+def recovery_settings(job: Job, kind: str, nnodes: int, runtime: str,
+                      rules: Sequence[recovery.Rule] = recovery.RULES
                       ) -> tuple[str, int | None, list[str]]:
     """(a PyTorchJob's replica ``restartPolicy``, its ``runPolicy.backoffLimit`` (None: not
     written), the notes on what maps and what cannot) for the job's recovery keys.  Pure.
@@ -748,17 +725,23 @@ def recovery_settings(job: Job, kind: str, nnodes: int, runtime: str
     add up to backoffLimit.  ExitCode recreates a pod whose container exited with a code of
     :data:`KUBEFLOW_RETRYABLE` and fails the job on any other non-zero code; the recreations
     are not container restarts, so backoffLimit does not bound them (kubeflow/trainer#2045,
-    "a specification, not a bug")."""
-    n, retry, fatal = job.max_restarts, sorted(set(job.retry_on_exit)), sorted(set(job.fatal_on_exit))
-    notes: list[str] = []
+    "a specification, not a bug").  The exit-code rules of ``rules``
+    (:data:`clusterctl.run.recovery.RULES`) whose codes the job lists choose ExitCode: an
+    ``end`` rule's code maps where the operator fails the job on it, any other's where it
+    retries it; the rest is said in the notes with the rule's reason."""
+    n = job.max_restarts
+    coded = [(rule, codes) for rule in rules if (codes := sorted(set(rule.codes_of(job))))]
+    notes = [f"{rule.label} {', '.join(map(str, codes))}: not on Kubernetes: {rule.kubernetes.why}."
+             for rule, codes in coded if rule.kubernetes.says is None]
+    coded = [(rule, codes) for rule, codes in coded if rule.kubernetes.says is not None]
     if kind == "trainjob":
         if n:
             notes.append(f"Restarts (max_restarts {n}): a TrainJob has no field for them; the "
                          f"runtime has: set spec.template.spec.failurePolicy.maxRestarts: {n} in the "
                          f"ClusterTrainingRuntime {runtime} (JobSet restarts every node's pod; "
                          "CLUSTERCTL_ATTEMPT is its restart count).")
-        if retry or fatal:
-            notes.append(_codes(retry, fatal) + ": a TrainJob cannot say them. In the runtime, "
+        if coded:
+            notes.append(_codes(coded) + ": a TrainJob cannot say them. In the runtime, "
                          "fatal codes are a podFailurePolicy rule (onExitCodes, action FailJob) of "
                          "the node job's template with a JobSet failurePolicy rule "
                          "(onJobFailureReasons: [PodFailurePolicy], action FailJobSet); every "
@@ -766,15 +749,14 @@ def recovery_settings(job: Job, kind: str, nnodes: int, runtime: str
         if job.checkpoint:
             notes.append(_checkpoint_note(job.checkpoint))
         return "Never", 0, notes
-    if retry or fatal:
+    if coded:
         policy, backoff = "ExitCode", n if n else recovery.MAX_ATTEMPTS
         words = ", ".join(map(str, KUBEFLOW_RETRYABLE))
-        notes.append(f"{_codes(retry, fatal)}: restartPolicy ExitCode, whose classes are the "
+        notes.append(f"{_codes(coded)}: restartPolicy ExitCode, whose classes are the "
                      f"training operator's: it recreates a pod that exited {words} and fails the "
                      "job on any other code.")
-        cannot = [f"retry_on_exit {c} (the operator fails the job on it; exit 138 to be retried)"
-                  for c in retry if c not in KUBEFLOW_RETRYABLE]
-        cannot += [f"fatal_on_exit {c} (the operator retries it)" for c in fatal if c in KUBEFLOW_RETRYABLE]
+        cannot = [f"{rule.label} {c} ({rule.kubernetes.why})" for rule, codes in coded for c in codes
+                  if (c in KUBEFLOW_RETRYABLE) == (rule.action == "end")]
         if cannot:
             notes.append("Not expressible under ExitCode: " + "; ".join(cannot) + ".")
         notes.append(f"The operator does not count ExitCode's pod re-creations against "
@@ -798,10 +780,8 @@ def recovery_settings(job: Job, kind: str, nnodes: int, runtime: str
     return policy, backoff, notes
 
 
-def _codes(retry: Sequence[int], fatal: Sequence[int]) -> str:
-    parts = ([f"retry_on_exit {', '.join(map(str, retry))}"] if retry else []) + (
-        [f"fatal_on_exit {', '.join(map(str, fatal))}"] if fatal else [])
-    return " and ".join(parts)
+def _codes(coded: Sequence[tuple[recovery.Rule, Sequence[int]]]) -> str:
+    return " and ".join(f"{rule.label} {', '.join(map(str, codes))}" for rule, codes in coded)
 
 
 def _checkpoint_note(path: str) -> str:

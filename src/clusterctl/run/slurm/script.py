@@ -46,12 +46,13 @@ Images by digest: with an inventory's ``registry:`` the caller passes the image 
 (``HOST[:PORT]/[NS/]NAME@sha256:...``, :func:`clusterctl.cluster.registry.lookup.pinned_reference`),
 so ``docker run`` (which pulls it where a node lacks it) and pyxis run exactly that image.
 
-Recovery (the job's recovery keys; :mod:`clusterctl.run.recovery` for an SSH launch): the
-resume contract's ``CLUSTERCTL_ATTEMPT`` is Slurm's restart count, and the job's
-``checkpoint`` directory is mounted and named by ``CLUSTERCTL_CHECKPOINT_DIR`` as in an SSH
-launch.  Each attempt first moves the task records an earlier one left to
-``<run_dir>/slurm/attempt-<K>/`` and prints :data:`ATTEMPT_MARK` with its nodes in task
-order (unlabelled: in ``slurm-<job>.out`` only), so a reader maps each attempt's labels to
+Recovery (the job's recovery keys; :mod:`clusterctl.run.recovery` for an SSH launch, whose
+rules :func:`recovery_shell` renders as the script's requeue block): the resume contract's
+``CLUSTERCTL_ATTEMPT`` is Slurm's restart count, and the job's ``checkpoint`` directory is
+mounted and named by ``CLUSTERCTL_CHECKPOINT_DIR`` as in an SSH launch.  Each attempt
+first moves the task records an earlier one left to ``<run_dir>/slurm/attempt-<K>/`` and
+prints :data:`ATTEMPT_MARK` with its nodes in task order (unlabelled: in
+``slurm-<job>.out`` only), so a reader maps each attempt's labels to
 its own nodes.  With ``max_restarts > 0`` the job is submitted ``--requeue
 --open-mode=append`` (one output file for every attempt) and, when its step failed,
 requeues itself (``scontrol requeue``) while ``SLURM_RESTART_COUNT < max_restarts``,
@@ -72,7 +73,7 @@ from pathlib import Path
 
 from clusterctl.cluster.inventory import Inventory, Node
 from clusterctl.core.errors import UserError
-from clusterctl.run import mpi
+from clusterctl.run import mpi, recovery
 from clusterctl.run import plan as planning
 from clusterctl.run.jobs import Job
 from clusterctl.run.slurm.options import SlurmOptions
@@ -187,7 +188,7 @@ def render_script(job: Job, options: SlurmOptions, *, run_id: str, run_dir: str 
     after = " && code=0 || code=$?" if job.max_restarts > 0 else ""
     body = (_docker_task if options.container == "docker" else _pyxis_task)(template, run_id, run_dir,
                                                                              after)
-    text = _header(job, options, template, run_id, run_dir) + body + _requeue(job)
+    text = _header(job, options, template, run_id, run_dir) + body + recovery_shell(job)
     return SlurmScript(text=text, run_id=run_id, job=job.name, image=template.image,
                        container=options.container, nnodes=options.nnodes, nproc=template.nproc,
                        run_dir=run_dir, secrets=secrets, environment=environment)
@@ -257,39 +258,61 @@ _ATTEMPT_START = (
     "\n")
 
 
-def _requeue(job: Job) -> str:
+def recovery_shell(job: Job, rules: Sequence[recovery.Rule] = recovery.RULES) -> str:
     """With ``max_restarts``: the script's end, which requeues the job after a failed step
-    (see the module docstring) or says why not; without: nothing (srun's status ends it)."""
+    or says why not; without: nothing (srun's status ends it).  Generated from the recovery
+    rules (:data:`clusterctl.run.recovery.RULES`), in their order: each rule with a Slurm form
+    is an arm of the ``if``/``elif`` chain (:func:`_arm`); an exit-code rule without one is a
+    comment where the job lists its codes (see the module docstring)."""
     if job.max_restarts <= 0:
         return ""
-    n, fatal = job.max_restarts, sorted(set(job.fatal_on_exit))
-    fatal_step = ""
-    if fatal:
-        codes = ", ".join(map(str, fatal))
-        pattern = '"exit_code": (' + "|".join(map(str, fatal)) + '), .*"stopped": false'
-        fatal_step = (f"  elif grep -qsE {shlex.quote(pattern)} "
-                      f'"$CLUSTERCTL_RUN_DIR/{RECORDS_DIR}/"*.json; then\n'
-                      f'    echo "[clusterctl] no requeue: a rank exited with a code of '
-                      f'fatal_on_exit ({codes})"\n')
-    retry = (f"# retry_on_exit ({', '.join(map(str, job.retry_on_exit))}): Slurm counts every "
-             "requeue, so these codes count too.\n" if job.retry_on_exit else "")
-    return (
-        f"# Recovery: a failed attempt requeues this job, up to max_restarts ({n}) times.\n"
-        + retry +
-        'if [ "$code" -ne 0 ]; then\n'
-        f'  if [ -e "$CLUSTERCTL_RUN_DIR/{STOP_REQUEST}" ]; then\n'
-        '    echo "[clusterctl] no requeue: clusterctl stop ended the run"\n'
-        + fatal_step +
-        f'  elif [ "${ATTEMPT_VAR}" -ge {n} ]; then\n'
-        f'    echo "[clusterctl] no requeue: attempt ${ATTEMPT_VAR} failed (exit $code), restarts '
-        f'used up ({n}/{n})"\n'
-        "  else\n"
-        f'    echo "[clusterctl] requeue: attempt ${ATTEMPT_VAR} failed (exit $code), restart '
-        f'$(({ATTEMPT_VAR} + 1))/{n}"\n'
-        '    scontrol requeue "$SLURM_JOB_ID" || echo "[clusterctl] scontrol requeue failed" >&2\n'
-        "  fi\n"
-        "fi\n"
-        'exit "$code"\n')
+    n = job.max_restarts
+    notes, arms = [], []
+    for rule in rules:
+        if rule.slurm.says is None:
+            codes = rule.codes_of(job)
+            if codes:
+                notes.append(f"# {rule.label} ({', '.join(map(str, codes))}): {rule.slurm.why}.\n")
+        elif (arm := _arm(rule, job)) is not None:
+            arms.append(arm)
+    chain = "".join(("  else\n" if not test else f"  {'elif' if i else 'if'} {test}; then\n") + lines
+                    for i, (test, lines) in enumerate(arms))
+    return (f"# Recovery: a failed attempt requeues this job, up to max_restarts ({n}) times.\n"
+            + "".join(notes) +
+            'if [ "$code" -ne 0 ]; then\n'
+            + chain +
+            "  fi\n"
+            "fi\n"
+            'exit "$code"\n')
+
+
+def _arm(rule: recovery.Rule, job: Job) -> tuple[str, str] | None:
+    """One rule's arm of the requeue chain: (its shell test, "" for the last ``else``; its
+    lines), or None where the rule is the chain's frame (``succeeded``: the step's status 0
+    skips it; ``no-restarts``: no chain at all) or lists no code for this job."""
+    n = job.max_restarts
+    if rule.when == "stopped":
+        return (f'[ -e "$CLUSTERCTL_RUN_DIR/{STOP_REQUEST}" ]',
+                '    echo "[clusterctl] no requeue: clusterctl stop ended the run"\n')
+    if rule.when == "exit-code" and rule.action == "end":
+        codes = sorted(set(rule.codes_of(job)))
+        if not codes:
+            return None
+        pattern = '"exit_code": (' + "|".join(map(str, codes)) + '), .*"stopped": false'
+        return (f'grep -qsE {shlex.quote(pattern)} "$CLUSTERCTL_RUN_DIR/{RECORDS_DIR}/"*.json',
+                f'    echo "[clusterctl] no requeue: a rank exited with a code of {rule.label} '
+                f'({", ".join(map(str, codes))})"\n'
+                + (f"    code={rule.status}\n" if rule.status is not None else ""))
+    if rule.when == "restarts-used":
+        return (f'[ "${ATTEMPT_VAR}" -ge {n} ]',
+                f'    echo "[clusterctl] no requeue: attempt ${ATTEMPT_VAR} failed (exit $code), restarts '
+                f'used up ({n}/{n})"\n')
+    if rule.when == "failure":
+        return ("",
+                f'    echo "[clusterctl] requeue: attempt ${ATTEMPT_VAR} failed (exit $code), restart '
+                f'$(({ATTEMPT_VAR} + 1))/{n}"\n'
+                '    scontrol requeue "$SLURM_JOB_ID" || echo "[clusterctl] scontrol requeue failed" >&2\n')
+    return None
 
 
 def _argv_lines(argv: Sequence[str], *, breaks: Sequence[int] = (), indent: str = "  ") -> str:

@@ -56,7 +56,7 @@ from clusterctl.cluster.registry.reference import digest_of
 from clusterctl.cluster.transport import Cluster
 from clusterctl.core.errors import ClusterctlError, UserError, did_you_mean, one_of
 from clusterctl.run import launch as launching
-from clusterctl.run import logs, plan, records, supervise
+from clusterctl.run import logs, plan, records, recovery, supervise
 from clusterctl.run.jobs import Job
 from clusterctl.run.slurm import script as slurm_script
 from clusterctl.run.slurm import track
@@ -229,13 +229,16 @@ def submit(job: Job, options: SlurmOptions, *, inventory: Inventory | None = Non
             note(f"--nnodes: Slurm chooses the nodes, so clusterctl cannot push {script.image} to "
                  "them; it must already be on every node of the partition (a node without it "
                  "fails with exit 125). Give --nodes FILE to have it pushed.")
-    if job.retry_on_exit and job.max_restarts:
-        note(f"retry_on_exit ({', '.join(map(str, job.retry_on_exit))}): Slurm counts every requeue "
-             f"(SLURM_RESTART_COUNT), so on Slurm these codes use up max_restarts "
-             f"({job.max_restarts}) like any failure.")
-    elif job.retry_on_exit:
-        note(f"retry_on_exit ({', '.join(map(str, job.retry_on_exit))}) without max_restarts: on "
-             "Slurm every requeue counts, so the job is not requeued; give max_restarts N.")
+    for rule in recovery.RULES:      # exit-code rules Slurm cannot say (the script's comments)
+        codes = ", ".join(map(str, rule.codes_of(job))) if rule.slurm.says is None else ""
+        if codes and rule.action == "not-counted" and job.max_restarts:
+            note(f"{rule.label} ({codes}): Slurm counts every requeue (SLURM_RESTART_COUNT), so on "
+                 f"Slurm these codes use up max_restarts ({job.max_restarts}) like any failure.")
+        elif codes and rule.action == "not-counted":
+            note(f"{rule.label} ({codes}) without max_restarts: on Slurm every requeue counts, so "
+                 "the job is not requeued; give max_restarts N.")
+        elif codes and job.max_restarts:
+            note(f"{rule.label} ({codes}): not on Slurm: {rule.slurm.why}.")
     record = _new_record(job, script, inventory, argv)
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / slurm_script.RECORDS_DIR).mkdir(exist_ok=True)
