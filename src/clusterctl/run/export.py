@@ -46,10 +46,11 @@ What an SSH launch gives a container, and where it goes here
 * ``docker run`` flags of the target and the job (:func:`pod_settings`): ``--net=host``
   -> ``hostNetwork`` + ``dnsPolicy: ClusterFirstWithHostNet``; ``--shm-size`` and
   ``--ipc=host`` -> a memory-backed emptyDir at /dev/shm (with that ``sizeLimit``);
-  ``--gpus`` -> ``nvidia.com/gpu`` = slots; ``--ulimit memlock=-1`` -> capability
+  ``--gpus`` -> ``nvidia.com/gpu`` = slots (an accelerator's ``docker_flag`` ->
+  its ``kubernetes_resource``, core/data/accelerators.yaml); ``--ulimit memlock=-1`` -> capability
   IPC_LOCK (Kubernetes sets no ulimits; with IPC_LOCK the memlock limit does not bind);
   ``--cap-add`` -> capabilities; ``--device`` -> a device plugin's resource
-  (:data:`DEVICE_RESOURCES`) or a refusal; ``-w``/``--workdir`` -> the container's
+  (:func:`device_resources`) or a refusal; ``-w``/``--workdir`` -> the container's
   ``workingDir`` (PyTorchJob); a TrainJob has no field for it (Trainer 2.3's container
   patch takes env, securityContext, volumeMounts only): the wrapper ``cd``s there first
   and fails if it cannot;
@@ -87,6 +88,7 @@ import yaml
 
 from clusterctl.cluster.containers import JOB_LABEL
 from clusterctl.cluster.registry.reference import digest_of
+from clusterctl.core import accelerators
 from clusterctl.core.errors import UserError, did_you_mean, one_of
 from clusterctl.image import targets
 from clusterctl.run import mpi, recovery
@@ -224,23 +226,42 @@ IMAGE_ENTRYPOINT = "/opt/clusterctl/entrypoint.sh"
 #: A Secret's name: a DNS-1123 subdomain (lower-case alphanumerics, '-', '.'), at most 253.
 _SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*\Z")
 
-GPU_RESOURCE = "nvidia.com/gpu"
 DEFAULT_RDMA_RESOURCE = "rdma/hca"
-#: Device path prefixes a device plugin provides, with its resource name (None: the RDMA
-#: resource given by --rdma-resource) and how many a pod asks for (None: slots).
-DEVICE_RESOURCES: dict[str, tuple[str | None, int | None]] = {
-    "/dev/infiniband": (None, 1),              # k8s-rdma-shared-dev-plugin (resource name is site config)
-    "/dev/cambricon_": ("cambricon.com/mlu", None),   # Cambricon's device plugin: one per MLU
-}
+#: Device path prefixes of the RDMA device plugin (k8s-rdma-shared-dev-plugin: its resource
+#: name is site config, --rdma-resource; one per pod).  The accelerators' own come from the
+#: accelerator table (core/data/accelerators.yaml: device_files, kubernetes_resource).
+_RDMA_DEVICES: dict[str, tuple[str | None, int | None]] = {"/dev/infiniband": (None, 1)}
+
+
+def device_resources() -> dict[str, tuple[str | None, int | None]]:
+    """Device path prefixes a device plugin provides, with its resource name (None: the RDMA
+    resource given by --rdma-resource) and how many a pod asks for (None: slots)."""
+    return {**_RDMA_DEVICES, **{prefix: (d.kubernetes_resource, None)
+                                for d in accelerators.load().devices.values()
+                                if d.kubernetes_resource for prefix in d.device_files}}
+
+
+def device_flags() -> dict[str, str]:
+    """docker run flags that give a container accelerators (``--gpus``), with the resource a
+    pod asks for instead (its value: all = slots, N or count=N)."""
+    return {d.docker_flag: d.kubernetes_resource for d in accelerators.load().devices.values()
+            if d.docker_flag and d.kubernetes_resource}
+
+
 #: Containers the operators expect by name.
 CONTAINER = {"pytorchjob": "pytorch", "trainjob": "node"}
 PYTORCHJOB_PORT = 23456    # the operator's default, named pytorchjob-port
 DEFAULT_RUNTIME = "torch-distributed"
 _DNS = re.compile(r"[^a-z0-9-]+")
 _SIZE = re.compile(r"^(\d+(?:\.\d+)?)([bkmgtp]?)b?\Z", re.IGNORECASE)
-#: docker run flags export understands; the ones taking a value may also be given as two tokens.
-_VALUE_FLAGS = ("--net", "--network", "--ipc", "--shm-size", "--gpus", "--ulimit", "--cap-add",
-                "--device", "-w", "--workdir")
+#: docker run flags export understands; the ones taking a value may also be given as two
+#: tokens.  The accelerators' flags (:func:`device_flags`, ``--gpus``) go after --shm-size.
+_VALUE_FLAGS_BEFORE = ("--net", "--network", "--ipc", "--shm-size")
+_VALUE_FLAGS_AFTER = ("--ulimit", "--cap-add", "--device", "-w", "--workdir")
+
+
+def _value_flags() -> tuple[str, ...]:
+    return (*_VALUE_FLAGS_BEFORE, *device_flags(), *_VALUE_FLAGS_AFTER)
 
 
 @dataclass(frozen=True)
@@ -595,11 +616,11 @@ def docker_size(text: str) -> str:
 
 def _flag_items(flags: Sequence[str]) -> list[tuple[str, str]]:
     """(flag, value) pairs of ``--flag=value`` and ``--flag value``; value '' for a bare flag."""
-    items, i = [], 0
+    items, i, value_flags = [], 0, _value_flags()
     while i < len(flags):
         arg = flags[i]
         head, sep, value = arg.partition("=")
-        if not sep and head in _VALUE_FLAGS and i + 1 < len(flags):
+        if not sep and head in value_flags and i + 1 < len(flags):
             value, i = flags[i + 1], i + 1
         items.append((head, value))
         i += 1
@@ -610,6 +631,7 @@ def pod_settings(flags: Sequence[str], devices: Sequence[str], *, slots: int,
                  rdma_resource: str = DEFAULT_RDMA_RESOURCE, where: str = "job") -> PodSettings:
     """What ``docker run`` flags and devices become in a pod; UserError for what cannot be said."""
     pod = PodSettings()
+    resource_of_flag = device_flags()
     for flag, value in _flag_items(flags):
         if flag in ("--net", "--network"):
             if value != "host":
@@ -626,12 +648,13 @@ def pod_settings(flags: Sequence[str], devices: Sequence[str], *, slots: int,
                 pod.shm, pod.shm_limit = True, docker_size(value)
             except ValueError:
                 raise UserError(f"{where}: --shm-size={value!r} is not a size; valid: e.g. 8g, 512m.") from None
-        elif flag == "--gpus":
+        elif flag in resource_of_flag:
+            resource = resource_of_flag[flag]
             count = str(slots) if value in ("all", "") else value.removeprefix("count=")
             if not count.isdigit():
-                raise UserError(f"{where}: --gpus={value!r} cannot be exported; valid: --gpus=all "
-                                f"({GPU_RESOURCE} = slots) or --gpus=N.")
-            pod.resources[GPU_RESOURCE] = count
+                raise UserError(f"{where}: {flag}={value!r} cannot be exported; valid: {flag}=all "
+                                f"({resource} = slots) or {flag}=N.")
+            pod.resources[resource] = count
         elif flag == "--ulimit":
             limit = value.partition("=")[0]
             if limit == "memlock":
@@ -649,7 +672,7 @@ def pod_settings(flags: Sequence[str], devices: Sequence[str], *, slots: int,
             pod.workdir = value
         else:
             raise UserError(f"{where}: docker run flag {flag!r} cannot be exported to Kubernetes; "
-                            f"valid: {one_of(_VALUE_FLAGS)} (or launch over SSH).")
+                            f"valid: {one_of(_value_flags())} (or launch over SSH).")
     for device in dict.fromkeys(devices):
         _device_resource(pod, device.split(":", 1)[0], slots, rdma_resource, where)
     return pod
@@ -661,11 +684,12 @@ def _add_cap(pod: PodSettings, cap: str) -> None:
 
 
 def _device_resource(pod: PodSettings, device: str, slots: int, rdma_resource: str, where: str) -> None:
-    for prefix, (resource, count) in DEVICE_RESOURCES.items():
+    known_devices = device_resources()
+    for prefix, (resource, count) in known_devices.items():
         if device == prefix or device.startswith(prefix if prefix.endswith("_") else prefix + "/"):
             pod.resources[resource or rdma_resource] = str(count or slots)
             return
-    known = ", ".join(f"{p}* ({r or rdma_resource})" for p, (r, _c) in DEVICE_RESOURCES.items())
+    known = ", ".join(f"{p}* ({r or rdma_resource})" for p, (r, _c) in known_devices.items())
     raise UserError(f"{where}: device {device} cannot be expressed in Kubernetes: a pod gets host "
                     f"devices only as a device plugin's resource, and clusterctl knows {known}; "
                     "valid: drop the device from the job, or launch over SSH.")
