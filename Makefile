@@ -19,7 +19,7 @@ INVENTORY ?= inventories/sandbox.yaml
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
 
-.PHONY: help setup venv image render demo demo-down test check docs docs-serve lint golden lock bench-plots bench-push bench-launch bench-validate bench-collective bench-scale bench-workdir bench-recovery bench-registry bench-ssh clean
+.PHONY: help setup venv image render demo demo-down test check docs docs-serve reference lint golden lock bench-plots bench-push bench-launch bench-validate bench-collective bench-scale bench-workdir bench-recovery bench-registry bench-ssh clean
 
 help:
 	@echo "make demo        set up this machine, build the cpu image, start a $(NODES)-node sandbox, run ddp-smoke on it"
@@ -30,6 +30,7 @@ help:
 	@echo "make docs        build the documentation site into site/ (strict: a broken link or a missing page fails)"
 	@echo "make bench-plots redraw docs/benchmarks/img/ from docs/benchmarks/data/ (no root)"
 	@echo "make docs-serve  serve the documentation site on http://127.0.0.1:8000 while you edit docs/"
+	@echo "make reference   rewrite docs/reference/*.md from the code (after changing a command, option, job or inventory key)"
 	@echo "make lint        ruff, hadolint on every rendered Dockerfile, shellcheck on the scripts sent to nodes"
 	@echo "make golden      rewrite the golden Dockerfiles, sbatch scripts and the nccl smoke dry-run after a reviewed change"
 	@echo "make lock        refresh $(LOCK) from pyproject.toml (needs uv; UV_ARGS=--upgrade for newest versions)"
@@ -91,12 +92,16 @@ check: venv
 	$(MAKE) docs
 	$(MAKE) test
 
-# The site: mkdocs.yml; docs/hooks.py generates the reference pages from the code.
+# The site: mkdocs.yml; docs/hooks.py checks that docs/reference/ is what the code renders.
 docs: $(CLUSTERCTL)
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --clean --site-dir site
 
 docs-serve: $(CLUSTERCTL)
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs serve --strict --dev-addr 127.0.0.1:8000
+
+# the reference pages, rendered from this checkout's src/ (not the installed copy)
+reference: $(CLUSTERCTL)
+	$(VENV)/bin/python docs/hooks.py
 
 lint: $(CLUSTERCTL)
 	$(VENV)/bin/ruff check src tests benchmarks

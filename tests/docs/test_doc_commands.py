@@ -1,6 +1,6 @@
 """Every shell command the documentation shows is true (issue 20, items 3 and 4).
 
-The pages are README.md and docs/**/*.md (generated reference pages are not on disk).
+The pages are README.md and docs/**/*.md (docs/reference/ included: `make reference` writes it).
 Their convention (tests/docs/doccmds.py has it in full): a sh/bash/console/shell block
 with clusterctl or make command lines has a `<!-- doc-test: KIND -->` marker on the line
 before its fence. Here:

@@ -362,6 +362,7 @@ def test_text_is_escaped_for_markdown_outside_code():
 
 @pytest.mark.slow
 def test_the_real_site_builds_strict_with_the_generated_pages(tmp_path):
+    """(That the committed pages are what the code renders: tests/docs/test_reference_pages.py.)"""
     site = tmp_path / "site"
     done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)],
                           cwd=REPO, capture_output=True, text=True, timeout=300)
@@ -373,4 +374,3 @@ def test_the_real_site_builds_strict_with_the_generated_pages(tmp_path):
     for page in reference.PAGES:
         html = site / Path(page).with_suffix("") / "index.html"
         assert html.is_file(), page
-        assert not (REPO / "docs" / page).exists(), f"{page} is generated: it must not be on disk"

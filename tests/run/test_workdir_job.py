@@ -132,6 +132,7 @@ def test_refusals_exit_2_naming_the_file_before_anything(project, make, says, mo
     assert "docker run" not in res.output
 
 
+@pytest.mark.docker   # the requirements file is read where its layer is built, on the engine
 def test_a_bad_requirement_line_is_refused_naming_it(project, monkeypatch):
     (project / "requirements.txt").write_text("six==1.16.0\n-e git+https://example.invalid/x\n")
     monkeypatch.chdir(project)
@@ -227,15 +228,15 @@ def test_a_rerun_does_not_need_the_workdir_any_more(project):
 
 
 def test_a_secret_given_with_env_is_never_recorded_and_must_be_given_again(monkeypatch):
-    from clusterctl.cli import run as cli_run
+    from clusterctl.run import request
 
-    spec = cli_run._spec_of(None, {"target": "cpu", "env": {"HF_TOKEN": "hf_s3cret", "LR": "1"},
+    spec = request.spec_of(None, {"target": "cpu", "env": {"HF_TOKEN": "hf_s3cret", "LR": "1"},
                                    "command": ["true"]})
     assert "hf_s3cret" not in json.dumps(spec)
     assert spec["flags"]["env"] == {"LR": "1"} and spec["secret_env"] == ["HF_TOKEN"]
     monkeypatch.delenv("HF_TOKEN", raising=False)
     with pytest.raises(UserError, match="HF_TOKEN with --env"):
-        cli_run._secret_env_again("r1", ["HF_TOKEN"], [])
-    assert cli_run._secret_env_again("r1", ["HF_TOKEN"], ["HF_TOKEN=x"]) == {}   # --set wins
+        request.secret_env_again("r1", ["HF_TOKEN"], [])
+    assert request.secret_env_again("r1", ["HF_TOKEN"], ["HF_TOKEN=x"]) == {}   # --set wins
     monkeypatch.setenv("HF_TOKEN", "from-env")
-    assert cli_run._secret_env_again("r1", ["HF_TOKEN"], []) == {"HF_TOKEN": "from-env"}
+    assert request.secret_env_again("r1", ["HF_TOKEN"], []) == {"HF_TOKEN": "from-env"}

@@ -1,0 +1,48 @@
+"""Run backends: one interface (:class:`~clusterctl.run.backends.base.Backend`), one module
+per way of running a job, and the table below that names them once.
+
+``ssh`` (the default: a container per node over SSH), ``slurm`` (an sbatch script) and
+``kubernetes`` (renders a manifest only).  :func:`get` picks one by ``--scheduler``;
+:func:`for_record` the one a recorded run went through.
+"""
+
+from __future__ import annotations
+
+from clusterctl.core.errors import UserError, one_of
+from clusterctl.run.backends.base import Backend, Interrupted, RendersOnly, Status, Ui
+from clusterctl.run.backends.kubernetes import KubernetesBackend
+from clusterctl.run.backends.slurm import SlurmBackend
+from clusterctl.run.backends.ssh import SshBackend
+
+#: Every backend, by the name ``--scheduler`` and the run record use.
+BACKENDS: dict[str, Backend] = {b.name: b for b in (SshBackend(), SlurmBackend(), KubernetesBackend())}
+
+#: The backends ``launch --scheduler`` takes (those that start runs).
+SCHEDULERS: tuple[str, ...] = tuple(n for n, b in BACKENDS.items() if not b.renders_only)
+
+__all__ = ["BACKENDS", "SCHEDULERS", "Backend", "Interrupted", "RendersOnly", "Status", "Ui",
+           "for_record", "get"]
+
+
+def get(name: str) -> Backend:
+    """The backend ``launch --scheduler NAME`` runs through; UserError naming the valid ones."""
+    backend = BACKENDS.get(name)
+    if backend is None or backend.renders_only:
+        raise UserError(f"--scheduler {name!r} is not a scheduler; valid: {one_of(SCHEDULERS)}.")
+    return backend
+
+
+def for_record(record) -> Backend:
+    """The backend a recorded run went through (records before backends had one: ssh)."""
+    return BACKENDS.get(record.scheduler or "ssh", BACKENDS["ssh"])
+
+
+def launchers() -> list[Backend]:
+    """The backends that start runs, in ``--scheduler``'s order."""
+    return [BACKENDS[n] for n in SCHEDULERS]
+
+
+def for_request(req) -> Backend:
+    """The backend a launch runs through: ``--scheduler``'s; ``--rerun`` and ``--resume``
+    go on with a recorded SSH run."""
+    return BACKENDS["ssh"] if req.resume is not None or req.rerun is not None else get(req.scheduler)
