@@ -11,110 +11,11 @@ repeated keys, merge keys, size and alias limits), and every problem is reported
 once as ``FILE:LINE: key: problem; valid: ...`` (``JobFileError``, exit status 2),
 with key paths spelled ``command.1``, ``env.PHASE`` as :meth:`Job.where` takes them.
 
-Keys of a job file (unknown keys are an error)
------------------------------------------------
-``description``
-    One line for listings.  Optional.
-``target``
-    A target name (``clusterctl targets``, src/clusterctl/image/data/targets.yaml).  The
-    target gives the default image tag, the ``docker run`` flags and devices
-    every container of that stack needs, and default container environment.
-``image``
-    An image tag; replaces the target's default tag (``--image`` on the command
-    line replaces both).  At least one of ``target`` and ``image`` is required.
-``contract``
-    Which environment contract the program in the image follows, i.e. which
-    launch variables it reads (see :data:`CONTRACTS`):
-
-    * ``torchrun`` (default): the torchrun-compatible variables only
-      (``MASTER_ADDR MASTER_PORT NODE_RANK NNODES NPROC_PER_NODE`` and their
-      ``PET_*`` twins, which torchrun reads as defaults for its flags).  Every
-      contract includes these.
-    * ``accl-bert``: adds ``RANK`` = the NODE rank and ``WORLD_SIZE`` = the
-      number of NODES, as the ACCL BERT scripts of seeds/003 expect (unlike
-      torch's own RANK/WORLD_SIZE, which count processes).
-    * ``mpi``: what ``mpirun -f hostfile -n N -ppn P`` (MPICH / Intel MPI hydra)
-      gives each process, as seeds/000 and 001 launch oneCCL training: the
-      container starts ``nproc_per_node`` processes itself
-      (:mod:`clusterctl.run.mpi`), each with ``PMI_RANK`` and ``MPI_LOCALRANKID``,
-      and all with ``PMI_SIZE`` = processes in all, ``MPI_LOCALNRANKS`` = this
-      node's, ``PMI_HOSTNAME`` = the node's name.
-    * ``deepspeed``: adds what DeepSpeed's per-node launcher sets beside torchrun's
-      (seeds/002): ``WORLD_SIZE`` = processes in all, ``CROSS_RANK`` = node rank,
-      ``CROSS_SIZE`` = number of nodes, ``LOCAL_SIZE`` = this node's processes;
-      ``RANK``/``LOCAL_RANK`` per process come from torchrun in the command.
-``command``
-    The container command as a list of strings (argv, no shell; ``[sleep, 30]``
-    is fine: items are text as written).  Required.
-``nproc_per_node``
-    Processes per node: a positive integer, or ``slots`` (the default) for the
-    node's ``slots`` in the inventory.
-``env``
-    Container environment, ``NAME: value``.  Values are text, taken exactly
-    as written (``PHASE: 1`` is ``"1"``, ``FLAG: yes`` is ``"yes"``), as in
-    the inventory's ``env``.
-``docker_args``
-    Extra ``docker run`` arguments, a list of strings (e.g. ``[--cap-add=IPC_LOCK]``).
-    Flags clusterctl owns are refused: ``--name --rm -d/--detach -i -t
-    --env-file --label --net/--network``.
-``mounts``
-    Bind mounts, each ``HOST:CONTAINER`` or ``HOST:CONTAINER:ro`` (``:rw``);
-    each becomes ``-v HOST:CONTAINER[:MODE]``.  CONTAINER must be absolute.
-``params``
-    Named job parameters with defaults, ``NAME: default``, usable as
-    placeholders ``{NAME}`` in ``mounts``, ``command``, ``docker_args`` and
-    ``env``.  ``--set NAME=VALUE`` on the command line sets a parameter (for
-    ``bert``: ``--set BERT_DIR=/data/BERT`` moves the training-code mount).
-    A parameter is not itself exported to the container; write
-    ``env: {NAME: "{NAME}"}`` to export it.
-``secrets``
-    Names of environment variables whose values must never be shown: they are
-    masked (``****``) in dry-run output, logs and run records and reach the
-    container through an env file on ``docker run``'s stdin, never through its
-    argv.  Names containing ``TOKEN``, ``SECRET``, ``PASSWORD`` or ``KEY`` are
-    secret without being listed.  A listed secret that no layer sets is taken
-    from the environment of the clusterctl process (``export HF_TOKEN=...``).
-``hang_timeout``
-    The hang watchdog, as ``launch --hang-timeout`` (which wins over it): when no rank
-    has written output for this long, clusterctl dumps every rank's Python stacks into
-    ``runs/<id>/stacks/``, names the ranks whose stacks differ from the majority, stops
-    the run and exits 124.  A duration: ``90s``, ``10m``, ``1h30m``, a number alone is
-    seconds.  Optional (default: no watchdog).
-``hang_start_timeout`` ``hang_start_line``
-    The watchdog's clock starts when the job has started: at the first line any rank
-    writes (torchrun's own log lines do not count), or with ``hang_start_line`` (a regular
-    expression) at the first line it matches (e.g. ``'step [0-9]+'``: once training runs).
-    Before that, the silence allowed is ``hang_start_timeout`` (imports, rendezvous, data
-    loading; default: ``hang_timeout`` or :data:`HANG_START_DEFAULT` (5 min), whichever is longer),
-    so a short ``hang_timeout`` catches a stopped rank mid-training without declaring a
-    slow start hung.  Flags: ``--hang-start-timeout``, ``--hang-start-line``.
-
-``workdir``
-    Your project directory, relative to the job file (``.``: the job file's directory):
-    every node gets a copy of it (only what changed travels; ``.gitignore`` and
-    ``.clusterctlignore`` are honoured, see :mod:`clusterctl.code`), mounted read-only at
-    :data:`CODE_MOUNT` in every container, which is also the command's working directory.
-    With a workdir, a command that starts with ``python`` (``contract: torchrun``) runs under
-    ``torchrun`` on each node (:func:`under_torchrun`).
-``requirements``
-    A pip requirements file, relative to the job file; its packages become an image layer of
-    their own on top of the job's image, built on this machine from wheels fetched here and
-    rebuilt only when the file changes.  Default: ``requirements.txt`` in the workdir, when
-    there is one.
-``master_port``
-    The port rank 0 listens on for this job, when its workload fixes one (the YOLOv5 seed
-    uses 2289): wins over the inventory's ``master_port``; ``MASTER_PORT`` in the
-    inventory's env or ``--set MASTER_PORT=...`` still win over it.
-``max_workdir_size``
-    The most the shipped workdir may hold (default 100MiB): a size such as ``500MiB``.
-
-``max_restarts`` ``retry_on_exit`` ``fatal_on_exit`` ``exclude_after`` ``checkpoint`` ``nnodes``
-    Recovery (:mod:`clusterctl.run.recovery`): how often a failed run starts again by
-    itself, which exit codes retry without counting or end the run at once, after how many
-    failures a node is excluded (and the same failure repeated ends the run as a crash
-    loop), the shared directory the program checkpoints to (``CLUSTERCTL_CHECKPOINT_DIR``),
-    and how many nodes it runs on (``N`` or ``MIN:MAX``: it may shrink to MIN when no
-    spare is left).
+Keys of a job file (unknown keys are an error) are declared once, in :class:`_Spec`: each
+key's type, default, description, what is valid (:data:`KEY_HELP`, the end of its messages)
+and its ``launch`` flag, if it has one (:data:`KEY_FLAGS`).  The job-file reference page,
+``launch --help``, the messages and the key list at the end of this docstring are derived
+from it.
 
 Placeholders
 ------------
@@ -221,33 +122,6 @@ RESERVED_DOCKER_FLAGS: tuple[str, ...] = (
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")  # \Z: "$" would let "NAME\n" through
 
 #: What is valid for each key, appended to validation messages.
-KEY_HELP: dict[str, str] = {
-    "description": "a one-line string",
-    "target": "a target name (clusterctl targets)",
-    "image": "an image tag, e.g. clusterctl/cpu:2.13.0",
-    "contract": f"one of {one_of(CONTRACTS)}",
-    "command": "a non-empty list of strings (argv, no shell)",
-    "nproc_per_node": 'a positive integer or "slots"',
-    "env": "a mapping NAME: value (text)",
-    "docker_args": "a list of strings",
-    "mounts": "a list of HOST:CONTAINER[:ro|rw] strings",
-    "params": "a mapping NAME: default value (text)",
-    "secrets": "a list of environment variable names",
-    "hang_timeout": DURATION_HELP,
-    "hang_start_timeout": DURATION_HELP,
-    "hang_start_line": f"a regular expression of at most {HANG_LINE_MAX} characters, e.g. 'step \\d+'",
-    "workdir": "a directory, relative to the job file (e.g. `.`)",
-    "requirements": "a pip requirements file, relative to the job file (e.g. requirements.txt)",
-    "max_workdir_size": "a size such as 100MiB, 2GiB or 500M",
-    "master_port": "a whole number from 1 to 65535",
-    "max_restarts": "a whole number, 0 or more",
-    "retry_on_exit": "a list of exit codes from 1 to 255",
-    "fatal_on_exit": "a list of exit codes from 1 to 255",
-    "exclude_after": "a whole number, 1 or more",
-    "checkpoint": "an absolute directory path on the nodes (shared storage), e.g. /shared/ckpt",
-    "nnodes": "a whole number of nodes, or MIN:MAX (e.g. \"2:4\")",
-    "collective_check": "true or false",
-}
 
 
 @dataclass(frozen=True)
@@ -426,6 +300,30 @@ def _is_text(path: tuple) -> bool:
     return (len(path) == 2 and path[0] in _TEXT_SECTIONS) or path == ("nnodes",)
 
 
+@dataclass(frozen=True)
+class KeyFlag:
+    """A ``launch`` flag that sets a job key (declared on the key's field in :class:`_Spec`):
+    its help there ends with ``Job key: NAME.``"""
+
+    flag: str                  # --workdir
+    help: str                  # what the flag does, without the "Job key" sentence
+    metavar: str | None = None
+    kind: Literal["str", "int", "path", "list"] = "str"   # the value as typed: text, a whole
+    min: int | None = None     # number (at least ``min``), a path, or repeatable NAME=VALUE
+
+
+def key(*, valid: str, flag: KeyFlag | None = None, doc_type: str | None = None) -> dict:
+    """A job key's declaration beside its type and description in :class:`_Spec`: what is
+    valid (the end of its messages), its ``launch`` flag if it has one, its type as the
+    reference page shows it.  Everything else about a key is derived from the model."""
+    extra: dict[str, Any] = {"valid": valid}
+    if flag is not None:
+        extra["flag"] = flag
+    if doc_type is not None:
+        extra["doc_type"] = doc_type
+    return {"json_schema_extra": extra}
+
+
 class _Spec(BaseModel):
     """The file's schema; pydantic gives the failing key path for messages.
 
@@ -435,14 +333,18 @@ class _Spec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    description: str = Field("", description="One line for listings.")
+    description: str = Field("", description="One line for listings.",
+        **key(valid="a one-line string"))
     target: str | None = Field(None, description=(
         "A target name (`clusterctl targets`). The target gives the default image tag, the "
         "`docker run` flags and devices every container of that stack needs, its default "
         "container environment and the `{backend}` and `{device}` placeholders. At least one "
-        "of `target` and `image` is required."))
+        "of `target` and `image` is required."),
+        **key(valid="a target name (clusterctl targets)",
+        flag=KeyFlag("--target", 'The stack whose image runs the command (clusterctl targets), e.g. cpu.')))
     image: str | None = Field(None, description=(
-        "An image tag; replaces the target's default tag (`launch --image` replaces both)."))
+        "An image tag; replaces the target's default tag (`launch --image` replaces both)."),
+        **key(valid="an image tag, e.g. clusterctl/cpu:2.13.0"))
     contract: str = Field("torchrun", description=(
         "Which launch variables the program in the image reads: `torchrun` (only the "
         "torchrun-compatible variables every container gets), `accl-bert` (adds `RANK` = the "
@@ -450,106 +352,176 @@ class _Spec(BaseModel):
         "node's processes itself, each with the variables `mpirun` gives) or `deepspeed` (adds "
         "DeepSpeed's `WORLD_SIZE`, `CROSS_RANK`, `CROSS_SIZE`, `LOCAL_SIZE`). See the "
         "container environment reference."),
-        json_schema_extra={"doc_type": "one of " + ", ".join(f"`{c}`" for c in CONTRACTS)})
+        **key(valid=f"one of {one_of(CONTRACTS)}",
+        flag=KeyFlag("--contract", 'The launch variables the command reads: torchrun (default), accl-bert, mpi, deepspeed.'), doc_type="one of " + ", ".join(f"`{c}`" for c in CONTRACTS)))
     command: list[str] = Field(min_length=1, description=(
         "The container command as a list of strings (argv, no shell); items are text as "
-        "written (`[sleep, 30]` is fine). May hold placeholders."))
+        "written (`[sleep, 30]` is fine). May hold placeholders."),
+        **key(valid="a non-empty list of strings (argv, no shell)"))
     nproc_per_node: int | Literal["slots"] = Field("slots", description=(
         "Processes per node: a positive integer, or `slots` for the node's `slots` in the "
-        "inventory. `NPROC_PER_NODE` from the inventory env or `--set` wins over it."))
+        "inventory. `NPROC_PER_NODE` from the inventory env or `--set` wins over it."),
+        **key(valid='a positive integer or "slots"',
+        flag=KeyFlag("--nproc-per-node", "Processes per node (default: the node's slots, else 1).", kind='int', min=1)))
     env: dict[str, str] = Field({}, description=(
         "Container environment, `NAME: value`. Values are text taken exactly as written "
         "(`PHASE: 1` is `\"1\"`, `FLAG: yes` is `\"yes\"`) and may hold placeholders. Wins over "
-        "the target's env; the inventory's env and `--set` win over it."))
+        "the target's env; the inventory's env and `--set` win over it."),
+        **key(valid="a mapping NAME: value (text)",
+        flag=KeyFlag("--env", "A container environment variable, as the job's env (repeatable; may use {placeholders}).", metavar="NAME=VALUE", kind='list')))
     docker_args: list[str] = Field([], description=(
         "Extra `docker run` arguments (e.g. `[--cap-add=IPC_LOCK]`); may hold placeholders. "
         "Flags clusterctl sets itself are refused: " + ", ".join(
-            f"`{f}`" for f in RESERVED_DOCKER_FLAGS) + "."))
+            f"`{f}`" for f in RESERVED_DOCKER_FLAGS) + "."),
+        **key(valid="a list of strings"))
     mounts: list[str] = Field([], description=(
         "Bind mounts, each `HOST:CONTAINER` or `HOST:CONTAINER:ro` (or `:rw`), each becoming "
         "`-v HOST:CONTAINER[:MODE]`. CONTAINER must be absolute, and HOST too once "
-        "placeholders are filled."))
+        "placeholders are filled."),
+        **key(valid="a list of HOST:CONTAINER[:ro|rw] strings"))
     params: dict[str, str] = Field({}, description=(
         "Named job parameters with defaults, `NAME: default`, usable as `{NAME}` placeholders "
         "in `mounts`, `command`, `docker_args` and `env`. `--set NAME=VALUE` sets one. A "
-        "parameter is not itself exported to the container: write `env: {NAME: \"{NAME}\"}`."))
+        "parameter is not itself exported to the container: write `env: {NAME: \"{NAME}\"}`."),
+        **key(valid="a mapping NAME: default value (text)"))
     secrets: list[str] = Field([], description=(
         "Names of environment variables whose values are never shown: masked (`****`) in "
         "dry runs, logs and run records, passed through an env file on `docker run`'s stdin, "
         "never its argv. Names containing " + ", ".join(SECRET_MARKERS) + " are secret "
         "without being listed. A listed secret no layer sets is taken from clusterctl's own "
-        "environment."))
+        "environment."),
+        **key(valid="a list of environment variable names"))
     hang_timeout: str | int | float | None = Field(None, description=(
         "The hang watchdog, as `launch --hang-timeout` (which wins over it): when no rank "
         "has written output for this long, clusterctl dumps every rank's Python stacks into "
         "`runs/<run-id>/stacks/`, stops the run and exits 124. Not set: no watchdog."),
-        json_schema_extra={"doc_type": "a duration: `90s`, `10m`, `1h30m`; a number alone is seconds"})
+        **key(valid=DURATION_HELP, doc_type="a duration: `90s`, `10m`, `1h30m`; a number alone is seconds"))
     hang_start_timeout: str | int | float | None = Field(None, description=(
         "The silence the hang watchdog allows before the job has started (imports, "
         "rendezvous, data loading): until the first line any rank writes, or the first "
         "line `hang_start_line` matches. `launch --hang-start-timeout` wins. Default: "
         "`hang_timeout` or 5m, whichever is longer."),
-        json_schema_extra={"doc_type": "a duration: `90s`, `10m`, `1h30m`; a number alone is seconds"})
+        **key(valid=DURATION_HELP,
+        flag=KeyFlag("--hang-start-timeout", 'The silence the hang watchdog allows before the job has started (its first line, or the first line --hang-start-line matches): imports, rendezvous, data loading. Default: the longer of --hang-timeout and 5m.', metavar="DURATION"), doc_type="a duration: `90s`, `10m`, `1h30m`; a number alone is seconds"))
     hang_start_line: str | None = Field(None, description=(
         "A regular expression: the hang watchdog's clock (`hang_timeout`) starts at the first "
         "output line it matches (searched anywhere in the line), e.g. `'step \\d+'` once "
         "training runs. Default: the first line any rank writes, torchrun's own log lines "
-        "aside. `launch --hang-start-line` wins."))
+        "aside. `launch --hang-start-line` wins."),
+        **key(valid=f"a regular expression of at most {HANG_LINE_MAX} characters, e.g. 'step \\d+'",
+        flag=KeyFlag("--hang-start-line", "The watchdog's clock (--hang-timeout) starts at the first output line this matches, e.g. 'step [0-9]+' (default: the first line any rank writes).", metavar="REGEX")))
     workdir: str | None = Field(None, description=(
         "Your project directory, relative to the job file (`.`: the job file's directory). "
         "Every node gets a copy (only changed files travel; `.gitignore` and "
         "`.clusterctlignore` are honoured), mounted read-only at `/workspace`, the command's "
         "working directory; `CLUSTERCTL_CODE_DIGEST` names the copy. With a workdir, a "
-        "command starting with `python` runs under `torchrun` on each node."))
+        "command starting with `python` runs under `torchrun` on each node."),
+        **key(valid="a directory, relative to the job file (e.g. `.`)",
+        flag=KeyFlag("--workdir", 'Ship this project directory to every node (only what changed travels; .gitignore and .clusterctlignore honoured) and run the command in it, at /workspace, read-only.', metavar="DIR", kind='path')))
     requirements: str | None = Field(None, description=(
         "A pip requirements file, relative to the job file. Its packages become an image layer "
         "of their own over the job's image, built here from wheels fetched here (the nodes "
         "need no internet) and rebuilt only when the file changes. Default: "
-        "`requirements.txt` in the workdir, when there is one."))
+        "`requirements.txt` in the workdir, when there is one."),
+        **key(valid="a pip requirements file, relative to the job file (e.g. requirements.txt)",
+        flag=KeyFlag("--requirements", 'A pip requirements file: its packages become a cached image layer (default: requirements.txt in the workdir).', metavar="FILE", kind='path')))
     master_port: int | None = Field(None, ge=1, le=65535, description=(
         "The port rank 0 listens on for this job, when its workload fixes one: wins over the "
         "inventory's `master_port`; `MASTER_PORT` in the inventory's env or `--set "
         "MASTER_PORT=...` win over it; a pinned port must be free on the master. Not set: "
-        "the inventory's, or when that is the default, the first free from 29500 up."))
+        "the inventory's, or when that is the default, the first free from 29500 up."),
+        **key(valid="a whole number from 1 to 65535"))
     max_workdir_size: str | int | None = Field(None, description=(
         "The most the shipped workdir may hold; a bigger one is refused naming its largest "
         "files. Default 100MiB."),
-        json_schema_extra={"doc_type": "a size: `100MiB`, `2GiB`, `500M`; a number alone is bytes"})
+        **key(valid="a size such as 100MiB, 2GiB or 500M",
+        flag=KeyFlag("--max-workdir-size", 'The most the shipped workdir may hold (default 100MiB), e.g. 500MiB.', metavar="SIZE"), doc_type="a size: `100MiB`, `2GiB`, `500M`; a number alone is bytes"))
     max_restarts: int = Field(0, ge=0, le=10000, description=(
         "How many times clusterctl starts the run again by itself after a failure (a rank "
         "exiting non-zero, a node lost, a hang): every container is stopped, the nodes are "
         "checked again, failed nodes are replaced by spares, and the job starts again as "
         "the same run with `CLUSTERCTL_ATTEMPT` one higher. `launch --max-restarts` wins. "
-        "0: the run ends at its first failure."))
+        "0: the run ends at its first failure."),
+        **key(valid="a whole number, 0 or more",
+        flag=KeyFlag("--max-restarts", 'After a failure (a rank exits non-zero, a node is lost, a hang), stop every container, check the nodes again, replace failed ones by spares (spare: true) and start again, up to N times; exit 120 when they are used up.', metavar="N", kind='int', min=0)))
     retry_on_exit: list[int] = Field([], description=(
         "Exit codes that mean \"try again\": a rank exiting with one restarts the run without "
         "counting against `max_restarts` and without blaming its node (a crash loop still "
-        "stops). Deaths by signal (128 and above) are retried too, and counted."))
+        "stops). Deaths by signal (128 and above) are retried too, and counted."),
+        **key(valid="a list of exit codes from 1 to 255"))
     fatal_on_exit: list[int] = Field([], description=(
         "Exit codes that mean \"do not try again\" (a bad configuration): the run ends at "
-        "once with that code, whatever `max_restarts` says."))
+        "once with that code, whatever `max_restarts` says."),
+        **key(valid="a list of exit codes from 1 to 255"))
     exclude_after: int = Field(3, ge=1, le=1000, description=(
         "K: a node blamed for K failures of a run is excluded for the rest of it (a spare "
         "takes its rank), and the same failure (node, exit code, last error line) K times in "
         "a row ends the run as a crash loop. A lost node or one that fails its checks is "
-        "excluded at once."))
+        "excluded at once."),
+        **key(valid="a whole number, 1 or more"))
     checkpoint: str | None = Field(None, description=(
         "A directory every node can read and write (shared storage on a real cluster, a "
         "host path in the sandbox), mounted at the same path in every container and named by "
         "`CLUSTERCTL_CHECKPOINT_DIR`: the program saves there and resumes from it. "
         "clusterctl watches it: 3 attempts in a row without a new file there end the run as a "
-        "crash loop. `launch --checkpoint` wins."))
+        "crash loop. `launch --checkpoint` wins."),
+        **key(valid="an absolute directory path on the nodes (shared storage), e.g. /shared/ckpt",
+        flag=KeyFlag("--checkpoint", 'A directory every node shares (a host path in the sandbox), mounted at the same path in every container as CLUSTERCTL_CHECKPOINT_DIR, to save to and resume from.', metavar="DIR")))
     nnodes: int | str | None = Field(None, description=(
         "How many nodes the run uses: `N` (the first N non-spare nodes of the inventory; "
         "the others wait as spares) or `MIN:MAX` (start on up to MAX, and when nodes fail "
         "and no spare is left, go on with fewer, down to MIN). Not set: every non-spare "
         "node, and no shrinking."),
-        json_schema_extra={"doc_type": "a whole number, or `MIN:MAX` in quotes"})
+        **key(valid="a whole number of nodes, or MIN:MAX (e.g. \"2:4\")", doc_type="a whole number, or `MIN:MAX` in quotes"))
     collective_check: bool = Field(False, description=(
         "`true`: before each restart, besides preflight, run the collective check "
         "(`clusterctl check --collective`) on the next attempt's nodes, bounded to 60 s; a "
         "node it names slow or broken is excluded like one that fails preflight (a spare "
-        "takes its rank)."))
+        "takes its rank)."),
+        **key(valid="true or false"))
+
+
+def _extra(name: str) -> dict[str, Any]:
+    extra = _Spec.model_fields[name].json_schema_extra
+    return extra if isinstance(extra, dict) else {}
+
+
+#: What is valid for each key, appended to validation messages (from :class:`_Spec`).
+KEY_HELP: dict[str, str] = {name: _extra(name)["valid"] for name in _Spec.model_fields}
+
+#: The job keys ``launch`` takes as flags, key -> its flag (from :class:`_Spec`).
+KEY_FLAGS: dict[str, KeyFlag] = {name: _extra(name)["flag"] for name in _Spec.model_fields
+                                 if "flag" in _extra(name)}
+
+
+def key_flag_help(name: str) -> str:
+    """A key flag's ``--help`` text: what it does, then which job key it sets."""
+    return f"{KEY_FLAGS[name].help} Job key: {name}."
+
+
+def flag_values(values: dict[str, Any]) -> dict[str, Any]:
+    """The job keys given as ``launch`` flags (None: not given), as a job file would hold
+    them: paths as text, ``--env NAME=VALUE`` items as a mapping."""
+    given: dict[str, Any] = {}
+    for name, value in values.items():
+        kind = KEY_FLAGS[name].kind
+        if value is None or (kind == "list" and not value):
+            continue
+        given[name] = (str(value) if kind == "path" else
+                       _env_items(value) if kind == "list" else value)
+    return given
+
+
+def _env_items(items: list[str]) -> dict[str, str]:
+    """``--env NAME=VALUE`` items; a malformed one names itself (its value is never shown)."""
+    found = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise UserError(f"--env: expected NAME=VALUE (e.g. --env OMP_NUM_THREADS=4), got an item "
+                            f"of {len(item)} characters (not shown: it may be a secret).")
+        found[name] = value
+    return found
 
 
 class JobFileError(FileProblems):
@@ -895,3 +867,17 @@ def is_secret_name(name: str, declared=()) -> bool:
     """True when ``name`` is declared secret or contains TOKEN, SECRET, PASSWORD or KEY."""
     upper = name.upper()
     return name in declared or any(m in upper for m in SECRET_MARKERS)
+
+
+def keys_doc() -> str:
+    """The keys of a job file, one paragraph each, from :class:`_Spec` (this module's
+    docstring ends with it)."""
+    out = ["", "The keys", "--------"]
+    for name, info in _Spec.model_fields.items():
+        flag = KEY_FLAGS.get(name)
+        out += [f"``{name}``" + (f" (``launch {flag.flag}``)" if flag else ""),
+                f"    {info.description}", ""]
+    return "\n".join(out)
+
+
+__doc__ = (__doc__ or "") + keys_doc()
