@@ -1,6 +1,7 @@
 """`clusterctl export JOB --to pytorchjob|trainjob --nnodes N`: the job as a Kubernetes manifest.
 
-Parsing and writing only, over :func:`clusterctl.run.export.build_manifest` (pure).  The
+Parsing and writing only, over the Kubernetes backend (:mod:`clusterctl.run.backends.kubernetes`,
+which renders only: :func:`clusterctl.run.export.build_manifest`, pure).  The
 YAML goes to stdout, or with ``-o FILE`` to that file (written whole, atomically, only
 when the manifest could be built: bad input writes nothing and exits 2).
 """
@@ -17,6 +18,7 @@ from clusterctl.cluster.registry.reference import Registry, registry_option
 from clusterctl.core.console import err
 from clusterctl.core.errors import UserError
 from clusterctl.core.files import write_atomic
+from clusterctl.run import backends
 from clusterctl.run import export as exporting
 from clusterctl.run import workspace as workspaces
 from clusterctl.run.jobs import load_job
@@ -79,7 +81,7 @@ def export(
         image = lookup.pinned_reference(local, reg)
     if pull_secret is None and reg is not None and lookup.has_credentials(reg):
         pull_secret = exporting.pull_secret_name(spec)
-    manifest = exporting.build_manifest(
+    manifest = backends.BACKENDS["kubernetes"].render(
         spec, kind=to, nnodes=nnodes, slots=slots, image=image, overrides=parse_sets(set_ or []),
         namespace=namespace, runtime=runtime, rdma_resource=rdma_resource, secret_name=secret_name,
         pull_secret=pull_secret, registry_server=reg.address if reg is not None else None)

@@ -28,7 +28,8 @@ def get(name: str) -> Backend:
     """The backend ``launch --scheduler NAME`` runs through; UserError naming the valid ones."""
     backend = BACKENDS.get(name)
     if backend is None or backend.renders_only:
-        raise UserError(f"--scheduler {name!r} is not a scheduler; valid: {one_of(SCHEDULERS)}.")
+        valid = [b.name for b in launchers()]
+        raise UserError(f"--scheduler {name!r} is not a scheduler; valid: {one_of(valid)}.")
     return backend
 
 
@@ -39,7 +40,7 @@ def for_record(record) -> Backend:
 
 def launchers() -> list[Backend]:
     """The backends that start runs, in ``--scheduler``'s order."""
-    return [BACKENDS[n] for n in SCHEDULERS]
+    return [b for b in BACKENDS.values() if not b.renders_only]
 
 
 def for_request(req) -> Backend:
