@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import re
 import string
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, make_dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -122,55 +122,6 @@ RESERVED_DOCKER_FLAGS: tuple[str, ...] = (
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")  # \Z: "$" would let "NAME\n" through
 
 #: What is valid for each key, appended to validation messages.
-
-
-@dataclass(frozen=True)
-class Job:
-    """A loaded, validated job spec.  See the module docstring for each key.
-
-    ``lines`` maps a key path (``"env.PHASE"``, ``"command"``) to its line in
-    ``path`` so later checks (at plan time) can point at the file too.
-    """
-
-    name: str
-    path: Path
-    command: list[str]
-    description: str = ""
-    target: str | None = None
-    image: str | None = None
-    contract: str = "torchrun"
-    nproc_per_node: int | Literal["slots"] = "slots"
-    env: dict[str, str] = field(default_factory=dict)
-    docker_args: list[str] = field(default_factory=list)
-    mounts: list[str] = field(default_factory=list)
-    params: dict[str, str] = field(default_factory=dict)
-    secrets: list[str] = field(default_factory=list)
-    hang_timeout: float | None = None   # seconds; None: no hang watchdog
-    hang_start_timeout: float | None = None  # seconds of silence before the job has started; None: default
-    hang_start_line: str | None = None  # regex: the line that says the job has started; None: any line
-    workdir: Path | None = None          # absolute: the project directory shipped to the nodes
-    requirements: Path | None = None     # absolute: its pip requirements file, when there is one
-    max_workdir_size: int | None = None  # bytes; None: the default limit
-    master_port: int | None = None       # None: the inventory's
-    # recovery (clusterctl.run.recovery): restarts, exit-code classes, exclusion, checkpoint
-    max_restarts: int = 0
-    retry_on_exit: tuple[int, ...] = ()
-    fatal_on_exit: tuple[int, ...] = ()
-    exclude_after: int = 3
-    checkpoint: str | None = None        # absolute, the same path on the nodes and in the containers
-    min_nodes: int | None = None         # nnodes MIN:MAX -> MIN; None: exactly the nodes it starts on
-    max_nodes: int | None = None         # nnodes MAX (or N); None: every non-spare node
-    collective_check: bool = False       # re-check the nodes' collectives before a restart
-    lines: dict[str, int] = field(default_factory=dict, compare=False, repr=False)
-
-    def where(self, key: str) -> str:
-        """``file:line: key`` for a message about ``key`` (its line, else its parent's)."""
-        return _locate(self.path, self.lines, key)
-
-    @property
-    def placeholder_names(self) -> frozenset[str]:
-        """Every name a ``{placeholder}`` in this job may use."""
-        return frozenset(LAUNCH_VALUES) | frozenset(self.params)
 
 
 # --------------------------------------------------------------------------- finding jobs
@@ -492,6 +443,58 @@ KEY_HELP: dict[str, str] = {name: _extra(name)["valid"] for name in _Spec.model_
 #: The job keys ``launch`` takes as flags, key -> its flag (from :class:`_Spec`).
 KEY_FLAGS: dict[str, KeyFlag] = {name: _extra(name)["flag"] for name in _Spec.model_fields
                                  if "flag" in _extra(name)}
+
+
+#: The keys a loaded :class:`Job` holds in another form than the file's (each converted in
+#: ``_validate``): key -> [(the Job field, its type, its default)], in place of the key.
+_CONVERTED: dict[str, list[tuple[str, Any, Any]]] = {
+    "hang_timeout": [("hang_timeout", float | None, None)],            # seconds
+    "hang_start_timeout": [("hang_start_timeout", float | None, None)],  # seconds
+    "workdir": [("workdir", Path | None, None)],                        # absolute
+    "requirements": [("requirements", Path | None, None)],              # absolute
+    "max_workdir_size": [("max_workdir_size", int | None, None)],       # bytes
+    "retry_on_exit": [("retry_on_exit", tuple[int, ...], ())],
+    "fatal_on_exit": [("fatal_on_exit", tuple[int, ...], ())],
+    "nnodes": [("min_nodes", int | None, None), ("max_nodes", int | None, None)],
+}
+
+
+def _job_fields() -> list[tuple]:
+    """The fields of :class:`Job`: where it comes from and the command, then every key of
+    :class:`_Spec` (as validated, or as :data:`_CONVERTED` says), then the keys' lines."""
+    out: list[tuple] = [("name", str), ("path", Path), ("command", list[str])]
+    for name, info in _Spec.model_fields.items():
+        if name == "command":
+            continue
+        if name in _CONVERTED:
+            out += [(f, t, field(default=d)) for f, t, d in _CONVERTED[name]]
+            continue
+        default = info.get_default(call_default_factory=False)
+        made = (field(default_factory=lambda d=default: type(d)(d))
+                if isinstance(default, dict | list) else field(default=default))
+        out.append((name, info.annotation, made))
+    out.append(("lines", dict[str, int], field(default_factory=dict, compare=False, repr=False)))
+    return out
+
+
+class _JobMethods:
+    def where(self, key: str) -> str:
+        """``file:line: key`` for a message about ``key`` (its line, else its parent's)."""
+        return _locate(self.path, self.lines, key)
+
+    @property
+    def placeholder_names(self) -> frozenset[str]:
+        """Every name a ``{placeholder}`` in this job may use."""
+        return frozenset(LAUNCH_VALUES) | frozenset(self.params)
+
+
+#: A loaded, validated job: ``name``, ``path`` (the file, or ``(command line)``), then one
+#: field per job key, made from :class:`_Spec` (a key is declared once, there), and
+#: ``lines``, which maps a key path (``"env.PHASE"``, ``"command"``) to its line in ``path``
+#: so later checks (at plan time) can point at the file too.
+Job = make_dataclass("Job", _job_fields(), bases=(_JobMethods,), frozen=True,
+                     namespace={"__module__": __name__, "__doc__": "A loaded, validated job spec "
+                                "(one field per key of :class:`_Spec`)."})
 
 
 def key_flag_help(name: str) -> str:
