@@ -174,7 +174,7 @@ def launch(
 def _with_key_flags(command):
     """``command``'s signature with a keyword option for every job key that is a flag
     (:data:`clusterctl.run.jobs.KEY_FLAGS`), after ``--fail-grace``: typer reads it."""
-    kinds = {"str": str, "int": int, "path": Path, "list": list[str]}
+    kinds = {"str": str, "int": int, "path": Path, "list": list[str], "bool": bool}
     params = [p for p in inspect.signature(command, eval_str=True).parameters.values()
               if p.kind is not inspect.Parameter.VAR_KEYWORD]
     at = [p.name for p in params].index("fail_grace") + 1

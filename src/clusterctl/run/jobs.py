@@ -259,8 +259,8 @@ class KeyFlag:
     flag: str                  # --workdir
     help: str                  # what the flag does, without the "Job key" sentence
     metavar: str | None = None
-    kind: Literal["str", "int", "path", "list"] = "str"   # the value as typed: text, a whole
-    min: int | None = None     # number (at least ``min``), a path, or repeatable NAME=VALUE
+    kind: Literal["str", "int", "path", "list", "bool"] = "str"   # the value as typed: text, a
+    min: int | None = None     # whole number (at least ``min``), a path, repeatable NAME=VALUE, a switch
 
 
 def key(*, valid: str, flag: KeyFlag | None = None, doc_type: str | None = None) -> dict:
