@@ -30,10 +30,10 @@ from functools import cache, cached_property
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, field_validator
 
 from clusterctl.core.errors import one_of
-from clusterctl.core.yamlfile import FileProblems, Problems, parse, read_text, show
+from clusterctl.core.yamlfile import FileProblems, Problems, parse, read_text, show, validate_model
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
 ACCELERATORS_FILE = DATA_DIR / "accelerators.yaml"
@@ -162,28 +162,6 @@ class AcceleratorDataError(FileProblems):
     what = "accelerator data"
 
 
-def _validate(model: type[_Model], data: Any, where: tuple, problems: Problems) -> Any:
-    """``model`` from ``data`` at key path ``where``, or None with each pydantic error a problem."""
-    valid = f"the fields described at the top of {Path(problems.file).name}"
-    if not isinstance(data, dict):
-        problems.add(where, f"{show(data)} is not a mapping", f"a mapping with {valid}")
-        return None
-    try:
-        return model.model_validate(data)
-    except ValidationError as err:
-        for e in err.errors():
-            loc = where + tuple(p for p in e["loc"] if p != "[key]")
-            if e["type"] == "missing":
-                problem = "is missing"
-            elif e["type"] == "extra_forbidden":
-                problem = f'unknown field "{loc[-1]}"'
-            else:
-                msg = e["msg"].removeprefix("Value error, ")
-                problem = f"{msg[:1].lower()}{msg[1:]} (got {show(e['input'])})"
-            problems.add(loc, problem, valid)
-        return None
-
-
 def _section(raw: dict, key: str, model: type[_Model], problems: Problems) -> dict[str, Any]:
     found = raw.get(key)
     if not isinstance(found, dict) or not found:
@@ -200,7 +178,7 @@ def _section(raw: dict, key: str, model: type[_Model], problems: Problems) -> di
             problems.add((key, name, "name"), f"an entry is named by its key under {key}:",
                          "no name: field")
             continue
-        item = _validate(model, {**body, "name": name} if isinstance(body, dict) else body,
+        item = validate_model(model, {**body, "name": name} if isinstance(body, dict) else body,
                          (key, name), problems)
         if item is not None:
             out[name] = item

@@ -50,6 +50,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import yaml
+from pydantic import BaseModel, ValidationError
 
 from clusterctl.core.errors import UserError
 from clusterctl.core.text import escaped
@@ -461,3 +462,25 @@ def show(value: Any) -> str:
     if isinstance(value, list):
         return "a list"
     return escaped(str(value))  # a path holding a NUL or an escape sequence is shown escaped
+
+
+def validate_model(model: type[BaseModel], data: Any, where: tuple, problems: Problems) -> Any:
+    """``model`` from ``data`` at key path ``where``, or None with each pydantic error a problem."""
+    valid = f"the fields described at the top of {os.path.basename(problems.file)}"
+    if not isinstance(data, dict):
+        problems.add(where, f"{show(data)} is not a mapping", f"a mapping with {valid}")
+        return None
+    try:
+        return model.model_validate(data)
+    except ValidationError as err:
+        for e in err.errors():
+            loc = where + tuple(p for p in e["loc"] if p != "[key]")
+            if e["type"] == "missing":
+                problem = "is missing"
+            elif e["type"] == "extra_forbidden":
+                problem = f'unknown field "{loc[-1]}"'
+            else:
+                msg = e["msg"].removeprefix("Value error, ")
+                problem = f"{msg[:1].lower()}{msg[1:]} (got {show(e['input'])})"
+            problems.add(loc, problem, valid)
+        return None

@@ -16,11 +16,11 @@ from functools import cache
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from clusterctl.core import accelerators
 from clusterctl.core.errors import UserError, did_you_mean, one_of
-from clusterctl.core.yamlfile import FileProblems, Problems, parse, read_text, show
+from clusterctl.core.yamlfile import FileProblems, Problems, parse, read_text, show, validate_model
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
 TARGETS_FILE = DATA_DIR / "targets.yaml"
@@ -180,27 +180,6 @@ def _read(path: Path) -> tuple[Any, Problems]:
     return parse(read_text(path, "target data"), problems, like="the other entries of this file"), problems
 
 
-def _validate(model: type[_Model], data: Any, where: tuple, problems: Problems) -> Any:
-    """``model`` from ``data`` at key path ``where``, or None with each pydantic error a problem."""
-    valid = f"the fields described at the top of {Path(problems.file).name}"
-    if not isinstance(data, dict):
-        problems.add(where, f"{show(data)} is not a mapping", f"a mapping with {valid}")
-        return None
-    try:
-        return model.model_validate(data)
-    except ValidationError as err:
-        for e in err.errors():
-            loc = where + tuple(p for p in e["loc"] if p != "[key]")
-            if e["type"] == "missing":
-                problem = "is missing"
-            elif e["type"] == "extra_forbidden":
-                problem = f'unknown field "{loc[-1]}"'
-            else:
-                problem = f"{e['msg'][:1].lower()}{e['msg'][1:]} (got {show(e['input'])})"
-            problems.add(loc, problem, valid)
-        return None
-
-
 def load_targets(path: Path | None = None) -> dict[str, Target]:
     """All targets by name, validated (a bad data file is a TargetDataError naming line and
     field); ``path`` None: :data:`TARGETS_FILE`, read when called.  A target's ``device`` and
@@ -235,7 +214,7 @@ def _load_targets(path: Path) -> dict[str, Target]:
             problems.add(("targets", name, "name"), "a target is named by its key under targets:",
                          "no name: field")
             continue
-        target = _validate(Target, {**body, "name": name} if isinstance(body, dict) else body,
+        target = validate_model(Target, {**body, "name": name} if isinstance(body, dict) else body,
                            ("targets", name), problems)
         if target is not None:
             _accelerator_problems(name, target, problems)
@@ -251,7 +230,7 @@ def _tools(raw: Any, problems: Problems) -> list[Tool]:
         problems.add(("tools",), f"{show(found)} is not a list",
                      "a list of {requirement: pip requirement, check: [argv]}")
         return []
-    tools = [_validate(Tool, item, ("tools", i), problems) for i, item in enumerate(found)]
+    tools = [validate_model(Tool, item, ("tools", i), problems) for i, item in enumerate(found)]
     return [t for t in tools if t is not None]
 
 
@@ -272,7 +251,7 @@ def _image_tools(path: Path) -> list[Tool]:
 @cache
 def version_table(filename: str) -> VersionTable:
     raw, problems = _read(DATA_DIR / filename)
-    table = _validate(VersionTable, raw or {}, (), problems)
+    table = validate_model(VersionTable, raw or {}, (), problems)
     problems.raise_if_any()
     return table
 
