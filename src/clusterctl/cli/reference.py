@@ -475,6 +475,8 @@ def environment_page(container_env: Mapping[str, str], layers: Iterable[tuple[st
     """reference/environment.md: the variables every container gets, what each contract
     adds, what a workdir run adds, the precedence of the layers, the targets' defaults and
     the ``--add-host`` note."""
+    from clusterctl.run import jobs, plan
+
     layers = list(layers)
     out = [
         _GENERATED.format(source="clusterctl.run.plan.CONTAINER_ENV and ENV_LAYERS"),
@@ -535,10 +537,13 @@ def environment_page(container_env: Mapping[str, str], layers: Iterable[tuple[st
                         for t, env in target_env.items()])]
     out += [
         "## Secrets\n",
-        "A variable is secret when the job lists it under `secrets` or its name contains "
-        "`TOKEN`, `SECRET`, `PASSWORD` or `KEY`. Its value never appears in `docker run`'s "
+        "A variable is secret when the job lists it under `secrets`; " + jobs.SECRET_RULE + ". "
+        "Its value never appears in `docker run`'s "
         "argv: the container reads it from an env file on `docker run`'s stdin "
-        "(`--env-file /dev/stdin`), and dry runs, logs and run records show `****`.\n",
+        "(`--env-file /dev/stdin`), and dry runs, logs and run records show `****`. A value "
+        f"shorter than {plan.MASK_MIN_CHARS} characters, a number or an address is not masked "
+        "in output (masking it would rewrite every `0` or address): launch warns, naming the "
+        "variable.\n",
         "## Node names: `--add-host`\n",
         "Every container can resolve every node of the inventory by name: each node given by "
         "an IPv4 address (or an `~/.ssh/config` alias for one) becomes an "

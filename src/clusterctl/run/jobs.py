@@ -109,8 +109,19 @@ COMMAND_LINE = "(command line)"
 HANG_START_DEFAULT = 300.0  # seconds: the watchdog's allowance before the job has started, at least
 HANG_LINE_MAX = 200         # characters of a hang_start_line
 
-#: Substrings that make an environment variable secret without being listed.
-SECRET_MARKERS: tuple[str, ...] = ("TOKEN", "SECRET", "PASSWORD", "KEY")
+#: Words (of a name split at ``_``) that make an environment variable secret without being
+#: listed: anywhere in the name, or (:data:`SECRET_LAST_WORDS`) as its last word only, so
+#: that settings about tokens or keys (PAD_TOKEN_ID, MAX_TOKENS, KEY_COLUMN) are not secrets.
+SECRET_WORDS: tuple[str, ...] = ("SECRET", "PASSWORD", "PASSWD")
+SECRET_LAST_WORDS: tuple[str, ...] = ("TOKEN", "KEY", "APIKEY")
+#: A secret value shorter than this is never searched for in output (:func:`clusterctl.run.plan.maskable`).
+MASK_MIN_CHARS = 8
+#: The rule in words, for the job-file reference, the environment page and messages.
+SECRET_RULE = ("a name is secret without being listed when one of its `_`-separated words is "
+               + ", ".join(f"`{w}`" for w in SECRET_WORDS) + ", or its last word is "
+               + ", ".join(f"`{w}`" for w in SECRET_LAST_WORDS) + ", in any case (`HF_TOKEN`, "
+               "`WANDB_API_KEY`, `DB_PASSWORD`; not `PAD_TOKEN_ID`, `TOKENIZERS_PARALLELISM`, "
+               "`MAX_TOKENS`, `KEY_COLUMN`)")
 
 #: ``docker run`` flags a job may not pass: clusterctl sets them itself (name,
 #: labels, detached, host network) or they would break supervision / secrets.
@@ -338,8 +349,9 @@ class _Spec(BaseModel):
     secrets: list[str] = Field([], description=(
         "Names of environment variables whose values are never shown: masked (`****`) in "
         "dry runs, logs and run records, passed through an env file on `docker run`'s stdin, "
-        "never its argv. Names containing " + ", ".join(SECRET_MARKERS) + " are secret "
-        "without being listed. A listed secret no layer sets is taken from clusterctl's own "
+        f"never its argv. A secret value shorter than {MASK_MIN_CHARS} characters, a number or an address is "
+        "never masked in output (launch warns, naming the variable). " + SECRET_RULE[0].upper()
+        + SECRET_RULE[1:] + ". A listed secret no layer sets is taken from clusterctl's own "
         "environment."),
         **key(valid="a list of environment variable names"))
     hang_timeout: str | int | float | None = Field(None, description=(
@@ -867,9 +879,12 @@ def _check_placeholders(job: Job, problems: Problems) -> None:
 
 
 def is_secret_name(name: str, declared=()) -> bool:
-    """True when ``name`` is declared secret or contains TOKEN, SECRET, PASSWORD or KEY."""
-    upper = name.upper()
-    return name in declared or any(m in upper for m in SECRET_MARKERS)
+    """True when ``name`` is declared secret or named like one (:data:`SECRET_RULE`): a word
+    SECRET, PASSWORD or PASSWD, or a last word TOKEN, KEY or APIKEY.  By words, never by
+    substring: TOKENIZERS_PARALLELISM, PAD_TOKEN_ID or MONKEY are settings."""
+    words = name.upper().split("_")
+    return (name in declared or words[-1] in SECRET_LAST_WORDS
+            or any(w in SECRET_WORDS for w in words))
 
 
 def keys_doc() -> str:

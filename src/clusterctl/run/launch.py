@@ -40,19 +40,23 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field, replace
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from clusterctl.cluster import containers, distribute, engine, sshconfig
 from clusterctl.cluster import preflight as pf
 from clusterctl.cluster.registry import pull as registry_pull
 from clusterctl.cluster.registry import push as registry_push
-from clusterctl.cluster.transport import Cluster, CommandResult, tree
+from clusterctl.cluster.transport import Cluster, CommandResult, NodeConnection, tree
 from clusterctl.code import snapshot as code_snapshot
 from clusterctl.code import sync as code_sync
 from clusterctl.core.deadline import bounded
 from clusterctl.core.errors import ClusterctlError, NodeError, UserError
 from clusterctl.run import flight, jobs, logs, plan, records, recovery, supervise, watchdog
 from clusterctl.run import workspace as workspaces
+from clusterctl.run.jobs import Job
+
+if TYPE_CHECKING:
+    from clusterctl.cluster.inventory import Inventory
 
 START_TIMEOUT = 120.0  # seconds one node's `docker run -d` may take (it may create volumes, devices)
 
@@ -99,7 +103,7 @@ class RunResult:
 
 # --------------------------------------------------------------------------- facts and checks
 
-def local_facts(inventory) -> dict[str, object]:
+def local_facts(inventory: Inventory) -> dict[str, object]:
     """What the plan needs to know that clusterctl can tell without contacting a node, as
     keyword arguments of :func:`clusterctl.run.plan.make_plan`: ``master_addr`` (the
     master's ssh-config ``HostName``, what the others connect to), ``addresses`` (each
@@ -118,7 +122,7 @@ def _ipv4(text: str) -> bool:
         return False
 
 
-def with_job_port(job, inventory, overrides: Mapping[str, str] | None = None):
+def with_job_port(job: Job, inventory: Inventory, overrides: Mapping[str, str] | None = None):
     """The inventory with the master port the user pinned (:func:`clusterctl.run.plan.pinned_master_port`:
     ``--set MASTER_PORT``, the master's inventory env, the job's) as its ``master_port`` (the
     port preflight checks free on the master and the plan gives rank 0), else the inventory
@@ -129,7 +133,7 @@ def with_job_port(job, inventory, overrides: Mapping[str, str] | None = None):
     return replace(inventory, master_port=pinned.port)
 
 
-def master_port(run_id: str, inventory, master_addr: str, pinned: plan.PinnedPort | None,
+def master_port(run_id: str, inventory: Inventory, master_addr: str, pinned: plan.PinnedPort | None,
                 listening: Sequence[int], *, note: Callable[[str], None] = lambda _text: None) -> int:
     """The attempt's master port, taken under the runs directory's port lock
     (:func:`clusterctl.run.records.take_master_port`): the pinned one unless a run of this
@@ -155,12 +159,12 @@ def master_port(run_id: str, inventory, master_addr: str, pinned: plan.PinnedPor
     return port
 
 
-def hang_timeout_of(job, given: float | None) -> float | None:
+def hang_timeout_of(job: Job, given: float | None) -> float | None:
     """The run's hang timeout: ``--hang-timeout`` when given, else the job's ``hang_timeout``."""
     return given if given is not None else job.hang_timeout
 
 
-def hang_settings(job, hang: float | None) -> dict:
+def hang_settings(job: Job, hang: float | None) -> dict:
     """The watchdog's :class:`~clusterctl.run.supervise.Settings` for the run: ``hang`` (its
     hang timeout), the job's start timeout (default: the longer of ``hang`` and
     :data:`~clusterctl.run.jobs.HANG_START_DEFAULT`) and start line.  Pure."""
@@ -173,7 +177,7 @@ def watchdog_options(hang_timeout: float | None) -> tuple[str, ...]:
     return watchdog.PTRACE_OPTIONS if hang_timeout else ()
 
 
-def dry_run(job, inventory, *, run_id: str | None = None, image: str | None = None,
+def dry_run(job: Job, inventory: Inventory, *, run_id: str | None = None, image: str | None = None,
             overrides: Mapping[str, str] | None = None,
             hang_timeout: float | None = None,
             on_code: Callable[[code_snapshot.Snapshot], None] | None = None) -> list[plan.NodePlan]:
@@ -281,8 +285,9 @@ def start_all(cluster: Cluster, plans: Sequence[plan.NodePlan], *, timeout: floa
 
 # --------------------------------------------------------------------------- the record
 
-def new_record(job, inventory, plans: Sequence[plan.NodePlan], run_id: str, *, image_id: str | None,
-               detached: bool, argv: Sequence[str] = ()) -> records.RunRecord:
+def new_record(job: Job, inventory: Inventory, plans: Sequence[plan.NodePlan], run_id: str, *,
+               image_id: str | None, detached: bool, argv: Sequence[str] = ()
+               ) -> records.RunRecord:
     """The run.json of a run about to start (env masked: secrets never reach the disk)."""
     first = plans[0]
     secrets = plan.secret_values(plans)  # `--set HF_TOKEN=...` is in clusterctl's own argv too
@@ -290,7 +295,7 @@ def new_record(job, inventory, plans: Sequence[plan.NodePlan], run_id: str, *, i
         run_id=run_id, job=job.name, inventory=str(inventory.path.absolute()),
         image=first.image, image_id=image_id,
         master_addr=first.env.get("MASTER_ADDR"), master_port=int(first.env.get("MASTER_PORT", 0)) or None,
-        detached=detached, argv=[plan.mask_text(a, secrets) for a in argv],
+        detached=detached, argv=plan.mask_argv(argv, {k for p in plans for k in p.secrets}, secrets),
         nodes=[records.NodeRecord(node=p.node, host=p.host, rank=p.rank, container=p.container,
                                env=plan.mask_env(p.env, p.secrets), flight_dir=p.flight_dir)
                for p in plans],
@@ -339,7 +344,7 @@ def mark_running(cluster: Cluster, record: records.RunRecord,
     by_node = {n.node: n for n in record.nodes}
     known = {n: st for n, st in (known or {}).items() if st is not None and n in by_node}
 
-    def inspect(conn):
+    def inspect(conn: NodeConnection):
         return bounded(lambda: containers.inspect_containers(conn, [by_node[conn.name].container]), 10.0)
 
     missing = [n for n in by_node if n not in known]
@@ -376,7 +381,8 @@ def stop_on_signals(sup_event: threading.Event, note: Callable[[str], None]):
 
 # --------------------------------------------------------------------------- launch
 
-def launch(job, inventory, *, image: str | None = None, overrides: Mapping[str, str] | None = None,
+def launch(job: Job, inventory: Inventory, *, image: str | None = None,
+           overrides: Mapping[str, str] | None = None,
            run_id: str | None = None, detach: bool = False,
            accept_new_host_keys: bool | None = None, stream: TextIO | None = None,
            color: bool | None = None, settings: supervise.Settings | None = None,
@@ -602,7 +608,7 @@ class _Run:
         self.times[phase] = time.time()
 
 
-def attempt_inventory(inventory, names: Sequence[str]):
+def attempt_inventory(inventory: Inventory, names: Sequence[str]):
     """The inventory of one attempt: ``names`` in rank order (the first is the master)."""
     by_name = {n.name: n for n in inventory.nodes}
     nodes = [by_name[name].model_copy(update={"master": i == 0, "spare": False})
@@ -722,6 +728,12 @@ def _check_and_plan(run: _Run, cluster: Cluster) -> list[plan.NodePlan]:
                            overrides=run.overrides, extra_docker_args=watchdog_options(run.hang),
                            init_nodes=init_nodes, code=code, **facts,
                            attempt=plan.Attempt(run.attempt, tuple(run.excluded), run.policy.checkpoint))
+    if run.attempt == 0:
+        for name in plan.unmasked_secrets(plans):
+            run.note(f"warning: secret {name} is not masked in output: its value is shorter than "
+                     f"{plan.MASK_MIN_CHARS} characters, a number or an address, which masking "
+                     "would rewrite everywhere (it still reaches the containers only through "
+                     "the env file)")
     if run.push:
         have = [n for n, i in node_ids.items() if i is not None and i == run.image_id]
         if run.pushed is not None:   # from the registry, by digest (spares too: hot spares)
@@ -975,7 +987,7 @@ def checkpoint_mark(cluster: Cluster, directory: str, skip: Sequence[str] = ()) 
     return None
 
 
-def _fresh_run_id(run_id: str | None, job) -> str:
+def _fresh_run_id(run_id: str | None, job: Job) -> str:
     """A valid run id not recorded yet (the given one, checked, or a new one)."""
     run_id = records.check_run_id(run_id) if run_id else records.new_run_id(job.name)
     if (records.run_path(run_id) / records.RECORD_NAME).exists():

@@ -34,7 +34,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from rich.text import Text
 
@@ -46,9 +46,12 @@ from clusterctl.cluster.containers import (
 )
 from clusterctl.core import console
 from clusterctl.core.deadline import bounded
-from clusterctl.run.plan import MASK
+from clusterctl.run.plan import MASK, maskable
 from clusterctl.run.records import MERGED_LOG, RunRecord
 from clusterctl.run.spool import Spool
+
+if TYPE_CHECKING:
+    from clusterctl.cluster.transport import Cluster, NodeConnection
 
 _PALETTE = ("cyan", "magenta", "green", "yellow", "blue", "bright_red", "bright_cyan",
             "bright_magenta", "bright_green", "bright_yellow", "bright_blue", "red")
@@ -107,7 +110,8 @@ class LogSink:
                  redact: Iterable[str] = ()) -> None:
         self.ranks = dict(ranks)
         # secret values a program might print: masked before any line is shown or written
-        self.redact = sorted({v for v in redact if v}, key=len, reverse=True)
+        # (only maskable ones: a short or common value would rewrite every `0` or `false`)
+        self.redact = sorted({v for v in redact if v and maskable(v)}, key=len, reverse=True)
         self.stream = stream
         self.color = console.interactive(stream) if color is None and stream is not None else bool(color)
         self.last: dict[str, deque[str]] = {n: deque(maxlen=KEEP_LAST) for n in ranks}
@@ -222,7 +226,7 @@ class Merger:
         return n
 
 
-def start_followers(cluster, sources: Iterable[Source], merger: Merger, *,
+def start_followers(cluster: Cluster, sources: Iterable[Source], merger: Merger, *,
                     tail: int | None = None,
                     after: dict[str, tuple[str, int]] | None = None) -> dict[str, threading.Thread]:
     """One daemon thread per node streaming ``docker logs --follow`` into ``merger``.
@@ -242,7 +246,7 @@ def start_followers(cluster, sources: Iterable[Source], merger: Merger, *,
     return threads
 
 
-def _follow_one(cluster, src: Source, merger: Merger, tail: int | None,
+def _follow_one(cluster: Cluster, src: Source, merger: Merger, tail: int | None,
                 after: tuple[str, int] | None) -> None:
     try:
         conn = cluster.connection(src.node)
@@ -338,14 +342,14 @@ def keep_stopped_output(record: RunRecord, spool: Spool, nodes: Iterable[str], *
 
 # --- `clusterctl logs`: from the nodes while the containers exist, from runs/ after ---------
 
-def live_containers(cluster, record: RunRecord, *, node: str | None = None,
+def live_containers(cluster: Cluster, record: RunRecord, *, node: str | None = None,
                     timeout: float = 15.0) -> tuple[list[Source], dict[str, str]]:
     """The run's containers that still exist on the nodes (found by label), and unreachable nodes."""
     wanted = [n for n in record.nodes if node is None or n.node == node]
     names = {n.name for n in cluster.inventory.nodes}
     targets = [n.node for n in wanted if n.node in names]
 
-    def ask(conn):
+    def ask(conn: NodeConnection):
         return bounded(lambda: find_containers(conn, record.run_id, timeout=timeout), timeout)
 
     answers = cluster.map(ask, nodes=targets) if targets else {}
@@ -360,11 +364,12 @@ def live_containers(cluster, record: RunRecord, *, node: str | None = None,
     return sources, unreachable
 
 
-def show_from_nodes(cluster, sources: list[Source], sink: LogSink, *, tail: int | None = None) -> None:
+def show_from_nodes(cluster: Cluster, sources: list[Source], sink: LogSink, *,
+                    tail: int | None = None) -> None:
     """Everything the containers wrote so far, merged by the nodes' timestamps (through a
     spool on disk: a line at a time, whatever the output's size)."""
     with Spool() as spool:
-        def fetch(conn):
+        def fetch(conn: NodeConnection):
             src = next(s for s in sources if s.node == conn.name)
             fetch_logs(conn, src.container, tail=tail, on_line=spool.writer(conn.name))
             return True
@@ -378,7 +383,8 @@ def show_from_nodes(cluster, sources: list[Source], sink: LogSink, *, tail: int 
     sink.flush()
 
 
-def follow_from_nodes(cluster, sources: list[Source], sink: LogSink, *, tail: int | None = None) -> None:
+def follow_from_nodes(cluster: Cluster, sources: list[Source], sink: LogSink, *,
+                      tail: int | None = None) -> None:
     """Stream the containers' output until every one has ended (Ctrl-C ends it sooner)."""
     merger = Merger(sink)
     threads = start_followers(cluster, sources, merger, tail=tail)

@@ -72,11 +72,13 @@ replaced by ``****``.
 
 from __future__ import annotations
 
+import ipaddress
 import json as jsonlib
 import re
 import shlex
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 from clusterctl.cluster.containers import (
     ATTEMPT_LABEL,
@@ -94,6 +96,7 @@ from clusterctl.run.jobs import (
     BASE_ENV,
     CODE_MOUNT,
     CONTRACTS,
+    MASK_MIN_CHARS,
     Job,
     expand,
     is_secret_name,
@@ -101,6 +104,9 @@ from clusterctl.run.jobs import (
     placeholders,
     reserved_flag,
 )
+
+if TYPE_CHECKING:
+    from clusterctl.cluster.inventory import Inventory, Node
 
 MASK = "****"
 #: The env file on ``docker run``'s stdin that carries secret values.
@@ -255,7 +261,7 @@ class PinnedPort:
     where: str
 
 
-def pinned_master_port(job: Job, inventory, overrides: Mapping[str, str] | None = None
+def pinned_master_port(job: Job, inventory: Inventory, overrides: Mapping[str, str] | None = None
                        ) -> PinnedPort | None:
     """The master port the user fixed, by precedence: ``--set MASTER_PORT``, the master's
     inventory env, the job's env (a number), the job's ``master_port``, the inventory's
@@ -302,7 +308,7 @@ def choose_master_port(first: int, busy: Iterable[int], held: Mapping[int, str],
 
 # --------------------------------------------------------------------------- planning
 
-def node_devices(job: Job, node) -> list[str]:
+def node_devices(job: Job, node: Node) -> list[str]:
     """The ``--device=`` specs ``node``'s container gets: the target's (per slot where the
     stack says) then the inventory node's, repeats dropped.  Pure: preflight checks them
     on the nodes before any plan exists."""
@@ -357,7 +363,7 @@ def image_of(job: Job, image: str | None = None) -> str | None:
     return image or job.image or (targets.resolve(job.target).tag if job.target else None)
 
 
-def check_inputs(job: Job, inventory, *, run_id: str, image: str | None = None,
+def check_inputs(job: Job, inventory: Inventory, *, run_id: str, image: str | None = None,
                  overrides: Mapping[str, str] | None = None,
                  extra_docker_args: Sequence[str] = (),
                  host_env: Mapping[str, str] | None = None,
@@ -374,7 +380,7 @@ def check_inputs(job: Job, inventory, *, run_id: str, image: str | None = None,
     return launch.image
 
 
-def make_plan(job: Job, inventory, *, run_id: str, image: str | None = None,
+def make_plan(job: Job, inventory: Inventory, *, run_id: str, image: str | None = None,
               interfaces: Mapping[str, str] | None = None,
               overrides: Mapping[str, str] | None = None,
               extra_docker_args: Sequence[str] = (),
@@ -450,7 +456,7 @@ def host_entries(addresses: Mapping[str, str]) -> list[str]:
             for prefix in ("", "::ffff:")]
 
 
-def _resolve(job: Job, inventory, *, run_id: str, image: str | None,
+def _resolve(job: Job, inventory: Inventory, *, run_id: str, image: str | None,
              overrides: Mapping[str, str] | None, extra_docker_args: Sequence[str],
              host_env: Mapping[str, str] | None,
              master_addr: str | None,
@@ -512,7 +518,7 @@ def _secret_texts(job: Job, params: Mapping[str, str], env: Mapping[str, str],
     """Every secret value of one node: its secret variables' and the job's secret parameters'
     (a parameter may be copied into any other variable through a placeholder)."""
     found = {env[k] for k in secrets if env.get(k)}
-    return found | {params[p] for p in secret_params(job) if params.get(p)}
+    return {v for v in found | {params[p] for p in secret_params(job) if params.get(p)} if maskable(v)}
 
 
 def _tainted(env: Mapping[str, str], hidden: set[str]) -> set[str]:
@@ -652,7 +658,7 @@ def _check_image(job: Job, image: str | None) -> None:
                         "contains whitespace); valid: e.g. clusterctl/cpu:2.13.0.")
 
 
-def _docker_options(job: Job, target, node, values: dict[str, str],
+def _docker_options(job: Job, target, node: Node, values: dict[str, str],
                     extra: Sequence[str]) -> list[str]:
     """Target flags, job docker_args, mounts, devices and extra args; exact repeats dropped."""
     out: list[str] = []
@@ -722,18 +728,70 @@ def mask_env(env: Mapping[str, str], secrets: Iterable[str] = ()) -> dict[str, s
     return {k: MASK if is_secret_name(k, listed) else v for k, v in env.items()}
 
 
+def maskable(value: str) -> bool:
+    """Whether a secret value may be searched for and replaced in text (:func:`mask_text`,
+    log lines): not when it is shorter than :data:`MASK_MIN_CHARS` (a boolean, a PIN, a
+    rank), a number or a port, or an IP address: replacing those would rewrite every ``0``,
+    ``false`` or address of the output and taint every variable that holds one
+    (MASTER_PORT).  Such a secret still travels only through the env file; launch warns
+    (:func:`unmasked_secrets`)."""
+    text = value.strip()
+    if len(text) < MASK_MIN_CHARS:
+        return False
+    try:
+        float(text)
+        return False
+    except ValueError:
+        pass
+    try:
+        ipaddress.ip_address(text)
+        return False
+    except ValueError:
+        return True
+
+
 def mask_text(text: str, values: Iterable[str]) -> str:
-    """``text`` with every occurrence of the given secret values replaced by ``****``."""
-    for value in sorted({v for v in values if v}, key=len, reverse=True):
+    """``text`` with every occurrence of the given secret values replaced by ``****``
+    (only the :func:`maskable` ones: a short or common value is left alone)."""
+    for value in sorted({v for v in values if v and maskable(v)}, key=len, reverse=True):
         text = text.replace(value, MASK)
     return text
 
 
+#: clusterctl's own flags whose NAME=VALUE items :func:`mask_argv` masks by name.
+_VALUE_FLAGS = ("--set", "--env")
+
+
+def mask_argv(argv: Sequence[str], names: Iterable[str], values: Iterable[str]) -> list[str]:
+    """clusterctl's own command line as run.json keeps it: a ``--set``/``--env NAME=VALUE``
+    whose NAME is secret (``names``, or named like one) gets ``****`` for its whole value,
+    whatever its length; every other item gets :func:`mask_text` with ``values``."""
+    names = set(names)
+    out: list[str] = []
+    for i, arg in enumerate(argv):
+        flag, eq, item = arg.partition("=") if arg.startswith(_VALUE_FLAGS) and "=" in arg else ("", "", arg)
+        after_flag = i > 0 and argv[i - 1] in _VALUE_FLAGS
+        if (flag in _VALUE_FLAGS or after_flag) and "=" in item:
+            name, _, _ = item.partition("=")
+            if is_secret_name(name, names):
+                out.append(f"{flag}{eq}{name}={MASK}")
+                continue
+        out.append(mask_text(arg, values))
+    return out
+
+
 def secret_values(plans: Iterable[NodePlan]) -> list[str]:
-    """Every secret value of the plans, for masking other text (log lines, clusterctl's own
-    command line with ``--set TOKEN=...`` in run.json) with :func:`mask_text`."""
-    return sorted({p.env[k] for p in plans for k in p.secrets if p.env.get(k)}
-                  | {v for p in plans for v in p.hidden if v})
+    """Every secret value of the plans that may be masked (:func:`maskable`), for masking
+    other text (log lines, clusterctl's own command line with ``--set TOKEN=...`` in
+    run.json) with :func:`mask_text`."""
+    return sorted(v for v in {p.env[k] for p in plans for k in p.secrets if p.env.get(k)}
+                  | {v for p in plans for v in p.hidden if v} if maskable(v))
+
+
+def unmasked_secrets(plans: Iterable[NodePlan]) -> list[str]:
+    """The secret variables whose value is not :func:`maskable` (too short or common to be
+    searched for in output), by name, for launch's warning: never the value."""
+    return sorted({k for p in plans for k in p.secrets if p.env.get(k) and not maskable(p.env[k])})
 
 
 def masked(plan: NodePlan) -> NodePlan:

@@ -106,11 +106,12 @@ def job_of(job: str | None, given: dict) -> Job:
     return inline_job(given)
 
 
-def spec_of(job: str | None, given: dict) -> dict:
+def spec_of(job: str | None, given: dict, secrets=()) -> dict:
     """What run.json keeps to run the job again (``launch --rerun``): the job file and the
-    flags; an ``--env`` value whose name makes it secret is left out, only its name kept."""
+    flags; an ``--env`` value whose name makes it secret (named like one, or listed in the
+    job's ``secrets``) is left out, only its name kept."""
     env = given.get("env") or {}
-    hidden = sorted(k for k in env if is_secret_name(k))
+    hidden = sorted(k for k in env if is_secret_name(k, secrets))
     flags = {**given, "env": {k: v for k, v in env.items() if k not in hidden}} if env else given
     return {"job": str(job_path(job).absolute()) if job is not None else None, "flags": flags,
             "secret_env": hidden, "cwd": str(Path.cwd())}
@@ -228,4 +229,5 @@ def fresh(req: LaunchRequest) -> Prepared:
                         "see inventories/example.yaml.")
     spec = job_of(req.job, req.given)
     inventory = load_inventory(nodes)
-    return Prepared(req, spec, inventory, record_spec=spec_of(req.job, req.given), image=req.image)
+    return Prepared(req, spec, inventory, record_spec=spec_of(req.job, req.given, spec.secrets),
+                    image=req.image)

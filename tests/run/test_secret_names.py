@@ -1,0 +1,151 @@
+"""Which variables are secret, and which values masking may rewrite (issue 41): a name is
+secret by its words, never by a substring (TOKENIZERS_PARALLELISM, PAD_TOKEN_ID are
+settings); a secret whose value is short or common (a boolean, a number, a port, an
+address) is never a mask pattern, so it cannot rewrite every ``0`` or ``false`` of the
+output, taint MASTER_ADDR / MASTER_PORT or make ``--rerun`` refuse; a secret given with
+``--env`` (by its name or listed under ``secrets:``) is never written to run.json."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from clusterctl.cluster.inventory import load_inventory
+from clusterctl.core.errors import UserError
+from clusterctl.run import request
+from clusterctl.run.jobs import is_secret_name, load_job
+from clusterctl.run.launch import new_record
+from clusterctl.run.logs import LogSink
+from clusterctl.run.plan import (
+    MASK,
+    make_plan,
+    maskable,
+    masked,
+    render_dry_run,
+    secret_values,
+    unmasked_secrets,
+)
+
+SECRET_BY_NAME = ["HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "WANDB_API_KEY", "AWS_SECRET_ACCESS_KEY",
+                  "AWS_SESSION_TOKEN", "GITHUB_TOKEN", "DB_PASSWORD", "OPENAI_API_KEY",
+                  "CLIENT_SECRET", "SMTP_PASSWD", "MY_APIKEY", "TOKEN", "ssh_key", "my_secret_x"]
+NOT_SECRET_BY_NAME = ["TOKENIZERS_PARALLELISM", "PAD_TOKEN_ID", "EOS_TOKEN_ID", "BOS_TOKEN_ID",
+                      "MAX_TOKENS", "MAX_NEW_TOKENS", "KEY_COLUMN", "NUM_KEYS", "MONKEY",
+                      "HF_TOKEN_PATH", "KEYBOARD", "PHASE"]
+
+
+@pytest.mark.parametrize("name", SECRET_BY_NAME)
+def test_a_name_whose_words_say_secret_is_secret(name):
+    assert is_secret_name(name)
+
+
+@pytest.mark.parametrize("name", NOT_SECRET_BY_NAME)
+def test_a_setting_that_only_contains_a_marker_is_not_secret(name):
+    assert not is_secret_name(name)
+    assert is_secret_name(name, [name])          # listed under secrets: it is
+
+
+@pytest.mark.parametrize("value", ["0", "1", "false", "True", "yes", "off", "abc", "1234567",
+                                   "29500", "123456789", "3.14159265", "1e-05", "10.0.0.12",
+                                   "192.168.100.200", "fe80::1:2:3:4", "  0  "])
+def test_short_or_common_values_are_never_mask_patterns(value):
+    assert not maskable(value)
+
+
+@pytest.mark.parametrize("value", ["hf_abcdefgh", "s3cr3t-pw", "Bearer xyz123", "12345678a"])
+def test_secret_looking_values_are_mask_patterns(value):
+    assert maskable(value)
+
+
+def write(tmp_path: Path, name: str, text: str) -> Path:
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+@pytest.fixture
+def hf_plans(tmp_path):
+    """A Hugging Face style job: settings named like tokens, one real token, and a listed
+    secret whose value is too short to mask."""
+    job = load_job(write(tmp_path, "job.yaml", """
+        image: x/y:1
+        nproc_per_node: 1
+        secrets: [PIN]
+        env: {TOKENIZERS_PARALLELISM: "false", PAD_TOKEN_ID: "0", PIN: "1234", HF_TOKEN: hf_real_token_value}
+        command: [python, train.py, --epochs, "10", --flag=false]
+    """))
+    inv = load_inventory(write(tmp_path, "inv.yaml", """
+        nodes:
+          - {name: n1, host: 10.0.0.1}
+          - {name: n2, host: 10.0.0.2}
+    """))
+    return job, inv, make_plan(job, inv, run_id="r", master_addr="10.0.0.1")
+
+
+def test_settings_named_like_tokens_are_not_secret_and_taint_nothing(hf_plans):
+    _, _, plans = hf_plans
+    for p in plans:
+        assert p.secrets == {"HF_TOKEN", "PIN"}
+        assert "MASTER_ADDR" not in p.secrets and "MASTER_PORT" not in p.secrets
+        m = masked(p)
+        assert m.env["TOKENIZERS_PARALLELISM"] == "false" and m.env["PAD_TOKEN_ID"] == "0"
+        assert m.env["MASTER_ADDR"] == "10.0.0.1" and m.env["MASTER_PORT"] == p.env["MASTER_PORT"]
+        assert m.env["HF_TOKEN"] == MASK and m.env["PIN"] == MASK     # by name, whatever the value
+        assert m.command == p.command and m.argv == p.argv            # no `0`/`false` rewritten
+        assert "PIN=1234" in p.stdin.decode() and not any("1234" in a for a in p.argv)
+    assert secret_values(plans) == ["hf_real_token_value"]
+    text = render_dry_run(plans)
+    assert "TOKENIZERS_PARALLELISM=false" in text and "--epochs 10" in text
+    assert "hf_real_token_value" not in text and "1234" not in text
+
+
+def test_a_secret_too_short_to_mask_is_named_never_shown(hf_plans):
+    _, _, plans = hf_plans
+    assert unmasked_secrets(plans) == ["PIN"]
+
+
+def test_log_lines_keep_their_zeros(tmp_path, hf_plans):
+    _, _, plans = hf_plans
+    sink = LogSink({"n1": 0}, run_dir=tmp_path / "run", redact=secret_values(plans) + ["0", "false"])
+    sink.write("n1", "step 10 loss 0.50 shuffle=false token hf_real_token_value")
+    sink.close()
+    assert sink.last["n1"][-1] == f"step 10 loss 0.50 shuffle=false token {MASK}"
+    assert (tmp_path / "run" / "n1.log").read_text().strip() == sink.last["n1"][-1]
+
+
+def test_the_record_keeps_settings_and_master_and_masks_secrets_by_name(hf_plans):
+    job, inv, plans = hf_plans
+    argv = ["clusterctl", "launch", "job.yaml", "--set", "PAD_TOKEN_ID=0", "--set", "PIN=1234",
+            "--set=HF_TOKEN=hf_real_token_value", "--env", "TOKENIZERS_PARALLELISM=false"]
+    record = new_record(job, inv, plans, "r", image_id=None, detached=False, argv=argv)
+    dumped = repr(record)
+    assert "hf_real_token_value" not in dumped and "1234" not in dumped
+    assert record.argv[4] == "PAD_TOKEN_ID=0" and record.argv[6] == f"PIN={MASK}"
+    assert record.argv[7] == f"--set=HF_TOKEN={MASK}" and record.argv[9] == "TOKENIZERS_PARALLELISM=false"
+    assert record.master_addr == "10.0.0.1" and record.master_port == int(plans[0].env["MASTER_PORT"])
+    assert all(n.env["PAD_TOKEN_ID"] == "0" and n.env["MASTER_PORT"] != MASK for n in record.nodes)
+    # --rerun asks again for the secrets only, never for PAD_TOKEN_ID
+    with pytest.raises(UserError, match="given PIN with --set") as info:
+        request.recorded_sets(record, [])
+    assert "PAD_TOKEN_ID" not in info.value.message
+    assert request.recorded_sets(record, ["PIN=1", "HF_TOKEN=h"]) == ["PAD_TOKEN_ID=0", "PIN=1", "HF_TOKEN=h"]
+
+
+def test_a_listed_secret_given_with_env_is_not_recorded(tmp_path):
+    job = write(tmp_path, "job.yaml", """
+        image: x/y:1
+        secrets: [PIN, DB_DSN]
+        command: [run]
+    """)
+    inv = write(tmp_path, "inv.yaml", "nodes:\n  - {name: n1, host: 10.0.0.1}\n")
+    given = {"env": {"DB_DSN": "postgres://u:pw@db/x", "PIN": "1234", "HF_TOKEN": "hf_xyz_value",
+                     "PAD_TOKEN_ID": "0"}}
+    prepared = request.fresh(request.LaunchRequest(job=str(job), nodes=inv, given=given))
+    spec = prepared.record_spec
+    dumped = json.dumps(spec)
+    assert "postgres://" not in dumped and "1234" not in dumped and "hf_xyz_value" not in dumped
+    assert spec["flags"]["env"] == {"PAD_TOKEN_ID": "0"}
+    assert spec["secret_env"] == ["DB_DSN", "HF_TOKEN", "PIN"]
