@@ -2,7 +2,7 @@
 
 One module per group of sub-commands (build.py: targets/render/build; engine.py;
 nodes.py: nodes/check; sandbox.py; push.py; run.py: launch/logs/status/stop/runs;
-fault.py: fault injection; export.py: Kubernetes manifests).
+execute.py: exec; fault.py: fault injection; export.py: Kubernetes manifests).
 Errors derived from ClusterctlError are printed as one message, never a
 traceback, with their exit status (2 for bad input).
 """
@@ -14,7 +14,7 @@ from rich.markup import escape
 from typer.core import TyperGroup
 
 from clusterctl import __version__
-from clusterctl.cli import build, check, engine, export, fault, nodes, push, run, sandbox
+from clusterctl.cli import build, check, engine, execute, export, fault, nodes, push, run, sandbox
 from clusterctl.core.console import err
 from clusterctl.core.errors import ClusterctlError
 
@@ -54,7 +54,7 @@ def _root(
     pass
 
 
-for _group in (build, engine, nodes, check, sandbox, push, run, fault, export):
+for _group in (build, engine, nodes, check, sandbox, push, run, execute, fault, export):
     _group.register(app)
 
 
