@@ -198,6 +198,53 @@ def test_nesting_past_the_limit_is_refused_at_its_line_in_well_under_a_second(sh
         f"valid: at most {yamlfile.MAX_DEPTH} levels (inventories, jobs and targets need a few)"]
 
 
+class _CountedSafeLoader(yaml.SafeLoader):
+    """PyYAML's pure-Python loader, counting the texts it is given (``made``)."""
+
+    made: list[int] = []
+
+    def __init__(self, stream):
+        self.made.append(len(stream))
+        super().__init__(stream)
+
+
+@pytest.mark.parametrize("shape, make, line, deepest", NESTINGS, ids=[n[0] for n in NESTINGS])
+def test_nesting_past_the_limit_never_reaches_the_pure_python_parser(monkeypatch, shape, make, line, deepest):
+    """Whatever libyaml does with a deep file, the pure-Python parser (whose time grows with the
+    depth: 13 s for ``[`` * 5,000) never reads it.  libyaml 0.2.5 (PyYAML 6.0.3) has no nesting
+    limit; the libyaml of PyYAML 6.0.4 stops at 1,000 levels while looking ahead on a line, as
+    a syntax error that ``parse`` must not re-read in the pure-Python parser's words.  Counted,
+    not timed: the cost is in which parser reads the file."""
+    if yamlfile._FastLoader is yaml.SafeLoader:
+        pytest.skip("PyYAML without libyaml: the pure-Python parser is the only one")
+    monkeypatch.setattr(_CountedSafeLoader, "made", [])
+    monkeypatch.setattr(yamlfile.yaml, "SafeLoader", _CountedSafeLoader)
+    err = refused(make(deepest))
+    assert _CountedSafeLoader.made == []
+    assert [(p.line, p.field) for p in err.problems] == [(line(), "(YAML)")]
+    assert f"nest deeper than {yamlfile.MAX_DEPTH} levels" in err.message
+
+
+def test_libyamls_own_nesting_limit_is_told_in_clusterctls_words_at_the_level_too_many():
+    """The words ``parse`` recognises are libyaml's own (a libyaml that words its limit
+    differently fails here, not silently slow in users' hands); the file is refused at the
+    line of its 65th level, not where libyaml's look-ahead stopped."""
+    text = "x: ok\ny: " + "[" * 30 + "\n" + "[" * 1000 + "]" * 1030 + "\n"
+    try:
+        for _ in yaml.parse(text, Loader=yamlfile._FastLoader):  # events only: nothing recurses
+            pass
+    except yaml.YAMLError as e:
+        if "nesting" not in str(e):
+            raise
+        assert e.problem == yamlfile._LIBYAML_TOO_DEEP and e.problem_mark.line == 2
+    else:
+        pytest.skip(f"PyYAML {yaml.__version__}: its parser has no nesting limit of its own (6.0.3 and older)")
+    err = refused(text)
+    assert err.message.splitlines()[1:] == [
+        f"f.yaml:3: (YAML): lists or mappings nest deeper than {yamlfile.MAX_DEPTH} levels; "
+        f"valid: at most {yamlfile.MAX_DEPTH} levels (inventories, jobs and targets need a few)"]
+
+
 def test_only_an_alias_makes_a_finished_list_too_deep_and_the_message_says_so():
     inner = "[" * 40 + "1" + "]" * 40  # 40 levels under the anchor
     fits = f"x: &x {inner}\ny: " + "[" * 23 + "*x" + "]" * 23 + "\n"  # 1 + 23 + 40 = 64

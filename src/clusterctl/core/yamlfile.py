@@ -219,6 +219,7 @@ def parse(text: str, problems: Problems, *, verbatim: Callable[[tuple], bool] | 
             return None
         return _Builder(loader, problems, verbatim or (lambda path: False)).build(root, ())
     except yaml.YAMLError as e:
+        _refuse_if_too_deep_for_libyaml(text, e, problems, limits)
         problems.found.append(_syntax_problem(_plain_error(text, e), like))
     except RecursionError:  # not expected (depth is bounded before building): a message, never a traceback
         problems.add(1, f"lists or mappings nest deeper than clusterctl reads (at most {MAX_DEPTH} levels)",
@@ -347,6 +348,34 @@ def _compose(loader: Any, problems: Problems, limits: _Limits) -> yaml.Node | No
 
 
 _FastLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+#: libyaml's words when a file nests past its own limit (1,000 levels; the libyaml in
+#: PyYAML 6.0.4 and newer wheels), in flow or block collections.
+_LIBYAML_TOO_DEEP = "exceeded maximum nesting depth"
+
+
+def _refuse_if_too_deep_for_libyaml(text: str, error: yaml.YAMLError, problems: Problems,
+                                    limits: _Limits) -> None:
+    """Refuse a file libyaml stopped at its own nesting limit with clusterctl's words and line.
+
+    libyaml's scanner looks ahead up to 1,024 characters on a line (a ``[`` may be a key), so
+    ``[[[[...`` reaches libyaml's limit before the composer has seen the level too many.  The
+    text before the point libyaml stopped at is composed again, by libyaml (it holds fewer
+    levels than libyaml's limit, more than ``limits.depth``), so the composer refuses it at the
+    line of its level too many, as with a libyaml that has no limit of its own.  The
+    pure-Python parser never reads it: its time grows with the depth (13 s for 5,000 levels).
+    Returns when ``error`` is not libyaml's nesting limit."""
+    mark = getattr(error, "problem_mark", None)
+    if getattr(error, "problem", None) != _LIBYAML_TOO_DEEP or mark is None:
+        return
+    try:
+        _compose_fast(text[:mark.index], problems, limits)  # raises FileProblems at the level too many
+    except yaml.YAMLError:
+        pass
+    # not refused before libyaml's limit (not expected): its line, in clusterctl's words
+    problems.add(mark.line + 1, f"lists or mappings nest deeper than {limits.depth} levels",
+                 f"at most {limits.depth} levels (inventories, jobs and targets need a few)", field="(YAML)")
+    raise problems.error(problems.file, problems.found)
 
 
 def _plain_error(text: str, error: yaml.YAMLError) -> yaml.YAMLError:
