@@ -17,9 +17,11 @@ TARGET ?= cpu
 NODES ?= 2
 INVENTORY ?= inventories/sandbox.yaml
 PYTEST_ARGS ?=
+# the virtual environment of `make test-newest` (newest releases, not the lock)
+NEWEST_VENV ?= .venv-newest
 BENCH_ARGS ?=
 
-.PHONY: help setup venv image render demo demo-down test check docs docs-serve reference lint golden lock bench-plots bench-push bench-launch bench-validate bench-collective bench-scale bench-workdir bench-recovery bench-registry bench-ssh clean
+.PHONY: help setup venv image render demo demo-down test test-newest check docs docs-serve reference lint golden lock bench-plots bench-push bench-launch bench-validate bench-collective bench-scale bench-workdir bench-recovery bench-registry bench-ssh clean
 
 help:
 	@echo "make demo        set up this machine, build the cpu image, start a $(NODES)-node sandbox, run ddp-smoke on it"
@@ -27,6 +29,7 @@ help:
 	@echo "make check       set up this machine with a fresh $(VENV) from the lock and run the full test suite (what CI runs)"
 	@echo "make image TARGET=cpu|ipex|accl|nccl|cambricon|base   build one target's image"
 	@echo "make test        run the test suite with $(VENV) (machine already set up)"
+	@echo "make test-newest the fast tier in a fresh $(NEWEST_VENV) with the newest releases pyproject.toml allows, not the lock"
 	@echo "make docs        build the documentation site into site/ (strict: a broken link or a missing page fails)"
 	@echo "make bench-plots redraw docs/benchmarks/img/ from docs/benchmarks/data/ (no root)"
 	@echo "make docs-serve  serve the documentation site on http://127.0.0.1:8000 while you edit docs/"
@@ -86,6 +89,12 @@ test: $(CLUSTERCTL)
 	  $(VENV)/bin/python -m pytest -q --noconftest -p no:cacheprovider tests/test_packaging.py
 	$(SUDO) env PATH="$(abspath $(VENV))/bin:$$PATH" CLUSTERCTL_TEST_INSTALLED=1 \
 	  $(VENV)/bin/python -m pytest $(PYTEST_ARGS)
+
+# The tests without Docker, sandboxes or minutes, in a fresh $(NEWEST_VENV) holding the
+# newest release of every dependency pyproject.toml allows (what `pip install` gives a user
+# today), not the lock; prints the versions that differ from the lock.  No root.
+test-newest:
+	VENV=$(NEWEST_VENV) scripts/test-newest $(PYTEST_ARGS)
 
 # (test runs in a second make, after venv has re-created $(VENV))
 check: venv
