@@ -42,7 +42,7 @@ from typing import BinaryIO
 from pydantic import BaseModel
 
 from clusterctl.cluster.runtime import ContainerRuntime, node_runtime, runtime_for, runtime_of
-from clusterctl.cluster.transport import STREAM_WINDOW_SIZE, tree
+from clusterctl.cluster.transport import STREAM_WINDOW_SIZE, Cluster, NodeConnection, tree
 from clusterctl.core.deadline import bounded
 from clusterctl.core.errors import NodeError
 from clusterctl.core.lines import LineSplitter
@@ -107,7 +107,8 @@ def state_from_inspect(node: str, data: dict) -> ContainerState:
     )
 
 
-def inspect_containers(conn, names: list[str], *, timeout: float | None = 20.0) -> list[ContainerState]:
+def inspect_containers(conn: NodeConnection, names: list[str], *,
+                       timeout: float | None = 20.0) -> list[ContainerState]:
     """``docker inspect`` of ``names`` on ``conn``'s node (missing ones are left out)."""
     if not names:
         return []
@@ -125,7 +126,7 @@ _INSPECT_REMOVE = ('docker inspect --type container "$@"; docker rm --force "$@"
                    '&& echo @@clusterctl-removed >&2')
 
 
-def inspect_and_remove(conn, names: list[str], *, timeout: float | None = 20.0
+def inspect_and_remove(conn: NodeConnection, names: list[str], *, timeout: float | None = 20.0
                        ) -> tuple[list[ContainerState], bool]:
     """The final states of ``names`` on ``conn``'s node and their removal, in one command
     (the end of a followed run): (states, whether they were removed)."""
@@ -139,7 +140,8 @@ def inspect_and_remove(conn, names: list[str], *, timeout: float | None = 20.0
     return [state_from_inspect(conn.node.name, d) for d in data], "@@clusterctl-removed" in res.stderr
 
 
-def find_containers(conn, run_id: str, *, timeout: float | None = 20.0) -> list[ContainerState]:
+def find_containers(conn: NodeConnection, run_id: str, *,
+                    timeout: float | None = 20.0) -> list[ContainerState]:
     """The containers labelled ``io.clusterctl.run=<run_id>`` on ``conn``'s node, any state."""
     res = conn.run(runtime_of(conn).ps(labels={RUN_LABEL: run_id}), timeout=timeout, check=True)
     return inspect_containers(conn, res.stdout.split(), timeout=timeout)
@@ -149,7 +151,7 @@ class ContainerGone(Exception):
     """The container no longer exists on its node (someone removed it)."""
 
 
-def wait_container(conn, name: str) -> int | None:
+def wait_container(conn: NodeConnection, name: str) -> int | None:
     """Block until ``name`` ends on ``conn``'s node (``docker wait``): its exit code.
 
     None when docker could not tell (the caller reads the state another way);
@@ -186,8 +188,8 @@ def split_timestamp(line: str) -> tuple[str, str]:
     return f"{m.group(1)}.{(m.group(2) or '').ljust(9, '0')}", m.group(3)
 
 
-def follow_logs(conn, container: str, on_line: Callable[[str], None], *, tail: int | None = None,
-                keep_whole: Sequence[str] = ()) -> None:
+def follow_logs(conn: NodeConnection, container: str, on_line: Callable[[str], None], *,
+                tail: int | None = None, keep_whole: Sequence[str] = ()) -> None:
     """Stream ``docker logs --follow`` of ``container`` to ``on_line`` until it ends.
 
     A small SSH window (STREAM_WINDOW_SIZE): while ``on_line`` waits (the merged
@@ -198,7 +200,7 @@ def follow_logs(conn, container: str, on_line: Callable[[str], None], *, tail: i
                 window_size=STREAM_WINDOW_SIZE, keep_whole=keep_whole)
 
 
-def follow_logs_after(conn, container: str, on_line: Callable[[str], None], *, after: str,
+def follow_logs_after(conn: NodeConnection, container: str, on_line: Callable[[str], None], *, after: str,
                       skip: int = 0, keep_whole: Sequence[str] = ()) -> None:
     """:func:`follow_logs` resumed: only the lines after the one whose timestamp key
     (:func:`split_timestamp`) is ``after``, the ``skip`` lines with exactly that key having
@@ -220,7 +222,7 @@ def follow_logs_after(conn, container: str, on_line: Callable[[str], None], *, a
                 window_size=STREAM_WINDOW_SIZE, keep_whole=keep_whole)
 
 
-def fetch_logs(conn, container: str, *, tail: int | None = None,
+def fetch_logs(conn: NodeConnection, container: str, *, tail: int | None = None,
                on_line: Callable[[str, str], None] | None = None) -> list[tuple[str, str]]:
     """(timestamp key, text) of every line a container wrote so far, both streams.  With
     ``on_line`` each goes to it as it arrives and none is kept (the list is empty): the
@@ -235,12 +237,12 @@ def fetch_logs(conn, container: str, *, tail: int | None = None,
     return lines
 
 
-def exec_in_container(conn, container: str, argv: list[str], *, timeout: float = 60.0):
+def exec_in_container(conn: NodeConnection, container: str, argv: list[str], *, timeout: float = 60.0):
     """``docker exec CONTAINER argv...`` on the node (argv, no shell); the CommandResult, unchecked."""
     return conn.run(runtime_of(conn).exec(container, argv), timeout=timeout)
 
 
-def copy_out(conn, path: str, *, timeout: float = 60.0) -> bytes | None:
+def copy_out(conn: NodeConnection, path: str, *, timeout: float = 60.0) -> bytes | None:
     """The files under directory ``path`` on the node as a base64 tar (None when it does not
     exist); used to collect what containers wrote into a mounted directory."""
     res = conn.run(["sh", "-c", 'test -d "$1" || exit 3; tar -C "$1" -cf - . | base64 -w0', "sh", path],
@@ -251,7 +253,7 @@ def copy_out(conn, path: str, *, timeout: float = 60.0) -> bytes | None:
     return res.stdout.strip().encode("ascii")
 
 
-def remove_dir(conn, path: str, *, timeout: float = 30.0) -> None:
+def remove_dir(conn: NodeConnection, path: str, *, timeout: float = 30.0) -> None:
     """``rm -rf PATH`` on the node (argv; the caller passes a path it made)."""
     conn.run(["rm", "-rf", "--", path], timeout=timeout, check=True)
 
@@ -373,7 +375,7 @@ def _close_channel(chan) -> None:
         pass
 
 
-def stop_containers(cluster, containers: dict[str, str], *, grace: int = 3,
+def stop_containers(cluster: Cluster, containers: dict[str, str], *, grace: int = 3,
                     timeout: float = 20.0, remove: bool = False,
                     ready: dict[str, StopChannel] | None = None) -> dict[str, str]:
     """Stop (``remove``: and remove) each node's container in parallel, each call bounded.
@@ -424,7 +426,7 @@ def stop_containers(cluster, containers: dict[str, str], *, grace: int = 3,
     return problems
 
 
-def _stop_containers_through_tree(cluster, containers: dict[str, str], grace: int,
+def _stop_containers_through_tree(cluster: Cluster, containers: dict[str, str], grace: int,
                                   timeout: float) -> dict[str, str]:
     """:func:`stop_containers` of a run followed through the tree (no channel per node was
     opened beforehand): one more tree call, and each node the tree did not bring back is
@@ -441,13 +443,14 @@ def _stop_containers_through_tree(cluster, containers: dict[str, str], grace: in
     return problems
 
 
-def remove_run_containers(cluster, run_id: str, nodes: list[str], *, timeout: float = 30.0) -> dict[str, str]:
+def remove_run_containers(cluster: Cluster, run_id: str, nodes: list[str], *,
+                          timeout: float = 30.0) -> dict[str, str]:
     """Remove every container labelled with ``run_id`` on ``nodes`` (any state); node -> problem.
 
     By label, not by name: when a start failed because a container of that NAME
     already existed, that container is someone else's and must stay.
     """
-    def one(conn) -> None:
+    def one(conn: NodeConnection) -> None:
         def call():
             runtime = runtime_of(conn)
             found = conn.run(runtime.ps(labels={RUN_LABEL: run_id}, no_trunc=False),
@@ -530,7 +533,7 @@ def _stop_argv(run_id: str, token: str, grace: int) -> list[str]:
     return ["sh", "-c", _STOP_RUN_SCRIPT, "sh", token, f"label={RUN_LABEL}={run_id}", str(grace)]
 
 
-def stop_node(conn, run_id: str, *, grace: int = 3, timeout: float = 30.0,
+def stop_node(conn: NodeConnection, run_id: str, *, grace: int = 3, timeout: float = 30.0,
               on_line: Callable[[str, str], None] | None = None) -> NodeStop:
     """On one node: find the run's containers by label, stop them, read their output (to
     ``on_line`` as it comes, else into ``lines``) and final states, remove them; one
@@ -543,7 +546,7 @@ def stop_node(conn, run_id: str, *, grace: int = 3, timeout: float = 30.0,
     return reader.finish(code)
 
 
-def stop_nodes(cluster, run_id: str, nodes: Sequence[str], *, grace: int = 3, timeout: float = 30.0,
+def stop_nodes(cluster: Cluster, run_id: str, nodes: Sequence[str], *, grace: int = 3, timeout: float = 30.0,
                writer: Callable[[str], Callable[[str, str], None]] | None = None
                ) -> dict[str, NodeStop | NodeError]:
     """:func:`stop_node` on every node of ``nodes`` at once: through the tree when it is on
@@ -559,7 +562,7 @@ def stop_nodes(cluster, run_id: str, nodes: Sequence[str], *, grace: int = 3, ti
     if tree.enabled(cluster) and len(nodes) > 1:
         results.update(_stop_through_tree(cluster, run_id, nodes, grace, timeout, take))
 
-    def one(conn) -> NodeStop:
+    def one(conn: NodeConnection) -> NodeStop:
         return bounded(lambda: stop_node(conn, run_id, grace=grace, timeout=timeout,
                                          on_line=take(conn.name)),
                        timeout * 2 + grace, name=f"stop-{conn.name}")
@@ -570,7 +573,8 @@ def stop_nodes(cluster, run_id: str, nodes: Sequence[str], *, grace: int = 3, ti
     return {n: results[n] for n in nodes}
 
 
-def _stop_through_tree(cluster, run_id, nodes, grace, timeout, take) -> dict[str, NodeStop | NodeError]:
+def _stop_through_tree(cluster: Cluster, run_id, nodes, grace, timeout,
+                       take) -> dict[str, NodeStop | NodeError]:
     token = secrets.token_hex(8)
     command = [tree.Command(tuple(_stop_argv(run_id, token, grace)))]
     with tempfile.TemporaryDirectory(prefix="clusterctl-stop-") as scratch:

@@ -36,6 +36,7 @@ import time
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from clusterctl.cluster import consistency, engine
 from clusterctl.cluster.runtime import node_runtime, runtime_of
@@ -48,6 +49,9 @@ from clusterctl.cluster.transport import (
 )
 from clusterctl.core import accelerators
 from clusterctl.core.errors import NodeError, UserError
+
+if TYPE_CHECKING:
+    from clusterctl.cluster.inventory import Node
 
 #: uname -m -> Docker's architecture names (image platforms, `docker version` Arch).
 DOCKER_ARCH = {
@@ -462,7 +466,7 @@ def check_node(conn: NodeConnection, *, devices: Iterable[str] = (),
     return _judge(replay, result, image_ref, timeout)
 
 
-def _new_check(node, devices: Iterable[str], required_bytes: int | None, master_port: int | None,
+def _new_check(node: Node, devices: Iterable[str], required_bytes: int | None, master_port: int | None,
                expected_arch: str | None, master_port_mode: str | None = None) -> NodeCheck:
     result = NodeCheck(node=node.name, host=node.host, ssh=True, required_bytes=required_bytes,
                        master_port=master_port, expected_arch=expected_arch,
@@ -517,7 +521,7 @@ class _Replay:
         return getattr(self._conn, name)
 
     @staticmethod
-    def scripts(node, *, devices: Sequence[str], ports: bool, image_ref: str | None
+    def scripts(node: Node, *, devices: Sequence[str], ports: bool, image_ref: str | None
                 ) -> list[tuple[str, list[str], dict[str, list[str]]]]:
         """The node's two scripts: (script, its arguments after the token, the argv each of
         its sections stands for)."""
@@ -825,7 +829,7 @@ def run_preflight(cluster: Cluster, *, devices: Iterable[str] | None = None,
 class _Later:
     """A node's connection, opened only if a check asks for a command the tree did not run."""
 
-    def __init__(self, cluster: Cluster, node) -> None:
+    def __init__(self, cluster: Cluster, node: Node) -> None:
         self._cluster, self.node, self.name = cluster, node, node.name
 
     def __getattr__(self, attr):

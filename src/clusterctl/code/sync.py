@@ -37,12 +37,17 @@ import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from clusterctl.code import store
 from clusterctl.code.snapshot import Entry, write_tar
 from clusterctl.core.errors import NodeError
 from clusterctl.core.files import write_atomic
 from clusterctl.core.scripts import script_text
+
+if TYPE_CHECKING:
+    from clusterctl.cluster.inventory import Node
+    from clusterctl.cluster.transport import Cluster, NodeConnection
 
 #: Trees a node keeps without dropping any (older ones go once unused for a day).
 KEEP = 16
@@ -109,7 +114,7 @@ def _known_path() -> Path:
     return store.store_dir() / "nodes.json"
 
 
-def node_key(node) -> str:
+def node_key(node: Node) -> str:
     """A node's copy of the code, as the head remembers it: login, address, port and code_dir."""
     return f"{node.user or ''}@{node.host}:{node.port}:{node.code_dir}"
 
@@ -166,7 +171,7 @@ def _answer(result, word: str) -> str | None:
     return None
 
 
-def _apply(conn, code_dir: str, tree, payloads: _Payloads, base: str | None):
+def _apply(conn: NodeConnection, code_dir: str, tree, payloads: _Payloads, base: str | None):
     data, ndrop = payloads.get(base)
     argv = ["sh", "-c", APPLY, "sh", code_dir, _hex(tree.digest), base or "", str(ndrop)]
     r = conn.run(argv, stdin=data, timeout=_timeout(len(data)))
@@ -183,7 +188,8 @@ def _apply(conn, code_dir: str, tree, payloads: _Payloads, base: str | None):
     return ("delta" if base else "full", path), len(data)
 
 
-def _one(conn, node, tree: store.StoredTree, payloads: _Payloads, known: str | None) -> NodeSync:
+def _one(conn: NodeConnection, node: Node, tree: store.StoredTree, payloads: _Payloads,
+         known: str | None) -> NodeSync:
     code_dir, want = node.code_dir, _hex(tree.digest)
     sent, trips = 0, 0
     if known and known != want and _HEX.match(known) and store.has("sha256:" + known):
@@ -206,7 +212,7 @@ def _one(conn, node, tree: store.StoredTree, payloads: _Payloads, known: str | N
     return NodeSync(conn.name, done[1], done[0], sent, trips, base if done[0] == "delta" else None)
 
 
-def sync(cluster, tree: store.StoredTree, *, nodes: Iterable[str] | None = None,
+def sync(cluster: Cluster, tree: store.StoredTree, *, nodes: Iterable[str] | None = None,
          on_node: Callable[[NodeSync], None] | None = None) -> dict[str, NodeSync | NodeError]:
     """Put ``tree`` (from the head's store) on every node (or ``nodes``) in parallel; each
     node's :class:`NodeSync` or the NodeError that names what went wrong there."""
@@ -214,7 +220,7 @@ def sync(cluster, tree: store.StoredTree, *, nodes: Iterable[str] | None = None,
     payloads = _Payloads(tree)
     by_name = {n.name: n for n in cluster.nodes}
 
-    def one(conn) -> NodeSync:
+    def one(conn: NodeConnection) -> NodeSync:
         node = by_name[conn.name]
         done = _one(conn, node, tree, payloads, known.get(node_key(node)))
         if on_node is not None:

@@ -26,6 +26,7 @@ import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit, urlunsplit
 
 from clusterctl.core.errors import ClusterctlError, EnvironmentProblem, UserError
@@ -33,6 +34,9 @@ from clusterctl.core.files import one_at_a_time
 from clusterctl.core.paths import cache_dir
 from clusterctl.core.tools import require_binaries
 from clusterctl.image.labels import image_labels
+
+if TYPE_CHECKING:
+    from docker import DockerClient
 
 DEFAULT_TAG = "clusterctl/base:bookworm"
 MIRROR_ENV = "CLUSTERCTL_DEBIAN_MIRROR"
@@ -232,7 +236,7 @@ def _label_changes(labels: dict[str, str]) -> list[str]:
     return [f"LABEL {json.dumps(k)}={json.dumps(v)}" for k, v in sorted(labels.items())]
 
 
-def import_rootfs(client, rootfs: Path, tag: str, labels: dict[str, str]) -> str:
+def import_rootfs(client: DockerClient, rootfs: Path, tag: str, labels: dict[str, str]) -> str:
     """Stream rootfs into the engine as image ``tag``; returns the image id."""
     # the docker SDK is heavy: loaded only when an engine is used
     from docker.errors import APIError
@@ -276,7 +280,7 @@ def _cleanup_rootfs(root: Path, log: Callable[[str], None]) -> None:
     shutil.rmtree(root, ignore_errors=True)
 
 
-def _existing(client, tag: str):
+def _existing(client: DockerClient, tag: str):
     # the docker SDK is heavy: loaded only when an engine is used
     from docker.errors import ImageNotFound
 
@@ -294,7 +298,7 @@ def base_labels(suite: str, include: Sequence[str], mirror: str) -> dict[str, st
     })
 
 
-def ensure_base_image(client, tag: str = DEFAULT_TAG, *, suite: str = "bookworm",
+def ensure_base_image(client: DockerClient, tag: str = DEFAULT_TAG, *, suite: str = "bookworm",
                       include: Sequence[str] = ("python3",), mirror: str | None = None,
                       rebuild: bool = False, log: Callable[[str], None] = _logger.info) -> str:
     """The id of image ``tag``, debootstrapping and importing it first when absent (or ``rebuild``).
@@ -323,7 +327,7 @@ def _build_lock(suite: str, log: Callable[[str], None]):
     return one_at_a_time(cache_dir() / "debootstrap" / f"{suite}.lock", log, "base image build")
 
 
-def _build(client, tag: str, *, suite: str, include: Sequence[str], mirror: str, old,
+def _build(client: DockerClient, tag: str, *, suite: str, include: Sequence[str], mirror: str, old,
            log: Callable[[str], None]) -> str:
     rootfs = Path(tempfile.mkdtemp(prefix="clusterctl-rootfs-"))
     try:
@@ -341,7 +345,7 @@ def _build(client, tag: str, *, suite: str, include: Sequence[str], mirror: str,
     return image_id
 
 
-def _remove_quietly(client, image_id: str) -> None:
+def _remove_quietly(client: DockerClient, image_id: str) -> None:
     """Drop the image a rebuild replaced, unless other images are built on it."""
     # the docker SDK is heavy: loaded only when an engine is used
     from docker.errors import APIError

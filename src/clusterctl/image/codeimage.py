@@ -32,7 +32,7 @@ import tarfile
 import tempfile
 from collections.abc import Callable
 from pathlib import Path, PurePosixPath
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 
 from clusterctl import __version__
 from clusterctl.core.errors import ClusterctlError, UserError
@@ -43,6 +43,9 @@ from clusterctl.image.deps import (
     repo_slug,
 )
 from clusterctl.image.labels import LABEL_PREFIX
+
+if TYPE_CHECKING:
+    from docker import DockerClient
 
 CODE_REPO = "clusterctl-code"
 DIGEST_ENV = "CLUSTERCTL_CODE_DIGEST"
@@ -131,7 +134,7 @@ def _reusable(attrs: dict | None, digest: str, workdir: str, base_id: str) -> bo
     return (labels.get(L_DIGEST), labels.get(L_WORKDIR), labels.get(L_BASE_ID)) == (digest, workdir, base_id)
 
 
-def _build(client, context: BinaryIO, tag: str) -> str:
+def _build(client: DockerClient, context: BinaryIO, tag: str) -> str:
     """Build the context tar (custom_context: it is made here, not read from a directory)."""
     from docker.errors import APIError, BuildError  # heavy: only when an engine is used
 
@@ -147,7 +150,7 @@ def _build(client, context: BinaryIO, tag: str) -> str:
     return image.id
 
 
-def _remove_untagged(client, image_id: str) -> None:
+def _remove_untagged(client: DockerClient, image_id: str) -> None:
     """Drop the image the tag named before, unless another tag or a container still uses it."""
     from docker.errors import APIError  # heavy: only when an engine is used
 
@@ -159,7 +162,7 @@ def _remove_untagged(client, image_id: str) -> None:
 
 
 def code_image(base_ref: str, tree_tar: Path | str, digest: str, *, workdir: str = "/workspace",
-               client, log: Callable[[str], None] | None = None) -> str:
+               client: DockerClient, log: Callable[[str], None] | None = None) -> str:
     """The ref of the image ``FROM base_ref`` with the tree of ``tree_tar`` at ``workdir``.
 
     Built only when the engine has no image with the tag made from this digest, workdir and

@@ -67,6 +67,7 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from clusterctl import __version__
 from clusterctl.core.errors import ClusterctlError, UserError
@@ -75,6 +76,9 @@ from clusterctl.core.paths import cache_dir
 from clusterctl.image import imagebuild
 from clusterctl.image import wheelhouse as wh
 from clusterctl.image.labels import LABEL_PREFIX
+
+if TYPE_CHECKING:
+    from docker import DockerClient
 
 FORMAT = 1          # bump when the layer's layout or the install changes: old tags are not reused
 DEPS_REPO = "clusterctl-deps"
@@ -232,7 +236,7 @@ def deps_tag(base_ref: str, base_id: str, normalised_bytes: bytes) -> str:
 # ---------------------------------------------------------------- the engine
 
 
-def image_attrs(client, ref: str) -> dict | None:
+def image_attrs(client: DockerClient, ref: str) -> dict | None:
     """The engine's inspect of ``ref``, or None when it lacks it."""
     from docker.errors import ImageNotFound  # heavy: only when an engine is used
 
@@ -242,7 +246,7 @@ def image_attrs(client, ref: str) -> dict | None:
         return None
 
 
-def base_attrs(client, ref: str, log: Callable[[str], None]) -> dict:
+def base_attrs(client: DockerClient, ref: str, log: Callable[[str], None]) -> dict:
     """The base image's inspect; pulled first when the engine lacks it (EnvironmentProblem
     when that fails too: nothing can be built on an image that is not here)."""
     attrs = image_attrs(client, ref)
@@ -261,7 +265,7 @@ def _layers(attrs: dict) -> list[str]:
     return (attrs.get("RootFS") or {}).get("Layers") or []
 
 
-def remove_quietly(client, ref: str) -> None:
+def remove_quietly(client: DockerClient, ref: str) -> None:
     from docker.errors import APIError  # heavy: only when an engine is used
 
     try:
@@ -312,7 +316,7 @@ def _probe_cache(image_id: str) -> Path:
     return cache_dir() / "deps" / "python" / f"{image_id.split(':')[-1]}.json"
 
 
-def _probe(client, image_id: str, base_ref: str) -> dict:
+def _probe(client: DockerClient, image_id: str, base_ref: str) -> dict:
     """Ask the image's python3 for its version and platform (once per image ID)."""
     from docker.errors import APIError, ContainerError  # heavy: only when an engine is used
 
@@ -335,7 +339,7 @@ def _probe(client, image_id: str, base_ref: str) -> dict:
     return answer
 
 
-def _on_local_base(client, attrs: dict) -> PythonFacts | None:
+def _on_local_base(client: DockerClient, attrs: dict) -> PythonFacts | None:
     """Facts from the targets data when the image is clusterctl's debootstrapped base or built
     on it (the base's layers come first in its own), else None."""
     from clusterctl.image.targets import load_targets  # pydantic: only when needed
@@ -351,7 +355,7 @@ def _on_local_base(client, attrs: dict) -> PythonFacts | None:
     return None
 
 
-def python_facts(client, base_ref: str, attrs: dict) -> PythonFacts:
+def python_facts(client: DockerClient, base_ref: str, attrs: dict) -> PythonFacts:
     """The Python ``pip download`` must target for the image ``attrs`` (see the module doc)."""
     known = _on_local_base(client, attrs)
     if known is not None:
@@ -505,7 +509,7 @@ def _cached(tag: str, attrs: dict | None, digest: str) -> DepsImage | None:
     return DepsImage(tag, attrs["Id"], digest, True, _labels(attrs).get(L_PACKAGES, "").split())
 
 
-def _build(client, tag: str, *, base_ref: str, base_id: str, path: Path,
+def _build(client: DockerClient, tag: str, *, base_ref: str, base_id: str, path: Path,
            requirements: Sequence[Requirement], house: Path, facts: PythonFacts,
            log: Callable[[str], None]) -> DepsImage:
     digest = digest_of(requirements)
@@ -555,7 +559,7 @@ def _build(client, tag: str, *, base_ref: str, base_id: str, path: Path,
     return DepsImage(tag, image_id, digest, False, packages)
 
 
-def requirements_image(base_ref: str, requirements: Path | str, *, client,
+def requirements_image(base_ref: str, requirements: Path | str, *, client: DockerClient,
                        log: Callable[[str], None] | None = None) -> DepsImage:
     """The image ``FROM base_ref`` with ``requirements`` installed, built unless cached.
 

@@ -20,9 +20,13 @@ import shlex
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from clusterctl.core.errors import ClusterctlError, EnvironmentProblem, UserError
 from clusterctl.image.labels import LABEL_PREFIX
+
+if TYPE_CHECKING:
+    from docker import DockerClient
 
 TAIL_LINES = 20
 _logger = logging.getLogger(__name__)
@@ -90,7 +94,8 @@ def _failure(tag: str, error: str, tail: Iterable[str]) -> ClusterctlError:
     return e
 
 
-def build(client, context_dir: Path | str, *, tag: str, buildargs: Mapping[str, str] | None = None,
+def build(client: DockerClient, context_dir: Path | str, *, tag: str,
+          buildargs: Mapping[str, str] | None = None,
           labels: Mapping[str, str] | None = None, nocache: bool = False,
           dockerfile: str = "Dockerfile", network_mode: str = "host",
           on_output: Callable[[str], None] | None = None) -> str:
@@ -131,7 +136,8 @@ def _tail(text: str, n: int = 40) -> str:
     return "\n".join(text.splitlines()[-n:])
 
 
-def pull_if_missing(client, ref: str, log: Callable[[str], None], *, what: str, hint: str) -> bool:
+def pull_if_missing(client: DockerClient, ref: str, log: Callable[[str], None], *, what: str,
+                    hint: str) -> bool:
     """Make sure the engine has ``ref`` (the FROM of a build): pulled when it lacks it; True
     when it had it.  EnvironmentProblem naming ``what`` (``base image``) and ``hint`` (how to
     get one) when it cannot be pulled: nothing can be built on an image that is not here."""
@@ -161,7 +167,7 @@ def _kill_quietly(container) -> None:
         pass
 
 
-def run_smoke(client, image: str, argv: Sequence[str], *, timeout: float = 300,
+def run_smoke(client: DockerClient, image: str, argv: Sequence[str], *, timeout: float = 300,
               environment: Mapping[str, str] | None = None, network_mode: str = "host") -> str:
     """Run ``argv`` (a list, never a shell string) in a throwaway container of ``image``.
 

@@ -26,6 +26,7 @@ import shlex
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from clusterctl.core.errors import ClusterctlError
 from clusterctl.image import baseimage, context, imagebuild, render
@@ -33,6 +34,9 @@ from clusterctl.image import wheelhouse as wh
 from clusterctl.image.context import Rendered
 from clusterctl.image.labels import sha256_text, target_labels
 from clusterctl.image.targets import Resolved, get_target
+
+if TYPE_CHECKING:
+    from docker import DockerClient
 
 _logger = logging.getLogger(__name__)
 
@@ -115,7 +119,7 @@ class Built:
     smoke_output: str
 
 
-def build_target(client, plan: BuildPlan, *, nocache: bool = False,
+def build_target(client: DockerClient, plan: BuildPlan, *, nocache: bool = False,
                  on_output: Callable[[str], None] | None = None,
                  log: Callable[[str], None] = _logger.info) -> Built:
     """Build ``plan`` on ``client``'s engine, then run the target's smoke command in the image.
@@ -153,7 +157,7 @@ def build_target(client, plan: BuildPlan, *, nocache: bool = False,
     return Built(plan.tag, image_id, rendered, smoke)
 
 
-def _smoke_or_untag(client, tag: str, argv: list[str]) -> str:
+def _smoke_or_untag(client: DockerClient, tag: str, argv: list[str]) -> str:
     """Run the smoke command; when it fails, untag the image so nothing launches it."""
     try:
         return imagebuild.run_smoke(client, tag, argv)
@@ -166,7 +170,7 @@ def _smoke_or_untag(client, tag: str, argv: list[str]) -> str:
                               f"{e.message}") from None
 
 
-def _ensure_from_image(client, ref: str, log: Callable[[str], None]) -> None:
+def _ensure_from_image(client: DockerClient, ref: str, log: Callable[[str], None]) -> None:
     """The FROM image must be in the local engine or pullable; say which, before any work is done."""
     imagebuild.pull_if_missing(
         client, ref, log, what="base image",
@@ -174,7 +178,7 @@ def _ensure_from_image(client, ref: str, log: Callable[[str], None]) -> None:
              "ships) or build FROM an image you have with --base-image REF.")
 
 
-def _image_id(client, tag: str) -> str | None:
+def _image_id(client: DockerClient, tag: str) -> str | None:
     # the docker SDK is heavy: loaded only when an engine is used
     from docker.errors import ImageNotFound
 
@@ -184,7 +188,7 @@ def _image_id(client, tag: str) -> str | None:
         return None
 
 
-def _remove_replaced(client, image_id: str) -> None:
+def _remove_replaced(client: DockerClient, image_id: str) -> None:
     """Drop the image a rebuild took the tag from (the created label alone makes a new id),
     so repeated builds do not pile up untagged images; kept when something still uses it."""
     # the docker SDK is heavy: loaded only when an engine is used

@@ -18,6 +18,7 @@ nodes it failed are pushed again from ``docker save``.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from clusterctl.cluster import engine
 from clusterctl.cluster.distribute import trace
@@ -39,9 +40,12 @@ from clusterctl.core.errors import NodeError
 from clusterctl.core.files import one_at_a_time
 from clusterctl.core.paths import cache_dir
 
+if TYPE_CHECKING:
+    from docker import DockerClient
+
 
 def push_image(image_ref: str, target, *, progress: PushProgress | None = None,
-               client=None, nodes: Iterable | None = None, fanout: int | None = None,
+               client: DockerClient | None = None, nodes: Iterable | None = None, fanout: int | None = None,
                accept_new_host_keys: bool | None = None, strategy: str = "auto",
                compress: bool | None = False) -> list[PushResult]:
     """Put the local image ``image_ref`` on every node of ``target`` (a Cluster or an Inventory).
@@ -82,7 +86,7 @@ def _one_push_of(image: SourceImage, cluster: Cluster, nodes: Iterable | None, p
     return one_at_a_time(lock, waiting, "push")
 
 
-def _push_all(cluster: Cluster, client, image: SourceImage, progress: PushProgress,
+def _push_all(cluster: Cluster, client: DockerClient, image: SourceImage, progress: PushProgress,
               nodes: Iterable | None, strategy: str = "star",
               compress: bool | None = False) -> list[PushResult]:
     plans = cluster.map(lambda conn: _traced(conn.name, "plan", plan_node, conn, image, progress),
@@ -126,7 +130,7 @@ def _traced(node: str, phase: str, fn, *args):
         trace.mark(node, f"{phase}-end")
 
 
-def _stream(cluster: Cluster, client, image: SourceImage, plans: dict[str, NodePlan],
+def _stream(cluster: Cluster, client: DockerClient, image: SourceImage, plans: dict[str, NodePlan],
             streaming: list[str], source: ImageSource, progress: PushProgress,
             strategy: str, compress: bool | None) -> dict[str, PushResult]:
     """Send every node in ``streaming`` what it lacks from ``source``, star or relay."""

@@ -20,12 +20,16 @@ layers to send, so a one-layer change reads one layer.
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
 
 from clusterctl.cluster.distribute.layerstore import LayerMismatch, StoreUnusable, open_store
 from clusterctl.cluster.distribute.layout import layout_for
 from clusterctl.cluster.distribute.savestream import SharedSave
 from clusterctl.cluster.distribute.source import SourceImage
 from clusterctl.cluster.distribute.storesave import archive, plan_archive
+
+if TYPE_CHECKING:
+    from docker import DockerClient
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +40,7 @@ DOCKER_SAVE = "docker save"
 class ImageSource:
     """One push's source of image bytes (``kind``: LAYER_STORE or DOCKER_SAVE)."""
 
-    def __init__(self, client, image: SourceImage, kind: str, why: str, *,
+    def __init__(self, client: DockerClient, image: SourceImage, kind: str, why: str, *,
                  layout: dict[str, str] | None = None, make_stream=None,
                  layer_bytes: dict[str, int] | None = None) -> None:
         self.client, self.image, self.kind, self.why = client, image, kind, why
@@ -81,13 +85,13 @@ class ImageSource:
                            f"the layer store did not verify: {self.mismatch}")
 
 
-def save_source(client, image: SourceImage, why: str) -> ImageSource:
+def save_source(client: DockerClient, image: SourceImage, why: str) -> ImageSource:
     source = ImageSource(client, image, DOCKER_SAVE, why, layout=layout_for(client, image))
     log.debug("push source: %s", source.describe)
     return source
 
 
-def pick_source(client, image: SourceImage, send: set[str]) -> ImageSource:
+def pick_source(client: DockerClient, image: SourceImage, send: set[str]) -> ImageSource:
     """The layer store when it can serve every layer in ``send``, else ``docker save``."""
     try:
         store = open_store(client)

@@ -26,6 +26,7 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from clusterctl.cluster.distribute.tarsplit import (
     FileEntry,
@@ -35,6 +36,9 @@ from clusterctl.cluster.distribute.tarsplit import (
     tar_size,
 )
 from clusterctl.cluster.distribute.tarstream import StreamError
+
+if TYPE_CHECKING:
+    from docker import DockerClient
 
 DRIVER = "overlay2"
 PIECE = 1 << 20  # bytes per chunk handed to the stream (small files are gathered)
@@ -68,7 +72,7 @@ def _hex(digest: str) -> str:
     return value
 
 
-def open_store(client) -> LayerStore:
+def open_store(client: DockerClient) -> LayerStore:
     """The local engine's layer store, when this process can read it and it is overlay2."""
     try:
         info = client.info()

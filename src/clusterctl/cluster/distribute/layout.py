@@ -42,10 +42,14 @@ import json
 import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from clusterctl.cluster.distribute.source import SourceImage
 from clusterctl.cluster.distribute.tarstream import ChunkReader, Member, members
 from clusterctl.core.paths import cache_dir
+
+if TYPE_CHECKING:
+    from docker import DockerClient
 
 SMALL_MEMBER = 1 << 20  # metadata members (json, manifests, configs) are far below this
 OCI_SAVE_API = (1, 44)  # docker 25: `docker save` writes an OCI layout
@@ -215,7 +219,7 @@ def scan_layout(chunks: Iterable[bytes], image: SourceImage) -> dict[str, str]:
     return layout_from_metadata(small, image)
 
 
-def engine_writes_oci(client) -> bool:
+def engine_writes_oci(client: DockerClient) -> bool:
     """True for engines whose ``docker save`` writes an OCI layout (API 1.44, docker 25+)."""
     try:
         version = client.version().get("ApiVersion", "1.0")
@@ -224,7 +228,7 @@ def engine_writes_oci(client) -> bool:
         return True
 
 
-def layout_for(client, image: SourceImage) -> dict[str, str] | None:
+def layout_for(client: DockerClient, image: SourceImage) -> dict[str, str] | None:
     """The member layout to filter with: cached, scanned once (OCI engines), or None (derive)."""
     known = cached_layout(image)
     if known is not None or not engine_writes_oci(client):

@@ -27,7 +27,7 @@ import json
 import re
 import time
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import paramiko
 
@@ -40,6 +40,11 @@ from clusterctl.cluster.distribute.tarstream import StreamError
 from clusterctl.cluster.runtime import runtime_of
 from clusterctl.core.errors import NodeError
 from clusterctl.core.scripts import script_text
+
+if TYPE_CHECKING:
+    from docker import DockerClient
+
+    from clusterctl.cluster.transport import NodeConnection
 
 _SEND_ERRORS = (OSError, EOFError, paramiko.SSHException)
 
@@ -120,7 +125,7 @@ class NodePlan:
 
 # --------------------------------------------------------------------------- the node's engine
 
-def node_has_image(conn, image_id: str) -> bool:
+def node_has_image(conn: NodeConnection, image_id: str) -> bool:
     """True when the node's engine holds an image with exactly this ID."""
     r = conn.run(runtime_of(conn).image_inspect([image_id], format="{{.Id}}"), timeout=120)
     if r.ok:
@@ -131,7 +136,7 @@ def node_has_image(conn, image_id: str) -> bool:
     return False
 
 
-def node_chain_ids(conn) -> set[str]:
+def node_chain_ids(conn: NodeConnection) -> set[str]:
     """Every layer chain ID the node's engine has (via its images' RootFS layers)."""
     runtime = runtime_of(conn)
     ids = sorted(set(conn.run(runtime.image_ids(), timeout=120, check=True).stdout.split()))
@@ -155,7 +160,7 @@ def node_chain_ids(conn) -> set[str]:
 PLAN_SCRIPT = script_text("clusterctl.cluster", "node-plan.sh")
 
 
-def node_state(conn, image: SourceImage) -> tuple[set[str] | None, bool]:
+def node_state(conn: NodeConnection, image: SourceImage) -> tuple[set[str] | None, bool]:
     """(None when the node has the image (then it is tagged too), else its layer chain IDs;
     whether the node has ``zstd``, which a compressed relay needs on every node)."""
     tag = "" if _is_id(image.ref, image.id) else image.ref
@@ -175,7 +180,7 @@ def node_state(conn, image: SourceImage) -> tuple[set[str] | None, bool]:
     return chains, "zstd" in first.split()[1:]
 
 
-def confirm_on_node(conn, image: SourceImage) -> None:
+def confirm_on_node(conn: NodeConnection, image: SourceImage) -> None:
     """After a load that printed the source's ID: the image is there (tagging it proves it,
     one command; by ID, an inspect does); NodeError otherwise."""
     if _is_id(image.ref, image.id):
@@ -201,7 +206,7 @@ def _is_id(ref: str, image_id: str) -> bool:
     return len(short) >= 4 and image_id.removeprefix("sha256:").startswith(short)
 
 
-def tag_on_node(conn, image: SourceImage) -> None:
+def tag_on_node(conn: NodeConnection, image: SourceImage) -> None:
     """Give the node's copy the source's tag (nothing to do when pushed by ID)."""
     if not _is_id(image.ref, image.id):
         conn.run(runtime_of(conn).tag(image.id, image.ref), timeout=120, check=True)
@@ -215,14 +220,14 @@ _DAEMON_GONE = re.compile(r"(error during connect|cannot connect to the docker d
 _NO_SPACE = re.compile(r"no space left on device", re.I)
 
 
-def _daemon_answers(conn) -> bool:
+def _daemon_answers(conn: NodeConnection) -> bool:
     try:
         return conn.run(runtime_of(conn).version(), timeout=30).ok
     except NodeError:
         return False
 
 
-def _data_root(conn) -> str | None:
+def _data_root(conn: NodeConnection) -> str | None:
     try:
         r = conn.run(runtime_of(conn).info("{{.DockerRootDir}}"), timeout=30)
     except NodeError:
@@ -230,7 +235,7 @@ def _data_root(conn) -> str | None:
     return r.stdout.strip() if r.ok and r.stdout.strip() else None
 
 
-def load_failure(conn, exit_code: int, stderr: str) -> NodeError:
+def load_failure(conn: NodeConnection, exit_code: int, stderr: str) -> NodeError:
     """Why ``docker load`` failed on the node, as a NodeError a user can act on.
 
     Disk full: docker's ENOSPC, with the daemon's data root to free space in.
@@ -259,7 +264,7 @@ def _loaded_id(stdout: str) -> str | None:
 
 # --------------------------------------------------------------------------- plan, deliver
 
-def plan_node(conn, image: SourceImage, progress: PushProgress) -> NodePlan:
+def plan_node(conn: NodeConnection, image: SourceImage, progress: PushProgress) -> NodePlan:
     """Decide what a node needs: nothing (same ID: tag it, done) or which layers."""
     total = len(image.diff_ids)
     plan = NodePlan(PushResult(conn.name, "failed", layers_total=total), None, time.monotonic())
@@ -280,7 +285,7 @@ def plan_node(conn, image: SourceImage, progress: PushProgress) -> NodePlan:
     return plan
 
 
-def deliver(conn, image: SourceImage, plan: NodePlan, source: SharedSave,
+def deliver(conn: NodeConnection, image: SourceImage, plan: NodePlan, source: SharedSave,
             layout: dict[str, str] | None, progress: PushProgress) -> PushResult:
     """Stream the missing layers into ``docker load`` on the node, verify the ID, tag it."""
     try:
@@ -295,7 +300,7 @@ def deliver(conn, image: SourceImage, plan: NodePlan, source: SharedSave,
     return plan.finish(progress)
 
 
-def _stream_to_node(conn, image: SourceImage, plan: NodePlan, source: SharedSave,
+def _stream_to_node(conn: NodeConnection, image: SourceImage, plan: NodePlan, source: SharedSave,
                     layout: dict[str, str] | None, progress: PushProgress) -> None:
     """Pipe the filtered save stream into ``docker load`` on the node; NodeError on failure."""
     argv = runtime_of(conn).load()
@@ -322,8 +327,9 @@ def _stream_to_node(conn, image: SourceImage, plan: NodePlan, source: SharedSave
                         f"not {image.id}")
 
 
-def push_to_node(conn, client, image: SourceImage, *, layout: dict[str, str] | None = None,
-                 progress: PushProgress | None = None) -> PushResult:
+def push_to_node(conn: NodeConnection, client: DockerClient, image: SourceImage, *,
+                 layout: dict[str, str] | None = None, progress: PushProgress | None = None
+                 ) -> PushResult:
     """Bring ``image`` to one node: skip, send the missing layers, or send it whole; verify."""
     progress = progress or NoProgress()
     plan = plan_node(conn, image, progress)

@@ -71,6 +71,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import paramiko
 
@@ -98,6 +99,11 @@ from clusterctl.cluster.transport.agent import HopAgent, host_key_blobs, load_ke
 from clusterctl.cluster.transport.hopssh import HOP_KEX
 from clusterctl.core.errors import NodeError
 from clusterctl.core.scripts import script_text
+
+if TYPE_CHECKING:
+    from docker import DockerClient
+
+    from clusterctl.cluster.transport import Cluster, NodeConnection
 
 #: a node from which nothing arrives for this long (no keepalive answer, no heartbeat) is lost
 LOST_AFTER = 10.0
@@ -173,7 +179,7 @@ class _NodeRun:
     confirmed: int | None = None     # exit status of the tag (or inspect) after its load
 
 
-def relay_push(cluster, client, image: SourceImage, plans: dict[str, NodePlan],
+def relay_push(cluster: Cluster, client: DockerClient, image: SourceImage, plans: dict[str, NodePlan],
                streaming: list[str], layout: dict[str, str] | None, progress: PushProgress,
                *, compress: bool | None = False, width: int = 1,
                shared: Callable[[list[str]], SharedSave] | None = None,
@@ -214,7 +220,7 @@ def relay_push(cluster, client, image: SourceImage, plans: dict[str, NodePlan],
     return results
 
 
-def _round(cluster, shared, image, plans, names, layout, progress, *, compress, width,
+def _round(cluster: Cluster, shared, image, plans, names, layout, progress, *, compress, width,
            round_no, results, token, lost, swept, chains: RelayPlan | None = None,
            earlier: dict[str, list[str]] | None = None) -> None:
     """One round: ``chains`` (None: planned here from what each node needs) fed from the
@@ -348,14 +354,14 @@ def _dead(plan: RelayPlan, runs: dict[str, _NodeRun]) -> dict:
 
 # --------------------------------------------------------------------------- on the nodes
 
-def _hop_target(conn) -> tuple[str, str, str]:
+def _hop_target(conn: NodeConnection) -> tuple[str, str, str]:
     """(port, user, host) the head reached the node at: the address its feeder dials."""
     user, _, rest = conn.target.partition("@")
     host, _, port = rest.rpartition(":")
     return port, user, host
 
 
-def _prepare(conn, plan: NodePlan, token: str) -> _NodeRun:
+def _prepare(conn: NodeConnection, plan: NodePlan, token: str) -> _NodeRun:
     """The node's part of a round, before its command starts: the directory it will make
     (named here: the push's token and one of its own, both random) and its host key as
     this machine verified it, which its feeder's hop checks.  Nothing runs on the node:
@@ -690,7 +696,7 @@ def _cleanup(run: _NodeRun) -> None:
     trace.mark(run.name, "cleanup-end")
 
 
-def _sweep(conn, token: str, dirs=None) -> None:
+def _sweep(conn: NodeConnection, token: str, dirs=None) -> None:
     """Whatever of this push is left on the node; with ``dirs``, only those directories."""
     trace.mark(conn.name, "sweep-start")
     argv = (["sh", "-c", SWEEP_SCRIPT, "clusterctl-relay-sweep", token] if dirs is None else

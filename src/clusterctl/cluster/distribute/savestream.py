@@ -17,8 +17,12 @@ from __future__ import annotations
 import queue
 import threading
 from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING
 
 from clusterctl.cluster.distribute.tarstream import StreamError
+
+if TYPE_CHECKING:
+    from docker import DockerClient
 
 QUEUE_DEPTH = 8  # chunks (2 MB each) buffered per node of a shared save stream
 START_TIMEOUT = 300.0  # s a node of a batch may take to begin reading the shared save
@@ -33,7 +37,7 @@ class SharedSave:
     A node that stops (failed) is detached and no longer waited for.
     """
 
-    def __init__(self, client, image_id: str, names: Iterable[str], *,
+    def __init__(self, client: DockerClient, image_id: str, names: Iterable[str], *,
                  open_stream: Callable[[], Iterator[bytes]] | None = None) -> None:
         self._queues = {n: queue.Queue(QUEUE_DEPTH) for n in names}
         self._detached: set[str] = set()

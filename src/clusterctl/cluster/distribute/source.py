@@ -15,8 +15,12 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from clusterctl.core.errors import UserError, did_you_mean
+
+if TYPE_CHECKING:
+    from docker import DockerClient
 
 
 @dataclass(frozen=True)
@@ -44,7 +48,7 @@ def chain_ids(diff_ids: Sequence[str]) -> list[str]:
     return chains
 
 
-def source_image(client, ref: str) -> SourceImage:
+def source_image(client: DockerClient, ref: str) -> SourceImage:
     """Inspect ``ref`` on the local engine; UserError (exit 2) naming it when it is not there."""
     # docker costs ~100 ms to import: loaded here, where the caller's client has already
     # loaded it, so importing clusterctl (every CLI start) does not pay for it

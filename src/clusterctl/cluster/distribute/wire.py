@@ -24,6 +24,12 @@ import os
 import shutil
 import subprocess
 import time
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from docker import DockerClient
+
+    from clusterctl.cluster.transport import NodeConnection
 
 PROBE_BYTES = 4 * 1024 * 1024
 SAMPLE_BYTES = 16 * 1024 * 1024
@@ -42,7 +48,7 @@ def should_compress(link_rate: float, ratio: float, zstd_rate: float) -> tuple[b
                   f"{ratio:.0%} of the bytes at {zstd_rate / 1e6:.0f} MB/s")
 
 
-def measure_link(conn, nbytes: int = PROBE_BYTES) -> float:
+def measure_link(conn: NodeConnection, nbytes: int = PROBE_BYTES) -> float:
     """Bytes per second into ``conn``'s node (random bytes, so nothing compresses them)."""
     data = os.urandom(nbytes)
     start = time.monotonic()
@@ -50,7 +56,8 @@ def measure_link(conn, nbytes: int = PROBE_BYTES) -> float:
     return nbytes / max(time.monotonic() - start, 1e-6)
 
 
-def decide(conn, client, image_id: str, *, open_stream=None) -> tuple[bool, str]:
+def decide(conn: NodeConnection, client: DockerClient, image_id: str, *,
+           open_stream=None) -> tuple[bool, str]:
     """Measure the link into ``conn``'s node and zstd on the image, then decide.
     ``open_stream``: where the sample comes from (default: the image's ``docker save``)."""
     ratio, zstd_rate = measure_zstd(client, image_id, open_stream=open_stream)
@@ -59,7 +66,7 @@ def decide(conn, client, image_id: str, *, open_stream=None) -> tuple[bool, str]
     return should_compress(measure_link(conn), ratio, zstd_rate)
 
 
-def measure_zstd(client, image_id: str, nbytes: int = SAMPLE_BYTES, *,
+def measure_zstd(client: DockerClient, image_id: str, nbytes: int = SAMPLE_BYTES, *,
                  open_stream=None) -> tuple[float, float]:
     """(ratio, bytes/s) of ``zstd -1 -T0`` on the first ``nbytes`` of the image's stream
     (``open_stream()``: the bytes the push will send; default: its ``docker save``)."""

@@ -19,9 +19,13 @@ import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from clusterctl.cluster.registry.reference import DIGEST, Registry, pinned
 from clusterctl.core.errors import UserError
+
+if TYPE_CHECKING:
+    from docker import DockerClient
 
 
 def push_command(image: str, registry: Registry) -> str:
@@ -29,7 +33,7 @@ def push_command(image: str, registry: Registry) -> str:
     return f"clusterctl push {image} --registry {registry}"
 
 
-def pinned_reference(image: str, registry: Registry, client=None) -> str:
+def pinned_reference(image: str, registry: Registry, client: DockerClient | None = None) -> str:
     """``repository@sha256:...`` of ``image`` (a local ``REPO[:TAG]``) in ``registry``, from
     the engine's record of its push.  UserError (exit 2) naming the image, the registry and
     the push command when the engine holds no such image or never pushed it there; an

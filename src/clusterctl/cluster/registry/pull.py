@@ -15,11 +15,15 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from clusterctl.cluster.distribute.node import PushResult
 from clusterctl.cluster.registry.push import classify
 from clusterctl.core.errors import NodeError
 from clusterctl.core.scripts import script_text
+
+if TYPE_CHECKING:
+    from clusterctl.cluster.transport import Cluster, NodeConnection
 
 #: ``sh -c PULL_SCRIPT sh REFERENCE WITH_AUTH``: pull, then print the image ID.
 PULL_SCRIPT = script_text("clusterctl.cluster", "pull-image.sh")
@@ -32,7 +36,7 @@ def pull_argv(reference: str, with_auth: bool) -> list[str]:
     return ["sh", "-c", PULL_SCRIPT, "sh", reference, "1" if with_auth else "0"]
 
 
-def pull(cluster, reference: str, image_id: str, *, registry: str, auth: dict | None = None,
+def pull(cluster: Cluster, reference: str, image_id: str, *, registry: str, auth: dict | None = None,
          nodes: Iterable[str] | None = None, progress=None,
          timeout: float = PULL_TIMEOUT) -> list[PushResult]:
     """Every node of ``nodes`` (default: all) pulls ``reference``; a result per node,
@@ -40,7 +44,7 @@ def pull(cluster, reference: str, image_id: str, *, registry: str, auth: dict | 
     or an image ID other than ``image_id``)."""
     stdin = json.dumps(auth).encode() if auth else None
 
-    def one(conn) -> PushResult:
+    def one(conn: NodeConnection) -> PushResult:
         t0 = time.monotonic()
         if progress is not None:
             progress.started(conn.name, f"pull from {registry}")

@@ -15,9 +15,13 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from clusterctl.cluster.registry.reference import DIGEST, Registry, split_tag
 from clusterctl.core.errors import UserError
+
+if TYPE_CHECKING:
+    from docker import DockerClient
 
 
 @dataclass(frozen=True)
@@ -62,7 +66,7 @@ def _client():
     return engine.client()
 
 
-def push(image: str, registry: Registry, *, client=None) -> Pushed:
+def push(image: str, registry: Registry, *, client: DockerClient | None = None) -> Pushed:
     """Push the local ``image`` to ``registry``; :class:`Pushed` (see the module docstring)."""
     from docker.errors import APIError, ImageNotFound
 
@@ -95,7 +99,7 @@ def push(image: str, registry: Registry, *, client=None) -> Pushed:
                   time.monotonic() - t0)
 
 
-def _push_stream(client, repo: str, tag: str, registry: str) -> str:
+def _push_stream(client: DockerClient, repo: str, tag: str, registry: str) -> str:
     """The manifest digest the engine reports at the end of the push; UserError on its error."""
     digest = None
     for line in client.api.push(repo, tag=tag, stream=True, decode=True):
@@ -111,7 +115,7 @@ def _push_stream(client, repo: str, tag: str, registry: str) -> str:
     return digest
 
 
-def _served_digest(client, tagged: str, registry: str) -> str:
+def _served_digest(client: DockerClient, tagged: str, registry: str) -> str:
     """The digest the registry serves for ``tagged`` now (the engine asks it)."""
     from docker.errors import APIError
     try:
@@ -120,7 +124,7 @@ def _served_digest(client, tagged: str, registry: str) -> str:
         raise UserError(classify(registry, str(e.explanation or e))) from None
 
 
-def _untag(client, tagged: str, added: bool) -> None:
+def _untag(client: DockerClient, tagged: str, added: bool) -> None:
     if not added:
         return
     try:

@@ -18,9 +18,15 @@ themselves: see docs/concepts/design.md, "How to add a container runtime".
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from clusterctl.cluster.runtime.base import ContainerRuntime
 from clusterctl.cluster.runtime.docker import DockerRuntime
 from clusterctl.core.errors import UserError, did_you_mean, one_of
+
+if TYPE_CHECKING:
+    from clusterctl.cluster.inventory import Node
+    from clusterctl.cluster.transport import NodeConnection
 
 #: name -> runtime class: every runtime clusterctl knows, declared once
 RUNTIMES: dict[str, type[ContainerRuntime]] = {DockerRuntime.name: DockerRuntime}
@@ -40,14 +46,14 @@ def runtime_for(name: str | None = None) -> ContainerRuntime:
                         f"valid: {one_of(sorted(RUNTIMES))}") from None
 
 
-def node_runtime(node) -> ContainerRuntime:
+def node_runtime(node: Node) -> ContainerRuntime:
     """The runtime of inventory node ``node``: its ``runtime`` when it names one, else the
     default.  The one place a node's runtime is decided (the inventory has no ``runtime:``
     key yet: every node runs :data:`DEFAULT_RUNTIME`)."""
     return runtime_for(getattr(node, "runtime", None))
 
 
-def runtime_of(conn) -> ContainerRuntime:
+def runtime_of(conn: NodeConnection) -> ContainerRuntime:
     """The runtime of the node at the other end of ``conn`` (a ``NodeConnection``)."""
     return node_runtime(conn.node)
 

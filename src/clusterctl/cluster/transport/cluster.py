@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from clusterctl.cluster import sshconfig
 from clusterctl.cluster.transport.connection import (
@@ -29,6 +29,9 @@ from clusterctl.cluster.transport.connection import (
 from clusterctl.cluster.transport.describe import describe_error
 from clusterctl.cluster.transport.hostkeys import KnownHostsCache, default_known_hosts
 from clusterctl.core.errors import NodeError, UserError, did_you_mean
+
+if TYPE_CHECKING:
+    from clusterctl.cluster.inventory import Inventory, Node
 
 T = TypeVar("T")
 
@@ -57,7 +60,7 @@ class Cluster:
     ``keepalive`` / ``dead_peer_timeout`` tune how fast a dead node is noticed.
     """
 
-    def __init__(self, inventory, *, fanout: int | None = None,
+    def __init__(self, inventory: Inventory, *, fanout: int | None = None,
                  connect_timeout: float | None = None,
                  accept_new_host_keys: bool | None = None,
                  known_hosts: Path | str | None = None,
@@ -157,7 +160,7 @@ class Cluster:
         if not targets:
             return {}
 
-        def one(node) -> T | NodeError:
+        def one(node: Node) -> T | NodeError:
             try:
                 return fn(self.connection(node.name))
             except NodeError as e:

@@ -28,7 +28,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import paramiko
 from fabric import Config, Connection
@@ -43,6 +43,9 @@ from clusterctl.cluster.transport.hostkeys import (
 )
 from clusterctl.core.errors import NodeError
 from clusterctl.core.lines import LineSplitter
+
+if TYPE_CHECKING:
+    from clusterctl.cluster.inventory import Node
 
 # paramiko logs failures of its transport thread with full tracebacks (e.g. "Error
 # reading SSH protocol banner"); with no handler anywhere, Python's last-resort
@@ -98,7 +101,7 @@ class NodeConnection:
     channel on the shared connection).
     """
 
-    def __init__(self, node, *, known_hosts: Path, accept_new_host_keys: bool = False,
+    def __init__(self, node: Node, *, known_hosts: Path, accept_new_host_keys: bool = False,
                  connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
                  command_timeout: float | None = None,
                  keepalive: int = KEEPALIVE_INTERVAL,
@@ -425,7 +428,7 @@ def _own_config(shared: Config | None) -> Config:
     return Config(ssh_config=shared.base_ssh_config)
 
 
-def _explicit_port(node) -> int | None:
+def _explicit_port(node: Node) -> int | None:
     """The node's port, or None when it was left at the default so ~/.ssh/config may set it."""
     fields_set = getattr(node, "model_fields_set", None)
     if node.port != 22 or fields_set is None or "port" in fields_set:

@@ -114,7 +114,7 @@ class KnownHostsPolicy(paramiko.MissingHostKeyPolicy):
         self.known_hosts = known_hosts
         self.accept_new = accept_new
 
-    def missing_host_key(self, client, hostname, key):
+    def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey):
         if not self.accept_new:
             raise HostKeyUnknown(hostname, key, self.known_hosts)
         record_host_key(self.known_hosts, hostname, key)

@@ -70,18 +70,23 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import paramiko
 
 from clusterctl.cluster.transport.agent import HopAgent, host_key_blobs, load_key
 from clusterctl.cluster.transport.commands import CommandResult
-from clusterctl.cluster.transport.connection import _explicit_port
+from clusterctl.cluster.transport.connection import NodeConnection, _explicit_port
 from clusterctl.cluster.transport.hopssh import HOP_KEX
 from clusterctl.cluster.transport.hostkeys import host_key_name, known_hosts_index
 from clusterctl.core.deadline import bounded
 from clusterctl.core.errors import NodeError
 from clusterctl.core.lines import LineSplitter
 from clusterctl.core.scripts import script_text
+
+if TYPE_CHECKING:
+    from clusterctl.cluster.inventory import Node
+    from clusterctl.cluster.transport.cluster import Cluster
 
 DEFAULT_WIDTH = 32
 AUTO = "auto"
@@ -110,7 +115,7 @@ class Command:
     stdin: bytes | None = None
 
 
-def enabled(cluster) -> bool:
+def enabled(cluster: Cluster) -> bool:
     """Whether this call goes through the tree: ``ssh.tree: true`` and 2+ nodes, or
     ``auto`` (the default) with :data:`AUTO_MIN_NODES` or more and a caller that will not
     open every node's own connection next anyway (``cluster.each_node_anyway``: code to
@@ -174,7 +179,7 @@ class _Hop:
     known_host: str
 
 
-def _hops(cluster):
+def _hops(cluster: Cluster):
     """node -> its _Hop (or None), worked out once per node for the whole command (launch
     asks twice: preflight, start), with known_hosts indexed by name once: looking each node
     up in the file's entries was O(nodes x entries)."""
@@ -184,14 +189,14 @@ def _hops(cluster):
         memo["lookup"] = cluster.ssh_lookup()
         memo["hops"] = {}
 
-    def hop_of(node) -> _Hop | None:
+    def hop_of(node: Node) -> _Hop | None:
         if node.name not in memo["hops"]:
             memo["hops"][node.name] = _hop_of(node, memo["lookup"], memo["index"])
         return memo["hops"][node.name]
     return hop_of
 
 
-def _hop_of(node, lookup, index) -> _Hop | None:
+def _hop_of(node: Node, lookup, index) -> _Hop | None:
     """The node as another node dials it (ssh config HostName/User/Port applied), with the
     host keys this machine's known_hosts holds for it (known_hosts lines); None when the tree cannot take it
     (no known key, or a ProxyJump/ProxyCommand: another node may not reach it directly)."""
@@ -342,7 +347,7 @@ def _unb64(text: str) -> str:
         return ""
 
 
-def run_commands(cluster, commands: Mapping[str, Sequence[Command]], *,
+def run_commands(cluster: Cluster, commands: Mapping[str, Sequence[Command]], *,
                  timeout: float = 120.0, on_tree=None,
                  last: bool = False) -> dict[str, list[CommandResult] | NodeError]:
     """Run each node's commands (all of a node's at once) and return their results,
@@ -374,8 +379,8 @@ def run_commands(cluster, commands: Mapping[str, Sequence[Command]], *,
     return {n: results[n] for n in order}
 
 
-def _direct(cluster, commands: Mapping[str, Sequence[Command]], timeout: float):
-    def one(conn):
+def _direct(cluster: Cluster, commands: Mapping[str, Sequence[Command]], timeout: float):
+    def one(conn: NodeConnection):
         cmds = commands[conn.name]
         if len(cmds) == 1:
             return [conn.run(list(cmds[0].argv), stdin=cmds[0].stdin, timeout=timeout)]
@@ -394,7 +399,7 @@ class TreeRun:
     planned: list[str]            # the nodes put in the tree
 
 
-def run_through_tree(cluster, commands: Mapping[str, Sequence[Command]], sink: Sink, *,
+def run_through_tree(cluster: Cluster, commands: Mapping[str, Sequence[Command]], sink: Sink, *,
                      timeout: float | None = 120.0,
                      on_code: Callable[[str, int, int], None] | None = None,
                      on_cut: Callable[[list[str], str], None] | None = None,
@@ -420,7 +425,7 @@ def run_through_tree(cluster, commands: Mapping[str, Sequence[Command]], sink: S
     return ran
 
 
-def _through_tree(cluster, commands: Mapping[str, Sequence[Command]], sink: Sink,
+def _through_tree(cluster: Cluster, commands: Mapping[str, Sequence[Command]], sink: Sink,
                   timeout: float | None, on_code=None, on_cut=None, window_size=None,
                   last: bool = False) -> TreeRun:
     ssh = cluster.inventory.ssh
@@ -519,7 +524,7 @@ def _through_tree(cluster, commands: Mapping[str, Sequence[Command]], sink: Sink
     return TreeRun(done, hop_failures, members)
 
 
-def _reuse_dirs(cluster, members: Sequence[str], last: bool) -> dict[str, str]:
+def _reuse_dirs(cluster: Cluster, members: Sequence[str], last: bool) -> dict[str, str]:
     """{node: its directory of OpenSSH control masters} when the command keeps its nodes'
     logins for its next tree calls (``cluster.tree_reuse``), else {}.  The same directory
     for a node in every call of the command (named here with random tokens: the nodes may
@@ -538,7 +543,7 @@ def _reuse_dirs(cluster, members: Sequence[str], last: bool) -> dict[str, str]:
     return dirs
 
 
-def close_reuse(cluster, timeout: float = 15.0, cut_timeout: float = 5.0) -> None:
+def close_reuse(cluster: Cluster, timeout: float = 15.0, cut_timeout: float = 5.0) -> None:
     """End the control masters the command's tree calls left on its parent nodes for the
     next call: one more tree call (over the masters: no login), marked last, given up
     after ``timeout`` s; a node the tree no longer carried, on its own open connection,
