@@ -20,7 +20,7 @@ from rich.markup import escape
 
 from clusterctl.cli.nodes import NodesOption
 from clusterctl.cluster import preflight
-from clusterctl.cluster.inventory import load_inventory
+from clusterctl.cluster.inventory import Inventory, load_inventory
 from clusterctl.cluster.transport import Cluster
 from clusterctl.core import accelerators
 from clusterctl.core.console import interactive, out, table
@@ -139,8 +139,9 @@ def check(
         raise typer.Exit(1)
 
 
-def _collective(nodes, *, target, image, job, sizes, pair_size, iters, pair_rounds, min_busbw, max_slowdown,
-                backend, timeout, push, save, json_, accept_new_host_keys) -> None:
+def _collective(nodes, *, target, image, job: str | None, sizes, pair_size, iters, pair_rounds,
+                min_busbw, max_slowdown, backend, timeout, push, save, json_,
+                accept_new_host_keys) -> None:
     """``check --collective``: every input checked first (exit 2), then the check."""
     # imported here: every other command (launch above all) starts without them
     from clusterctl.cli import collective as collective_view
@@ -186,7 +187,7 @@ def _target_devices(name: str):
     return lambda node: run_spec.devices_for(node.slots)
 
 
-def _report(inventory, checks: list[preflight.NodeCheck]) -> None:
+def _report(inventory: Inventory, checks: list[preflight.NodeCheck]) -> None:
     rows = preflight.table_rows(checks, compact=True)
     t = table(f"{inventory.path}: {len(checks)} nodes", preflight.COLUMNS,
               [[escape(cell) for cell in row] for row in rows])

@@ -20,7 +20,7 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from clusterctl.cluster.inventory import Inventory, load_inventory
+from clusterctl.cluster.inventory import Inventory, Node, load_inventory
 from clusterctl.core.console import out, print_table
 
 NODES_HELP = ("The inventory: a YAML file (see inventories/example.yaml), an MPI hostfile or a "
@@ -40,7 +40,7 @@ NodesOption = Annotated[Path, nodes_option()]
 FROM_SSH_CONFIG = "-"  # decided by ~/.ssh/config (or ssh's defaults) at connect time
 
 
-def _port(node) -> object:
+def _port(node: Node) -> object:
     return node.port if "port" in node.model_fields_set else FROM_SSH_CONFIG
 
 

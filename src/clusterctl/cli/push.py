@@ -17,7 +17,7 @@ from rich.markup import escape
 
 from clusterctl.cli.nodes import NODES_HELP, nodes_option
 from clusterctl.cluster import distribute
-from clusterctl.cluster.inventory import load_inventory
+from clusterctl.cluster.inventory import Inventory, load_inventory
 from clusterctl.cluster.registry import pull as registry_pull
 from clusterctl.cluster.registry import push as registry_push
 from clusterctl.cluster.registry.reference import registry_option
@@ -184,8 +184,9 @@ def _end(results, verb: str) -> None:
         raise typer.Exit(1)
 
 
-def _push_registry(image: str, target, inventory, *, accept_new_host_keys: bool, fanout: int | None = None,
-                   strategy: str = "auto", compress: bool | None = None) -> None:
+def _push_registry(image: str, target, inventory: Inventory | None, *, accept_new_host_keys: bool,
+                   fanout: int | None = None, strategy: str = "auto",
+                   compress: bool | None = None) -> None:
     """``push --registry`` (or an inventory's registry): push once, then nodes pull by digest."""
     pushed = registry_push.push(image, target)
     err.print(f"pushed {image} to {target} as {pushed.tagged} in {pushed.seconds:.1f}s", markup=False)

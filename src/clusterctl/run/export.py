@@ -443,7 +443,7 @@ def build_manifest(job: Job, *, kind: str, nnodes: int, slots: int = 1, image: s
     return manifest
 
 
-def _pytorchjob(job, metadata, container, pod, volumes, mounts, nnodes, nproc, notes, *,
+def _pytorchjob(job: Job, metadata, container, pod, volumes, mounts, nnodes, nproc, notes, *,
                 restart_policy: str = "Never", backoff: int | None = 0,
                 pull_secret: str | None = None) -> dict:
     container = {**container, "ports": [{"name": "pytorchjob-port", "containerPort": PYTORCHJOB_PORT}]}
@@ -480,7 +480,7 @@ def _pytorchjob(job, metadata, container, pod, volumes, mounts, nnodes, nproc, n
                      "pytorchReplicaSpecs": replicas}}
 
 
-def _trainjob(job, metadata, container, pod, volumes, mounts, nnodes, nproc, runtime, *,
+def _trainjob(job: Job, metadata, container, pod, volumes, mounts, nnodes, nproc, runtime, *,
               pull_secret: str | None = None) -> dict:
     # The runtime's container has a command of its own (torch-distributed: a /bin/bash -c
     # script), which args alone would only be appended to: the TrainJob sets its command.

@@ -51,9 +51,9 @@ from clusterctl.cluster.containers import (
     ContainerState,
     state_from_inspect,
 )
-from clusterctl.cluster.inventory import load_inventory
+from clusterctl.cluster.inventory import Inventory, Node, load_inventory
 from clusterctl.cluster.runtime import runtime_of
-from clusterctl.cluster.transport import Cluster, describe_error
+from clusterctl.cluster.transport import Cluster, NodeConnection, describe_error
 from clusterctl.core.errors import EnvironmentProblem, NodeError, UserError, did_you_mean, one_of
 from clusterctl.run import records
 
@@ -136,7 +136,7 @@ def check_options(kind: str, *, rank: int | None, after: float | None) -> None:
         raise UserError(f"--after {after}: seconds to wait before the fault, 0 or more.")
 
 
-def check_node(inventory, node: str):
+def check_node(inventory: Inventory, node: str):
     """The inventory's node named ``node``, or UserError naming the inventory's nodes."""
     for n in inventory.nodes:
         if n.name == node:
@@ -170,7 +170,7 @@ def sandbox_node(inventory_path: str | os.PathLike, host: str,
     return None
 
 
-def not_sandbox_message(kind: str, node, inventory_path) -> str:
+def not_sandbox_message(kind: str, node: Node, inventory_path) -> str:
     """Why a sandbox-only fault cannot be injected on ``node`` and what to do on a real node."""
     dev = node.interface or "DEV"
     where = "" if node.interface else " (DEV: the interface that holds the node's address, e.g. eth0)"
@@ -310,7 +310,7 @@ def describe(inj: Injection) -> str:
 
 # --------------------------------------------------------------------------- on the machines
 
-def _running(conn, run_id: str, node: str) -> list[tuple[ContainerState, int]]:
+def _running(conn: NodeConnection, run_id: str, node: str) -> list[tuple[ContainerState, int]]:
     """(state, attempt) of every running container with the run's and the node's labels."""
     runtime = runtime_of(conn)
     ids = conn.run(runtime.ps(labels={RUN_LABEL: run_id, NODE_LABEL: node}, status="running", all=False),
@@ -331,7 +331,7 @@ def _last_line(res) -> str:
     return text.splitlines()[-1] if text else f"exit {res.exit_code}"
 
 
-def kill_container(conn, run_id: str) -> Injection:
+def kill_container(conn: NodeConnection, run_id: str) -> Injection:
     """SIGKILL the running container of ``run_id`` on ``conn``'s node."""
     node = conn.name
     container = pick_container(_running(conn, run_id, node), run_id=run_id, node=node).name
@@ -344,7 +344,7 @@ def kill_container(conn, run_id: str) -> Injection:
                      at, requested, run_id=run_id, container=container)
 
 
-def stop_rank(conn, run_id: str, rank: int | None = None) -> Injection:
+def stop_rank(conn: NodeConnection, run_id: str, rank: int | None = None) -> Injection:
     """SIGSTOP rank ``rank`` (None: the node's first) in the run's container on ``conn``'s node."""
     node = conn.name
     container = pick_container(_running(conn, run_id, node), run_id=run_id, node=node).name
@@ -505,7 +505,7 @@ def resolve(kind: str, node: str, *, nodes: str | os.PathLike | None = None, run
 
 
 def inject(kind: str, node: str, *, nodes: str | os.PathLike | None = None, run_id: str | None = None,
-           rank: int | None = None, after: float | None = None, cluster=None,
+           rank: int | None = None, after: float | None = None, cluster: Cluster | None = None,
            sleep=time.sleep) -> Injection:
     """Inject fault ``kind`` on ``node`` (everything ``clusterctl fault`` does).
 

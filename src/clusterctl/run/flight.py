@@ -15,15 +15,19 @@ import io
 import tarfile
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from clusterctl.cluster import containers
 from clusterctl.run.records import RunRecord
+
+if TYPE_CHECKING:
+    from clusterctl.cluster.transport import Cluster, NodeConnection
 
 #: The directory under runs/<id>/ that holds each node's dumps.
 FLIGHT_DIR = "flight"
 
 
-def collect(cluster, record: RunRecord, *, skip: Sequence[str] = ()) -> dict[str, list[str] | str]:
+def collect(cluster: Cluster, record: RunRecord, *, skip: Sequence[str] = ()) -> dict[str, list[str] | str]:
     """Every node's dumps into ``runs/<id>/flight/<node>/``, then the run's directory on the node
     is removed.  node -> the files kept ([] when none), or why they could not be collected."""
     names = {n.name for n in cluster.inventory.nodes}
@@ -32,14 +36,14 @@ def collect(cluster, record: RunRecord, *, skip: Sequence[str] = ()) -> dict[str
     if not wanted:
         return {}
 
-    def one(conn) -> list[str]:
+    def one(conn: NodeConnection) -> list[str]:
         node_dir = wanted[conn.name]
         data = containers.copy_out(conn, node_dir)
         kept = untar(base64.b64decode(data), record.attempt_dir() / FLIGHT_DIR / conn.name) if data else []
         containers.remove_dir(conn, node_dir.rsplit("/", 1)[0])   # <root>/<run-id>/<node>
         return kept
 
-    def run_dir_gone(conn) -> None:  # after every node's own part: nodes may share a file system
+    def run_dir_gone(conn: NodeConnection) -> None:  # after every node's own part: nodes may share a file system
         conn.run(["rmdir", "--ignore-fail-on-non-empty", wanted[conn.name].rsplit("/", 2)[0]], timeout=30)
 
     got = cluster.map(one, nodes=list(wanted))

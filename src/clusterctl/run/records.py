@@ -40,6 +40,7 @@ import tempfile
 from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, Field, PrivateAttr, ValidationError
 
@@ -49,6 +50,9 @@ from clusterctl.core.deadline import bounded
 from clusterctl.core.errors import UserError, did_you_mean
 from clusterctl.core.files import one_at_a_time, write_atomic
 from clusterctl.core.paths import runs_dir
+
+if TYPE_CHECKING:
+    from clusterctl.cluster.transport import Cluster, NodeConnection
 
 RECORD_NAME = "run.json"
 MERGED_LOG = "merged.log"
@@ -717,13 +721,13 @@ class NodeStatus(BaseModel):
     stopped_by: str | None = None  # from the record: who stopped this container
 
 
-def run_status(record: RunRecord, cluster, *, timeout: float = 15.0) -> list[NodeStatus]:
+def run_status(record: RunRecord, cluster: Cluster, *, timeout: float = 15.0) -> list[NodeStatus]:
     """Each node's container of ``record``'s run, as the node reports it (found by label).
 
     A node that does not answer in ``timeout`` or no longer has the container
     falls back to what run.json recorded, and the row says so.
     """
-    def ask(conn):
+    def ask(conn: NodeConnection):
         return bounded(lambda: find_containers(conn, record.run_id, timeout=timeout), timeout,
                        name=f"status-{conn.name}")
 
@@ -749,7 +753,7 @@ def run_status(record: RunRecord, cluster, *, timeout: float = 15.0) -> list[Nod
     return rows
 
 
-def _in_inventory(cluster, name: str) -> bool:
+def _in_inventory(cluster: Cluster, name: str) -> bool:
     return any(node.name == name for node in cluster.inventory.nodes)
 
 

@@ -28,8 +28,12 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from clusterctl.core import exitcodes
+
+if TYPE_CHECKING:
+    from clusterctl.run.jobs import Job
 
 RESTARTS_EXHAUSTED = exitcodes.RESTARTS_EXHAUSTED
 CRASH_LOOP = exitcodes.CRASH_LOOP
@@ -55,7 +59,7 @@ class Policy:
     checkpoint: str | None = None
 
     @classmethod
-    def of(cls, job, *, max_restarts: int | None = None, checkpoint: str | None = None) -> Policy:
+    def of(cls, job: Job, *, max_restarts: int | None = None, checkpoint: str | None = None) -> Policy:
         return cls(max_restarts=job.max_restarts if max_restarts is None else max_restarts,
                    retry_on_exit=frozenset(job.retry_on_exit),
                    fatal_on_exit=frozenset(job.fatal_on_exit),

@@ -75,7 +75,7 @@ from clusterctl.cluster.containers import (
     wait_container,
 )
 from clusterctl.cluster.runtime import runtime_of
-from clusterctl.cluster.transport import sshd_answers, tree
+from clusterctl.cluster.transport import Cluster, NodeConnection, sshd_answers, tree
 from clusterctl.core import exitcodes
 from clusterctl.core.deadline import bounded
 from clusterctl.run import flight, hints, records, suspicious
@@ -95,7 +95,7 @@ INTERRUPTED_EXIT = exitcodes.INTERRUPTED  # 130
 TERMINATED_EXIT = exitcodes.TERMINATED  # 143
 
 
-def ping(conn) -> None:
+def ping(conn: NodeConnection) -> None:
     """One SSH round trip answered by the node's sshd itself (no process is started there).
 
     A global request with want-reply (OpenSSH answers it even when it does not
@@ -265,7 +265,7 @@ def silence(now: float, last_output: float, *, started: bool, settings: Settings
 class Supervisor:
     """Follows one run's containers until they all succeed, one fails, a node is lost or stop."""
 
-    def __init__(self, cluster, sources: list[Source], merger: Merger, *,
+    def __init__(self, cluster: Cluster, sources: list[Source], merger: Merger, *,
                  settings: Settings | None = None, stop_event: threading.Event | None = None,
                  stop_reason: Callable[[], str] | None = None,
                  on_hang: Callable[[float, float, bool], HangReport] | None = None,
@@ -639,7 +639,7 @@ class Supervisor:
         """Every reachable node's container state at the end (bounded; lost nodes: None)."""
         reachable = [n for n in self.sources if n not in self._lost]
 
-        def read(conn, names) -> list[ContainerState]:
+        def read(conn: NodeConnection, names) -> list[ContainerState]:
             if not self.remove_at_end:
                 return inspect_containers(conn, names, timeout=self.settings.probe_timeout)
             found, removed = inspect_and_remove(conn, names, timeout=self.settings.probe_timeout)
@@ -716,7 +716,7 @@ def _not_stopped_lines(outcome: Outcome) -> list[str]:
 
 # --- `clusterctl stop`: stop and remove a run's containers everywhere, keep their logs -------
 
-def stop_run(cluster, record: records.RunRecord, *, grace: int = 3, timeout: float = 30.0,
+def stop_run(cluster: Cluster, record: records.RunRecord, *, grace: int = 3, timeout: float = 30.0,
              by: str | None = None) -> dict[str, NodeStop]:
     """Stop and remove ``record``'s containers on every node (idempotent), then update runs/.
 

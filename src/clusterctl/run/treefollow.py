@@ -36,7 +36,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 
 from clusterctl.cluster.containers import ContainerState, split_timestamp, state_from_inspect
-from clusterctl.cluster.transport import STREAM_WINDOW_SIZE, tree
+from clusterctl.cluster.transport import STREAM_WINDOW_SIZE, Cluster, tree
 from clusterctl.core.errors import NodeError
 from clusterctl.core.lines import LineSplitter
 
@@ -109,7 +109,7 @@ class TreeFollow:
     sign of life, epoch seconds).  A node is handed to
     ``on_fallback`` at most once, and nothing of it comes from the tree after that."""
 
-    def __init__(self, cluster, containers: Mapping[str, str], put: Callable[[str, str], None], *,
+    def __init__(self, cluster: Cluster, containers: Mapping[str, str], put: Callable[[str, str], None], *,
                  remove: bool, keep_whole: Sequence[str] = (), heartbeat: float = 2.0,
                  on_exit: Callable[[str, int], None], on_state: Callable[[str, ContainerState], None],
                  on_fallback: Callable[[str, str, int, str], None]) -> None:

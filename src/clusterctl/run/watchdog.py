@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from clusterctl.cluster.containers import exec_in_container
 from clusterctl.core import exitcodes
@@ -41,6 +42,9 @@ from clusterctl.run.stacks import (
     stack_file_name,
     stack_file_text,
 )
+
+if TYPE_CHECKING:
+    from clusterctl.cluster.transport import Cluster, NodeConnection
 
 #: Exit status of a run the watchdog found hung (as GNU timeout's).
 HANG_EXIT = exitcodes.HUNG  # 124
@@ -128,7 +132,8 @@ def _iso(epoch: float) -> str:
     return datetime.fromtimestamp(epoch, timezone.utc).isoformat()
 
 
-def dump_node(conn, src: Source, *, image: str = "", timeout: float = DUMP_TIMEOUT * 2 + 30) -> NodeDump:
+def dump_node(conn: NodeConnection, src: Source, *, image: str = "",
+              timeout: float = DUMP_TIMEOUT * 2 + 30) -> NodeDump:
     """Every rank process's stacks in ``src``'s container (bounded by ``timeout``)."""
     argv = ["python3", "-c", DUMP_SCRIPT, str(DUMP_TIMEOUT)]
     res = bounded(lambda: exec_in_container(conn, src.container, argv, timeout=timeout), timeout + 5,
@@ -141,8 +146,8 @@ def dump_node(conn, src: Source, *, image: str = "", timeout: float = DUMP_TIMEO
     return parse_dump(src.node, res.stdout, image)
 
 
-def dump_stacks(cluster, sources: Sequence[Source], run_dir: Path, *, timeout: float, silent_for: float,
-                last_output: float, image: str = "", starting: bool = False,
+def dump_stacks(cluster: Cluster, sources: Sequence[Source], run_dir: Path, *, timeout: float,
+                silent_for: float, last_output: float, image: str = "", starting: bool = False,
                 start_line: str | None = None) -> HangReport:
     """Dump, save and compare the stacks of every rank of the run (see the module docstring).
     ``timeout``: the silence that was allowed; ``starting``: before the job had started."""

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from clusterctl.code import gitinfo, snapshot, store
 from clusterctl.run import records
-from clusterctl.run.jobs import CODE_MOUNT
+from clusterctl.run.jobs import CODE_MOUNT, Job
 
 
 @dataclass(frozen=True)
@@ -43,7 +43,7 @@ class Workspace:
     image: str | None = None
 
 
-def prepare(job, base_image: str, *, limit_bytes: int | None = None,
+def prepare(job: Job, base_image: str, *, limit_bytes: int | None = None,
             log: Callable[[str], None] | None = None) -> Workspace:
     """Snapshot ``job.workdir``, store it, and build its requirements layer over
     ``base_image`` (the job's image); UserError (exit 2) for anything that cannot ship."""

@@ -38,10 +38,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from importlib import resources
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from clusterctl.cluster import containers
 from clusterctl.cluster import preflight as pf
-from clusterctl.cluster.transport import Cluster
+from clusterctl.cluster.transport import Cluster, NodeConnection
 from clusterctl.core import accelerators
 from clusterctl.core.errors import NodeError, UserError
 from clusterctl.image import targets
@@ -49,6 +50,9 @@ from clusterctl.run import launch as launching
 from clusterctl.run import plan, records
 from clusterctl.run.collective import model
 from clusterctl.run.jobs import Job
+
+if TYPE_CHECKING:
+    from clusterctl.cluster.inventory import Inventory
 
 #: Message sizes of the all-node all_reduce (bytes) and of each pair's.
 DEFAULT_SIZES = (1 << 20, 4 << 20, 16 << 20)
@@ -172,7 +176,7 @@ def container_argv(p: plan.NodePlan) -> list[str]:
     return [*argv[:2], "-i", "--rm", *argv[2:]]
 
 
-def run_check(inventory, *, job: Job | None = None, target: str | None = None,
+def run_check(inventory: Inventory, *, job: Job | None = None, target: str | None = None,
               image: str | None = None, options: Options = Options(),
               accept_new_host_keys: bool | None = None, progress=None,
               note: Callable[[str], None] = lambda _: None) -> CheckResult:
@@ -239,7 +243,7 @@ def probe_budget(options: Options, spent: float) -> tuple[float | None, float]:
     return budget, min(options.timeout, budget + START_MARGIN + END_MARGIN)
 
 
-def _unmeasured(check_id, ref, backend, inventory, failures: dict[str, str], step: str,
+def _unmeasured(check_id, ref, backend, inventory: Inventory, failures: dict[str, str], step: str,
                 started: float, checks) -> CheckResult:
     reports = [model.NodeReport(node.name, rank,
                                 start_error=f"{step} failed: {failures[node.name]}"
@@ -280,14 +284,14 @@ def _run_all(cluster: Cluster, plans: Sequence[plan.NodePlan], script: bytes,
 
         threading.Thread(target=keep_removing, name="collective-stop", daemon=True).start()
 
-    def one(conn) -> model.NodeReport:
+    def one(conn: NodeConnection) -> model.NodeReport:
         try:
             return run_one(conn)
         finally:
             with lock:
                 ended.add(conn.name)
 
-    def run_one(conn) -> model.NodeReport:
+    def run_one(conn: NodeConnection) -> model.NodeReport:
         p = next(p for p in plans if p.node == conn.name)
         begun = time.monotonic()
         partial: list[str] = []
@@ -335,7 +339,7 @@ def _run_all(cluster: Cluster, plans: Sequence[plan.NodePlan], script: bytes,
     return reports
 
 
-def _run_keeping_output(conn, argv: list[str], stdin: bytes, timeout: float,
+def _run_keeping_output(conn: NodeConnection, argv: list[str], stdin: bytes, timeout: float,
                         partial: list[str]):
     """``conn.run(argv, stdin=..., timeout=...)``, except that what the command printed
     before a timeout or a lost connection is in ``partial`` when NodeError is raised."""
@@ -399,7 +403,7 @@ def _docker_reason(stderr: str) -> str:
 RECHECK_BUDGET = 60.0
 
 
-def recheck(inventory, *, job: Job, image: str | None, accept_new_host_keys: bool | None = None,
+def recheck(inventory: Inventory, *, job: Job, image: str | None, accept_new_host_keys: bool | None = None,
             note: Callable[[str], None] = lambda _: None) -> dict[str, str]:
     """The collective check before a restart (``launch`` with a job's ``collective_check``):
     the job's image already on the nodes, bounded to :data:`RECHECK_BUDGET`; the nodes it
