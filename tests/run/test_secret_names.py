@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from clusterctl.cluster import containers
 from clusterctl.cluster.inventory import load_inventory
 from clusterctl.core.errors import UserError
-from clusterctl.run import request
+from clusterctl.run import logs, request
 from clusterctl.run.jobs import is_secret_name, load_job
 from clusterctl.run.launch import new_record
 from clusterctl.run.logs import LogSink
@@ -28,6 +29,8 @@ from clusterctl.run.plan import (
     secret_values,
     unmasked_secrets,
 )
+from clusterctl.run.records import RunRecord
+from clusterctl.run.spool import Spool
 
 SECRET_BY_NAME = ["HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "WANDB_API_KEY", "AWS_SECRET_ACCESS_KEY",
                   "AWS_SESSION_TOKEN", "GITHUB_TOKEN", "DB_PASSWORD", "OPENAI_API_KEY",
@@ -149,3 +152,57 @@ def test_a_listed_secret_given_with_env_is_not_recorded(tmp_path):
     assert "postgres://" not in dumped and "1234" not in dumped and "hf_xyz_value" not in dumped
     assert spec["flags"]["env"] == {"PAD_TOKEN_ID": "0"}
     assert spec["secret_env"] == ["DB_DSN", "HF_TOKEN", "PIN"]
+
+
+# --------------------------------------------------------------------------- stop and logs
+# Output that no follower masked (a detached run): `stop` saves it and `clusterctl logs`
+# shows it with the same masking, the values read from the containers' own environment
+# (stop's inspect of them; never shown or stored), the names from the run record.
+
+def test_the_record_says_which_variables_were_masked(hf_plans):
+    job, inv, plans = hf_plans
+    record = new_record(job, inv, plans, "r", image_id=None, detached=True)
+    assert logs.secret_names(record) == {"HF_TOKEN", "PIN"}
+
+
+def test_stop_reads_the_containers_env_with_their_states_and_never_shows_it():
+    token, got = "t0k", []
+    reader = containers._StopReader("n1", token, lambda key, text: got.append(text))
+    inspect = [{"Name": "/r-n1", "State": {"Status": "running"}, "Config": {
+        "Labels": {}, "Env": ["HF_TOKEN=hf_real_token_value", "PIN=1234", "EQ=a=b", "PATH=/bin"]}}]
+    for line in [f"@@{token} before", json.dumps(inspect), f"@@{token} logs abc",
+                 "2026-01-01T00:00:01.000000000Z token hf_real_token_value",
+                 f"@@{token} after", json.dumps([{**inspect[0], "State": {"Status": "exited"}}]),
+                 f"@@{token} removed"]:
+        reader.line(line)
+    result = reader.finish(0)
+    assert result.env == {"HF_TOKEN": "hf_real_token_value", "PIN": "1234", "EQ": "a=b", "PATH": "/bin"}
+    assert "hf_real_token_value" not in repr(result)
+    assert containers.env_from_inspect(inspect[0]) == result.env
+    assert got == ["token hf_real_token_value"]     # the raw line: masked where it is saved
+
+
+def test_output_saved_by_stop_is_masked_as_followed_output(tmp_path, monkeypatch):
+    monkeypatch.setenv("CLUSTERCTL_RUNS", str(tmp_path))
+    record = RunRecord(run_id="r1", job="j", inventory="inv.yaml", image="img", nodes=[
+        {"node": "n1", "host": "n1", "rank": 0, "container": "c0",
+         "env": {"HF_TOKEN": MASK, "PIN": MASK, "PAD_TOKEN_ID": "0"}}])
+    secret = logs.stop_redact(record, {"n1": {"HF_TOKEN": "hf_real_token_value", "PIN": "1234",
+                                              "PAD_TOKEN_ID": "0", "PATH": "/bin"}})
+    assert secret == ["hf_real_token_value"]          # PIN: too short to mask; PATH: no secret
+    with Spool() as spool:
+        spool.writer("n1")("2026-01-01T00:00:01.000000000", "loss 0.5 pin 1234 tok hf_real_token_value")
+        logs.keep_stopped_output(record, spool, ["n1"], redact=secret)
+    want = f"loss 0.5 pin 1234 tok {MASK}"
+    assert record.log_path("n1").read_text() == want + "\n"
+    assert list(logs.lines_from_files(record)) == [("n1", want)]      # what `clusterctl logs` shows
+
+
+def test_logs_from_the_nodes_mask_with_the_values_their_containers_hold(capsys):
+    sink = LogSink({"n1": 0}, stream=__import__("sys").stdout, color=False)
+    sources = [logs.Source("n1", 0, "c0", redact=("hf_real_token_value", "0"))]
+    logs.redact_sources(sink, sources)
+    sink.write("n1", "step 0 tok hf_real_token_value")
+    sink.flush()
+    assert capsys.readouterr().out == f"n1[0]| step 0 tok {MASK}\n"
+    assert "hf_real_token_value" not in repr(sources)

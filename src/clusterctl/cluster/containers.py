@@ -107,6 +107,28 @@ def state_from_inspect(node: str, data: dict) -> ContainerState:
     )
 
 
+def env_from_inspect(data: dict) -> dict[str, str]:
+    """A container's environment (``Config.Env``) from one element of ``docker inspect`` JSON:
+    the values its run's secrets have, for masking its output on this machine (held in
+    memory only, never shown or stored)."""
+    items = (data.get("Config") or {}).get("Env") or []
+    return {k: v for k, _, v in (str(item).partition("=") for item in items)}
+
+
+def container_env(conn: NodeConnection, names: list[str], *, timeout: float | None = 20.0
+                  ) -> dict[str, str]:
+    """The environment of containers ``names`` on ``conn``'s node, merged (:func:`env_from_inspect`);
+    empty when none is there.  Over the node's own connection, as its output is."""
+    if not names:
+        return {}
+    res = conn.run(runtime_of(conn).inspect(names), timeout=timeout)
+    try:
+        data = json.loads(res.stdout or "[]")
+    except ValueError:
+        data = []
+    return {k: v for d in data for k, v in env_from_inspect(d).items()}
+
+
 def inspect_containers(conn: NodeConnection, names: list[str], *,
                        timeout: float | None = 20.0) -> list[ContainerState]:
     """``docker inspect`` of ``names`` on ``conn``'s node (missing ones are left out)."""
@@ -472,6 +494,9 @@ class NodeStop:
     was_running: list[str] = field(default_factory=list)
     lines: list[tuple[str, str]] = field(default_factory=list)  # (timestamp key, text), without on_line
     error: str | None = None  # the node could not be reached / the containers not removed
+    # the containers' environment (their inspect before the stop): the secrets' values, to
+    # mask their output before it is saved; never shown or stored
+    env: dict[str, str] = field(default_factory=dict, repr=False)
 
 
 #: ``clusterctl stop`` on one node, in ONE command (it was six: find, inspect, stop, logs,
@@ -519,7 +544,9 @@ class _StopReader:
         if code != 0:
             why = next((e for e in reversed(self.errors) if e.strip()), f"exit status {code}")
             raise NodeError(result.node, f"could not stop the run's containers: {why.strip()}")
-        before = _states(result.node, self.json_of["before"])
+        inspected = _inspected(self.json_of["before"])
+        before = [state_from_inspect(result.node, d) for d in inspected]
+        result.env = {k: v for d in inspected for k, v in env_from_inspect(d).items()}
         result.was_running = [c.name for c in before if c.running]
         if not before:
             return result
@@ -618,9 +645,13 @@ def _stop_through_tree(cluster: Cluster, run_id, nodes, grace, timeout,
         return done
 
 
-def _states(node: str, lines: list[str]) -> list[ContainerState]:
+def _inspected(lines: list[str]) -> list[dict]:
     try:
         data = json.loads("\n".join(lines) or "[]")
     except ValueError:
         data = []
-    return [state_from_inspect(node, d) for d in data]
+    return data
+
+
+def _states(node: str, lines: list[str]) -> list[ContainerState]:
+    return [state_from_inspect(node, d) for d in _inspected(lines)]

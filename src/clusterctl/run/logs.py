@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, TextIO
 from rich.text import Text
 
 from clusterctl.cluster.containers import (
+    container_env,
     fetch_logs,
     find_containers,
     follow_logs,
@@ -87,6 +88,8 @@ class Source:
     node: str
     rank: int
     container: str
+    # the secret values its container holds (``clusterctl logs``: read from it), to mask
+    redact: tuple[str, ...] = field(default=(), repr=False)
 
 
 @dataclass(frozen=True)
@@ -94,6 +97,21 @@ class Line:
     node: str
     text: str
     at: float = field(default_factory=time.time)
+
+
+def mask_patterns(values: Iterable[str]) -> list[str]:
+    """The secret values to search output lines for, longest first: only the maskable ones
+    (:func:`clusterctl.run.plan.maskable`: a short or common value would rewrite every ``0``
+    or ``false``)."""
+    return sorted({v for v in values if v and maskable(v)}, key=len, reverse=True)
+
+
+def mask_line(text: str, patterns: list[str]) -> str:
+    """One output line as it is shown or saved (followed, saved by ``stop``, ``logs``):
+    each of ``patterns`` (:func:`mask_patterns`) replaced by ``****``."""
+    for secret in patterns:
+        text = text.replace(secret, MASK)
+    return text
 
 
 class LogSink:
@@ -110,8 +128,7 @@ class LogSink:
                  redact: Iterable[str] = ()) -> None:
         self.ranks = dict(ranks)
         # secret values a program might print: masked before any line is shown or written
-        # (only maskable ones: a short or common value would rewrite every `0` or `false`)
-        self.redact = sorted({v for v in redact if v and maskable(v)}, key=len, reverse=True)
+        self.redact = mask_patterns(redact)
         self.stream = stream
         self.color = console.interactive(stream) if color is None and stream is not None else bool(color)
         self.last: dict[str, deque[str]] = {n: deque(maxlen=KEEP_LAST) for n in ranks}
@@ -125,11 +142,13 @@ class LogSink:
             for node in ranks:
                 self._files[node] = open(run_dir / f"{node}.log", "a", encoding="utf-8")  # noqa: SIM115
 
+    def also_redact(self, values: Iterable[str]) -> None:
+        """Mask ``values`` too from now on (the secrets read from the containers)."""
+        self.redact = mask_patterns([*self.redact, *values])
+
     def write(self, node: str, text: str) -> None:
         rank = self.ranks.get(node, -1)
-        text = text.rstrip("\r\n")
-        for secret in self.redact:
-            text = text.replace(secret, MASK)
+        text = mask_line(text.rstrip("\r\n"), self.redact)
         self.last.setdefault(node, deque(maxlen=KEEP_LAST)).append(text)
         for observe in self.observers:
             observe(node, rank, text)
@@ -306,6 +325,19 @@ def tail_per_node(read: Callable[[], Iterable[tuple[str, str]]],
             yield name, text
 
 
+def secret_names(record: RunRecord) -> set[str]:
+    """The variables the run masked in its record (secret by name, listed, or tainted)."""
+    return {k for n in record.nodes for k, v in n.env.items() if v == MASK}
+
+
+def stop_redact(record: RunRecord, envs: dict[str, dict[str, str]]) -> list[str]:
+    """The values to mask in output that no follower masked: the run's secret variables
+    (:func:`secret_names`) as the containers' environment on each node (``envs``) holds
+    them, only the maskable ones, as :class:`LogSink` masks."""
+    names = secret_names(record)
+    return sorted({v for env in envs.values() for k, v in env.items() if k in names and v and maskable(v)})
+
+
 def save_node_log(record: RunRecord, node: str, lines: Iterable[str]) -> Path:
     """Write a node's complete output to ``runs/<id>/<node>.log`` (``stop`` keeps it this way)."""
     path = record.log_path(node)
@@ -319,7 +351,7 @@ def save_node_log(record: RunRecord, node: str, lines: Iterable[str]) -> Path:
 
 
 def keep_stopped_output(record: RunRecord, spool: Spool, nodes: Iterable[str], *,
-                        replace: bool = False) -> None:
+                        replace: bool = False, redact: Iterable[str] = ()) -> None:
     """Keep what stopped containers wrote (in ``spool``, for ``nodes``) in runs/<id>/.
 
     Only for nodes whose log launch did not already write while following: each
@@ -327,30 +359,41 @@ def keep_stopped_output(record: RunRecord, spool: Spool, nodes: Iterable[str], *
     merged.log (nodes stopped by a later ``stop``, one was unreachable, join it).
     ``replace``: the files launch wrote are incomplete (it was killed): every node's log and
     merged.log are rewritten whole from what the containers wrote.  A line at a time: the
-    output may be larger than memory.
+    output may be larger than memory.  ``redact``: the secret values (:func:`stop_redact`),
+    masked as a followed run's lines are.
     """
+    values = mask_patterns(redact)
     saved = [node for node in nodes if replace or not record.log_path(node).exists()]
     for node in saved:
-        save_node_log(record, node, spool.texts(node))
+        save_node_log(record, node, (mask_line(t, values) for t in spool.texts(node)))
     if not saved:
         return
     ranks = {n.node: n.rank for n in record.nodes}
     with open(record.attempt_dir() / MERGED_LOG, "w" if replace else "a", encoding="utf-8") as f:
         for node, t in spool.merged(saved):
-            f.write(prefix(node, ranks[node]) + t + "\n")
+            f.write(prefix(node, ranks[node]) + mask_line(t, values) + "\n")
 
 
 # --- `clusterctl logs`: from the nodes while the containers exist, from runs/ after ---------
 
 def live_containers(cluster: Cluster, record: RunRecord, *, node: str | None = None,
                     timeout: float = 15.0) -> tuple[list[Source], dict[str, str]]:
-    """The run's containers that still exist on the nodes (found by label), and unreachable nodes."""
+    """The run's containers that still exist on the nodes (found by label), and unreachable
+    nodes.  Each source carries the values its container holds for the run's secrets
+    (:func:`secret_names`; read from the container over the node's own connection, as its
+    output is), so ``clusterctl logs`` masks what no follower masked (a detached run)."""
     wanted = [n for n in record.nodes if node is None or n.node == node]
     names = {n.name for n in cluster.inventory.nodes}
     targets = [n.node for n in wanted if n.node in names]
+    hidden = secret_names(record)
+    envs: dict[str, dict[str, str]] = {}
 
     def ask(conn: NodeConnection):
-        return bounded(lambda: find_containers(conn, record.run_id, timeout=timeout), timeout)
+        found = bounded(lambda: find_containers(conn, record.run_id, timeout=timeout), timeout)
+        if hidden and found:
+            envs[conn.name] = bounded(lambda: container_env(conn, [c.name for c in found],
+                                                            timeout=timeout), timeout)
+        return found
 
     answers = cluster.map(ask, nodes=targets) if targets else {}
     sources, unreachable = [], {}
@@ -358,16 +401,23 @@ def live_containers(cluster: Cluster, record: RunRecord, *, node: str | None = N
         found = answers.get(n.node)
         if isinstance(found, list) and found:     # this attempt's container, when it is there
             mine = [c for c in found if c.name == n.container] or found
-            sources.append(Source(n.node, n.rank, mine[0].name))
+            redact = tuple(stop_redact(record, {n.node: envs.get(n.node, {})}))
+            sources.append(Source(n.node, n.rank, mine[0].name, redact=redact))
         elif found is not None and not isinstance(found, list):
             unreachable[n.node] = getattr(found, "reason", str(found))
     return sources, unreachable
+
+
+def redact_sources(sink: LogSink, sources: Iterable[Source]) -> None:
+    """``sink`` masks the secret values the sources' containers hold too."""
+    sink.also_redact(v for src in sources for v in src.redact)
 
 
 def show_from_nodes(cluster: Cluster, sources: list[Source], sink: LogSink, *,
                     tail: int | None = None) -> None:
     """Everything the containers wrote so far, merged by the nodes' timestamps (through a
     spool on disk: a line at a time, whatever the output's size)."""
+    redact_sources(sink, sources)
     with Spool() as spool:
         def fetch(conn: NodeConnection):
             src = next(s for s in sources if s.node == conn.name)
@@ -386,6 +436,7 @@ def show_from_nodes(cluster: Cluster, sources: list[Source], sink: LogSink, *,
 def follow_from_nodes(cluster: Cluster, sources: list[Source], sink: LogSink, *,
                       tail: int | None = None) -> None:
     """Stream the containers' output until every one has ended (Ctrl-C ends it sooner)."""
+    redact_sources(sink, sources)
     merger = Merger(sink)
     threads = start_followers(cluster, sources, merger, tail=tail)
     while any(t.is_alive() for t in threads.values()):

@@ -85,6 +85,7 @@ from clusterctl.run.logs import (
     Source,
     keep_stopped_output,
     start_followers,
+    stop_redact,
 )
 from clusterctl.run.spool import Spool
 from clusterctl.run.treefollow import TreeFollow
@@ -742,7 +743,8 @@ def stop_run(cluster: Cluster, record: records.RunRecord, *, grace: int = 3, tim
         for n in record.nodes:
             results.setdefault(n.node, NodeStop(n.node, error="not in this inventory"))
         keep_stopped_output(record, spool, [n for n, r in results.items() if r.containers],
-                            replace=orphaned)
+                            replace=orphaned,
+                            redact=stop_redact(record, {n: r.env for n, r in results.items()}))
     record.flight.update(flight.collect(cluster, record, skip=[n for n, r in results.items() if r.error]))
     records.record_stop(record, {n: r.containers for n, r in results.items()},
                         was_running=any(r.was_running for r in results.values()), by=by,
