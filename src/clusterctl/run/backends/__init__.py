@@ -13,6 +13,8 @@ from clusterctl.run.backends.base import Backend, Interrupted, RendersOnly, Stat
 from clusterctl.run.backends.kubernetes import KubernetesBackend
 from clusterctl.run.backends.slurm import SlurmBackend
 from clusterctl.run.backends.ssh import SshBackend
+from clusterctl.run.records import RunRecord
+from clusterctl.run.request import LaunchRequest
 
 #: Every backend, by the name ``--scheduler`` and the run record use.
 BACKENDS: dict[str, Backend] = {b.name: b for b in (SshBackend(), SlurmBackend(), KubernetesBackend())}
@@ -33,7 +35,7 @@ def get(name: str) -> Backend:
     return backend
 
 
-def for_record(record) -> Backend:
+def for_record(record: RunRecord) -> Backend:
     """The backend a recorded run went through (records before backends had one: ssh)."""
     return BACKENDS.get(record.scheduler or "ssh", BACKENDS["ssh"])
 
@@ -43,7 +45,7 @@ def launchers() -> list[Backend]:
     return [b for b in BACKENDS.values() if not b.renders_only]
 
 
-def for_request(req) -> Backend:
+def for_request(req: LaunchRequest) -> Backend:
     """The backend a launch runs through: ``--scheduler``'s; ``--rerun`` and ``--resume``
     go on with a recorded SSH run."""
     return BACKENDS["ssh"] if req.resume is not None or req.rerun is not None else get(req.scheduler)

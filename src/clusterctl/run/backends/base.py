@@ -138,17 +138,18 @@ class RendersOnly(Backend):
         raise UserError(f"the {self.name} backend only renders a manifest (`clusterctl export`); "
                         f"{what} is the cluster's own (kubectl).")
 
-    def launch(self, req, ui):
+    def launch(self, req: LaunchRequest, ui: Ui) -> int:
         self._refuse("starting it")
 
-    def logs(self, record, ui, *, node, follow, tail, nodes):
+    def logs(self, record: records.RunRecord, ui: Ui, *, node: str | None, follow: bool,
+             tail: int | None, nodes: Path | None) -> int:
         self._refuse("its logs")
 
-    def attach(self, record, ui):
+    def attach(self, record: records.RunRecord, ui: Ui) -> int:
         self._refuse("following it")
 
-    def status(self, record, ui, *, nodes):
+    def status(self, record: records.RunRecord, ui: Ui, *, nodes: Path | None) -> Status:
         self._refuse("its status")
 
-    def stop(self, record, ui, *, nodes, grace):
+    def stop(self, record: records.RunRecord, ui: Ui, *, nodes: Path | None, grace: int) -> int:
         self._refuse("stopping it")

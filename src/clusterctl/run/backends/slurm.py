@@ -108,7 +108,8 @@ class SlurmBackend(Backend):
         report(ui, result, detach=False, json_=req.json)
         return result.exit_code
 
-    def logs(self, record, ui, *, node, follow, tail, nodes) -> int:
+    def logs(self, record: records.RunRecord, ui: Ui, *, node: str | None, follow: bool,
+             tail: int | None, nodes: Path | None) -> int:
         """A Slurm run's output: runs/<id>/merged.log once launch wrote it, else the job's own
         output file; ``follow`` streams it while the job runs, then prints the run's outcome
         and exits with the run's exit status."""
@@ -147,11 +148,11 @@ class SlurmBackend(Backend):
             return record.exit_code or 0
         return 0
 
-    def attach(self, record, ui) -> int:
+    def attach(self, record: records.RunRecord, ui: Ui) -> int:
         raise UserError(f"run {record.run_id} went through Slurm: follow it with "
                         f"`clusterctl logs {record.run_id} --follow`.")
 
-    def status(self, record, ui, *, nodes) -> Status:
+    def status(self, record: records.RunRecord, ui: Ui, *, nodes: Path | None) -> Status:
         """A Slurm run's nodes: the job as sacct (accounting) or scontrol tells it, each node's
         own exit code from its task's record; settled into the record once the job has ended."""
         env = slurm_env(record, note=ui.note)
@@ -173,7 +174,7 @@ class SlurmBackend(Backend):
                                            source="task record" if t is not None else "record"))
         return Status(rows, note=note, extra={"slurm": note})
 
-    def stop(self, record, ui, *, nodes, grace) -> int:
+    def stop(self, record: records.RunRecord, ui: Ui, *, nodes: Path | None, grace: int) -> int:
         env = slurm_env(record, note=ui.note)
         require_binaries("squeue", "scancel", "scontrol", packages="slurm-client")
         what = slurm_submit.cancel(record, env=env, by=f"clusterctl stop ({records.who()})")
@@ -181,7 +182,7 @@ class SlurmBackend(Backend):
         ui.say(f"run {record.run_id}: {request.run_outcome(records.load(record.run_id))}")
         return 0
 
-    def refresh(self, record) -> None:
+    def refresh(self, record: records.RunRecord) -> None:
         if shutil.which("squeue") is None or shutil.which("scontrol") is None:
             return
         if record.state in ("starting", "running", "unknown"):   # ended jobs get their outcome

@@ -13,7 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from clusterctl.cluster import preflight
-from clusterctl.cluster.inventory import load_inventory
+from clusterctl.cluster.inventory import Inventory, load_inventory
 from clusterctl.cluster.transport import Cluster
 from clusterctl.core.errors import ClusterctlError, UserError
 from clusterctl.run import detached, plan, records, recovery, request, supervise
@@ -160,7 +160,8 @@ class SshBackend(Backend):
 
     # ------------------------------------------------------------------ after the start
 
-    def logs(self, record, ui, *, node, follow, tail, nodes) -> int:
+    def logs(self, record: records.RunRecord, ui: Ui, *, node: str | None, follow: bool,
+             tail: int | None, nodes: Path | None) -> int:
         sink = logs_mod.LogSink({n.node: n.rank for n in record.nodes}, stream=ui.stdout)
         if records.may_have_containers(record):
             with _cluster(nodes, record) as cluster:
@@ -180,7 +181,7 @@ class SshBackend(Backend):
             ui.note(f"no output recorded for run {record.run_id} in {record.dir}")
         return 0
 
-    def attach(self, record, ui) -> int:
+    def attach(self, record: records.RunRecord, ui: Ui) -> int:
         try:
             final = detached.attach(record.run_id, ui.stdout, note=ui.note)
         except KeyboardInterrupt:
@@ -192,7 +193,7 @@ class SshBackend(Backend):
         ui.note(f"run {final.run_id}: {request.run_outcome(final)}")
         return final.exit_code or 0
 
-    def status(self, record, ui, *, nodes) -> Status:
+    def status(self, record: records.RunRecord, ui: Ui, *, nodes: Path | None) -> Status:
         orphaned = records.launcher_died(record)
         with _cluster(nodes, record) as cluster:
             rows = records.run_status(record, cluster)
@@ -202,7 +203,7 @@ class SshBackend(Backend):
             records.mark_unknown_if_orphaned(record)
         return Status(rows)
 
-    def stop(self, record, ui, *, nodes, grace) -> int:
+    def stop(self, record: records.RunRecord, ui: Ui, *, nodes: Path | None, grace: int) -> int:
         by = f"clusterctl stop ({records.who()})"
         if (record.supervised or record.attempts) and detached.ask_to_stop(record, timeout=grace + 60.0):
             ui.say(f"run {record.run_id}: its supervisor (pid {record.launcher.pid}) stopped it")
@@ -228,7 +229,7 @@ class SshBackend(Backend):
             return 1
         return 0
 
-    def refresh(self, record) -> None:
+    def refresh(self, record: records.RunRecord) -> None:
         records.mark_unknown_if_orphaned(record)            # a followed run whose launch died
 
     def recovery(self, job: Job) -> recovery.Policy:
@@ -241,7 +242,7 @@ def _recheck(job: Job, image, accept_new_host_keys, ui: Ui):
         return None
     from clusterctl.run.collective import check as collective
 
-    def run(inventory) -> dict[str, str]:
+    def run(inventory: Inventory) -> dict[str, str]:
         return collective.recheck(inventory, job=job, image=image,
                                   accept_new_host_keys=accept_new_host_keys or None, note=ui.note)
     return run
