@@ -57,8 +57,9 @@ be read; the launcher removes it.
 
 Secrets
 -------
-A variable is secret when the job lists it under ``secrets`` or its name
-contains TOKEN, SECRET, PASSWORD or KEY.  A secret's value never appears in
+A variable is secret when the job lists it under ``secrets`` or its name is
+like one (:func:`clusterctl.run.jobs.is_secret_name`: a word SECRET, PASSWORD or
+PASSWD, or a last word TOKEN, KEY or APIKEY).  A secret's value never appears in
 ``argv``: the argv carries ``--env-file /dev/stdin`` and :attr:`NodePlan.stdin`
 holds the env-file text (``NAME=value`` lines) that the launcher writes to the
 ``docker run`` process's stdin over the SSH channel
@@ -67,7 +68,9 @@ no process listing and no log.  (``docker inspect`` on the node still shows a
 container's env; that is the node's own trust boundary.)  Env-file values are
 taken literally to the end of the line, so a secret may not contain a newline.
 :func:`masked` / :func:`mask_env` give the copy to show or record: secret values
-replaced by ``****``.
+replaced by ``****``.  Only :func:`maskable` values are searched for in text (a value
+shorter than 8 characters, a number or an address would rewrite every ``0`` or address
+and taint MASTER_PORT); :func:`unmasked_secrets` names the others for launch's warning.
 """
 
 from __future__ import annotations
@@ -509,7 +512,7 @@ def _resolve(job: Job, inventory: Inventory, *, run_id: str, image: str | None,
 
 def secret_params(job: Job) -> list[str]:
     """The job's parameters whose values are secret: listed under ``secrets`` or named like
-    one (TOKEN, SECRET, PASSWORD, KEY)."""
+    one (:func:`clusterctl.run.jobs.is_secret_name`)."""
     return [name for name in job.params if is_secret_name(name, job.secrets)]
 
 
