@@ -58,15 +58,21 @@ def test_a_run_s_container_gets_the_runtime_s_exec_of_the_command(runs):
         ("node2", 1, ("docker", "exec", "c1", "sh", "-c", "echo $RANK"))]
 
 
-def test_on_real_sshd_outputs_fold_and_each_node_s_end_is_named(loopback_sshd):
+@pytest.mark.parametrize("mode", ["direct", "tree"])
+def test_on_real_sshd_outputs_fold_and_each_node_s_end_is_named(loopback_sshd, monkeypatch, mode):
     """Four nodes on a real sshd (each at its own loopback address, which the command reads
     from $SSH_CONNECTION) and one whose port nothing listens on: the same output once, the
-    odd ones out after it, a timeout named within seconds, an unreachable node named."""
+    odd ones out after it, a timeout named within seconds, an unreachable node named; the
+    same through the tree (``ssh.tree: true``: the four through one connection)."""
+    from clusterctl.cluster.transport import tree
     from tests.fixtures.sshd import free_port
     sshd = loopback_sshd
     nodes = [sshd.node(f"node{i + 1}", i) for i in range(4)] + [
         sshd.node("node5", 4, port=free_port(sshd.hosts[4]))]
-    inv = sshd.write_inventory(nodes=nodes, ssh={"connect_timeout": 3})
+    inv = sshd.write_inventory(nodes=nodes, ssh={"connect_timeout": 3, "tree": mode == "tree",
+                                                 "tree_width": 2})
+    seen, real = [], tree.run_commands
+    monkeypatch.setattr(tree, "run_commands", lambda *a, **k: real(*a, **k, on_tree=seen.append))
     by_address = (f'case "$SSH_CONNECTION" in *" {sshd.hosts[1]} "*) sleep 30;; '
                   f'*" {sshd.hosts[3]} "*) echo odd; exit 3;; *) echo same;; esac')
     started = time.monotonic()
@@ -79,6 +85,8 @@ def test_on_real_sshd_outputs_fold_and_each_node_s_end_is_named(loopback_sshd):
     assert lines[5].startswith("---------------- node5 (unreachable: "), res.output
     assert lines[-1] == "---------------- 2 of 5 nodes exited 0; not: node[2,4-5]", res.output
     assert took < 12, took
+    went = seen[0]["tree"] if mode == "tree" else seen[0]["direct"]
+    assert {"node1", "node2", "node3", "node4"} <= set(went), seen
 
     res = CliRunner().invoke(app, ["exec", "--nodes", str(inv), "--rank", "0", "--rank", "2", "--json",
                                    "--", "echo", "$((6 * 7))"])
