@@ -105,3 +105,34 @@ def test_output_over_the_cap_is_cut_and_said(loopback_sshd, monkeypatch):
     assert res.output.splitlines() == ["---------------- node1 (exit 5)", "1", "2", "3", "4", "5",
                                        "(output cut at 1 MiB on node1)",
                                        "---------------- 0 of 1 nodes exited 0; not: node1"], res.output
+
+
+def test_in_a_run_each_container_runs_the_command(loopback_sshd, docker_client, base_image, runs, tmp_path):
+    """A recorded ssh run whose two containers are real (on the engine the loopback sshd's
+    sessions talk to): the command runs inside each (its own hostname), `--rank` narrows."""
+    import uuid
+    sshd = loopback_sshd
+    inv = sshd.write_inventory(nodes=2)
+    tag = uuid.uuid4().hex[:8]
+    containers = [docker_client.containers.run(base_image, ["sleep", "300"], detach=True, remove=True,
+                                               name=f"clusterctl-exec-test-{tag}-{r}",
+                                               hostname=f"box{r}", labels={"io.clusterctl.test": tag})
+                  for r in range(2)]
+    try:
+        rec = records.RunRecord(run_id="x1", job="ddp-smoke", inventory=str(inv), image=base_image,
+                                state="running",
+                                nodes=[records.NodeRecord(node=f"node{r + 1}", host="h", rank=r,
+                                                          container=c.name) for r, c in enumerate(containers)])
+        (tmp_path / "runs" / "x1").mkdir(parents=True)
+        (tmp_path / "runs" / "x1" / records.RECORD_NAME).write_text(records.dump(rec))
+        res = CliRunner().invoke(app, ["exec", "x1", "--", "echo in $(hostname); test $(hostname) = box0"])
+        assert res.exit_code == 1, res.output
+        assert res.output.splitlines() == ["---------------- node1 (exit 0)", "in box0",
+                                           "---------------- node2 (exit 1)", "in box1",
+                                           "---------------- 1 of 2 nodes exited 0; not: node2"], res.output
+        res = CliRunner().invoke(app, ["exec", "x1", "--rank", "1", "--json", "--", "hostname"])
+        assert res.exit_code == 0, res.output
+        assert [(o["node"], o["rank"], o["output"]) for o in json.loads(res.output)] == [("node2", 1, "box1\n")]
+    finally:
+        for c in containers:
+            c.remove(force=True)
