@@ -6,7 +6,8 @@ engine.py (the local Docker engine, the debootstrapped base image), images.py
 3-node sandbox cluster of network namespaces), slurm.py (another 3-node sandbox
 running a real Slurm cluster). They are session-scoped and
 clean up after themselves, also on failure. workdir.py gives a test its own
-working directory (in_tmp).
+working directory (in_tmp). tiers.py marks a test docker or sandbox from the fixtures
+it uses, and gives `pytest --fast` (make test-fast: the tier without either).
 """
 
 pytest_plugins = [
@@ -17,4 +18,5 @@ pytest_plugins = [
     "tests.fixtures.sandbox",
     "tests.fixtures.slurm",
     "tests.fixtures.workdir",
+    "tests.fixtures.tiers",
 ]

@@ -100,6 +100,7 @@ def test_an_image_not_pushed_there_is_exit_2_naming_the_push_command(kind, local
     assert not out.exists() and list(tmp_path.iterdir()) == [tmp_path / "docker-config"]
 
 
+@pytest.mark.docker   # it asks the engine, which answers that it lacks the image
 def test_an_image_not_in_the_engine_is_exit_2(local_registry, docker_config):
     res = _export("ddp-smoke", "--to", "trainjob", "--nnodes", "1", "--image",
                   "clusterctl-test/no-such-image:never", "--registry", str(local_registry))
