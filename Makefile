@@ -21,7 +21,7 @@ PYTEST_ARGS ?=
 NEWEST_VENV ?= .venv-newest
 BENCH_ARGS ?=
 
-.PHONY: help setup venv image render demo demo-down test test-newest check docs docs-serve reference lint golden lock bench-plots bench-push bench-launch bench-validate bench-collective bench-scale bench-workdir bench-recovery bench-registry bench-ssh clean
+.PHONY: help setup venv image render demo demo-down test test-fast test-newest check docs docs-serve reference lint golden lock bench-plots bench-push bench-launch bench-validate bench-collective bench-scale bench-workdir bench-recovery bench-registry bench-ssh clean
 
 help:
 	@echo "make demo        set up this machine, build the cpu image, start a $(NODES)-node sandbox, run ddp-smoke on it"
@@ -29,6 +29,7 @@ help:
 	@echo "make check       set up this machine with a fresh $(VENV) from the lock and run the full test suite (what CI runs)"
 	@echo "make image TARGET=cpu|ipex|accl|nccl|cambricon|base   build one target's image"
 	@echo "make test        run the test suite with $(VENV) (machine already set up)"
+	@echo "make test-fast   the edit loop's tier, on src/: no Docker engine, no sandbox, no root (under 5 minutes)"
 	@echo "make test-newest the fast tier in a fresh $(NEWEST_VENV) with the newest releases pyproject.toml allows, not the lock"
 	@echo "make docs        build the documentation site into site/ (strict: a broken link or a missing page fails)"
 	@echo "make bench-plots redraw docs/benchmarks/img/ from docs/benchmarks/data/ (no root)"
@@ -89,6 +90,17 @@ test: $(CLUSTERCTL)
 	  $(VENV)/bin/python -m pytest -q --noconftest -p no:cacheprovider tests/test_packaging.py
 	$(SUDO) env PATH="$(abspath $(VENV))/bin:$$PATH" CLUSTERCTL_TEST_INSTALLED=1 \
 	  $(VENV)/bin/python -m pytest $(PYTEST_ARGS)
+
+# The fast tier, for the edit loop (tests/fixtures/tiers.py): every test that needs no
+# Docker engine, no sandbox and not minutes (`pytest --fast` leaves out the docker, sandbox
+# and slow markers, which tiers.py also gives every test that uses an engine's or a
+# sandbox's fixture, and fails a test that reaches the engine or a sandbox anyway). No root.
+# On src/ (PYTHONPATH): the change just made, not the copy installed in $(VENV), also for
+# the clusterctl the tests run as a subprocess; tests/test_packaging.py's check of the
+# installed package is `make test`'s.
+test-fast: $(CLUSTERCTL)
+	env PATH="$(abspath $(VENV))/bin:$$PATH" PYTHONPATH="$(abspath src)" \
+	  $(VENV)/bin/python -m pytest -q --fast $(PYTEST_ARGS)
 
 # The tests without Docker, sandboxes or minutes, in a fresh $(NEWEST_VENV) holding the
 # newest release of every dependency pyproject.toml allows (what `pip install` gives a user
