@@ -44,6 +44,8 @@ def modules(root: Path = ROOT) -> list[tuple[tuple[str, ...], bool]]:
     found = []
     for path in sorted(root.rglob("*.py")):
         parts = path.relative_to(root).with_suffix("").parts
+        if parts[0] == "_data":        # the wheel's copy of examples/ and templates/: not modules
+            continue
         package = parts[-1] == "__init__"
         if package:
             parts = parts[:-1]
