@@ -322,6 +322,7 @@ def test_a_script_refuses_an_output_in_a_missing_directory(tmp_path):
 # --------------------------------------------------------------------------- plots
 
 
+@pytest.mark.slow   # every plot, 14 s of CPU; in the fast tier the docs' `make bench-plots` block draws them all
 def test_every_committed_data_file_draws_an_800x450_png(tmp_path):
     written = plot.draw_all(DATA, tmp_path)
     assert sorted(p.name for p in written) == sorted(f"{f.stem}.png" for f in committed())
