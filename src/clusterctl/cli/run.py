@@ -112,14 +112,6 @@ def launch(
         "--accept-new-host-keys", help="Record unknown node host keys (a changed key is always refused).")] = False,
     scheduler: Annotated[str, typer.Option(
         "--scheduler", help="ssh: start the containers over SSH; slurm: submit an sbatch script.")] = "ssh",
-    partition: Annotated[str | None, typer.Option("--partition", help="Slurm partition (--scheduler slurm).")] = None,
-    nnodes: Annotated[int | None, typer.Option(
-        "--nnodes", help="Number of nodes Slurm allocates (--scheduler slurm; or --nodes FILE).")] = None,
-    time_: Annotated[str | None, typer.Option(
-        "--time", help="Slurm time limit, e.g. 30 or 1-12:00:00 (--scheduler slurm).")] = None,
-    container: Annotated[str, typer.Option(
-        "--container", help="docker (docker run on each node) or pyxis (srun --container-image); "
-                            "--scheduler slurm.")] = "docker",
     hang_timeout: Annotated[str | None, typer.Option(
         "--hang-timeout", metavar="DURATION",
         help="When no rank has written output for this long (e.g. 10m, 90s): dump every rank's "
@@ -138,7 +130,8 @@ def launch(
         "--rerun", metavar="RUN_ID",
         help="Run a recorded run again: the same job and exactly the code it ran (from this "
              "machine's code store), on the same nodes (or --nodes).")] = None,
-    **keys,     # the job keys that are flags (--workdir, --target, ...): jobs.KEY_FLAGS
+    **derived,  # the job keys that are flags (jobs.KEY_FLAGS: --workdir, --target, ...) and
+                # the backends' own options (backends.launch_options(): --partition, ...)
 ) -> None:
     """Run JOB on every node: one `docker run --net=host` container per node with its rank
     environment, all output merged and prefixed, fail-fast; exits with the job's outcome.
@@ -155,42 +148,49 @@ def launch(
     with --max-restarts: 120 restarts used up, 121 crash loop, 122 not enough nodes left."""
     hang = request.duration("--hang-timeout", hang_timeout)
     command = request.command_key(ctx.meta.get(COMMAND_META))
-    given = jobs.flag_values(keys) | ({"command": command} if command is not None else {})
+    own = {name: derived.pop(name) for name in backends.launch_options()}
+    given = jobs.flag_values(derived) | ({"command": command} if command is not None else {})
     if job is None and image is not None and command is not None:
         given["image"] = image               # the job made of flags runs this image
     req = request.LaunchRequest(
         job=job, nodes=nodes, sets=set_ or [], given=given, image=image, dry_run=dry_run,
         json=json_, detach=detach, run_id=run_id, accept_new_host_keys=accept_new_host_keys,
         scheduler=scheduler, hang_timeout=hang, fail_grace=fail_grace, resume=resume,
-        rerun=rerun, argv=["clusterctl", *sys.argv[1:]],
-        scheduler_options={"partition": partition, "nnodes": nnodes, "time": time_,
-                           "container": container})
+        rerun=rerun, argv=["clusterctl", *sys.argv[1:]], scheduler_options=own)
     request.check(req)
     backend = backends.for_request(req)
     backend.check(req, backends.launchers())
     raise typer.Exit(backend.launch(req, UI))
 
 
-def _with_key_flags(command):
-    """``command``'s signature with a keyword option for every job key that is a flag
-    (:data:`clusterctl.run.jobs.KEY_FLAGS`), after ``--fail-grace``: typer reads it."""
+def _with_derived_options(command):
+    """``command``'s signature with a keyword option for every backend's own option (after
+    ``--scheduler``: :func:`clusterctl.run.backends.launch_options`) and for every job key
+    that is a flag (after ``--fail-grace``: :data:`clusterctl.run.jobs.KEY_FLAGS`): typer
+    reads it, so neither is declared here."""
     kinds = {"str": str, "int": int, "path": Path, "list": list[str], "bool": bool}
-    params = [p for p in inspect.signature(command, eval_str=True).parameters.values()
+    kw = inspect.Parameter.KEYWORD_ONLY
+    params = [p.replace(kind=kw) for p in inspect.signature(command, eval_str=True).parameters.values()
               if p.kind is not inspect.Parameter.VAR_KEYWORD]
-    at = [p.name for p in params].index("fail_grace") + 1
-    flags = [inspect.Parameter(
-        name, inspect.Parameter.KEYWORD_ONLY, default=None,
-        annotation=Annotated[kinds[f.kind] | None, typer.Option(
-            f.flag, metavar=f.metavar, min=f.min, help=jobs.key_flag_help(name))])
+    own = [inspect.Parameter(name, kw, default=o.default, annotation=Annotated[
+        kinds[o.kind] if o.default is not None else kinds[o.kind] | None,
+        typer.Option(o.flag, help=o.help)]) for name, o in backends.launch_options().items()]
+    keys = [inspect.Parameter(name, kw, default=None, annotation=Annotated[
+        kinds[f.kind] | None, typer.Option(f.flag, metavar=f.metavar, min=f.min,
+                                           help=jobs.key_flag_help(name))])
         for name, f in jobs.KEY_FLAGS.items()]
-    params = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in params]
-    command.__signature__ = inspect.Signature([*params[:at], *flags, *params[at:]])
-    command.__annotations__ = {**{p.name: p.annotation for p in command.__signature__.parameters.values()},
+    names = [p.name for p in params]
+    after_scheduler, after_grace = names.index("scheduler") + 1, names.index("fail_grace") + 1
+    command.__signature__ = inspect.Signature([
+        *params[:after_scheduler], *own, *params[after_scheduler:after_grace], *keys,
+        *params[after_grace:]])
+    command.__annotations__ = {**{p.name: p.annotation
+                                  for p in command.__signature__.parameters.values()},
                                "return": None}
     return command
 
 
-_with_key_flags(launch)
+_with_derived_options(launch)
 
 
 # --------------------------------------------------------------------------- logs

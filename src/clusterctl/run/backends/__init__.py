@@ -9,7 +9,14 @@ per way of running a job, and the table below that names them once.
 from __future__ import annotations
 
 from clusterctl.core.errors import UserError, one_of
-from clusterctl.run.backends.base import Backend, Interrupted, RendersOnly, Status, Ui
+from clusterctl.run.backends.base import (
+    Backend,
+    BackendOption,
+    Interrupted,
+    RendersOnly,
+    Status,
+    Ui,
+)
 from clusterctl.run.backends.kubernetes import KubernetesBackend
 from clusterctl.run.backends.slurm import SlurmBackend
 from clusterctl.run.backends.ssh import SshBackend
@@ -22,7 +29,7 @@ BACKENDS: dict[str, Backend] = {b.name: b for b in (SshBackend(), SlurmBackend()
 #: The backends ``launch --scheduler`` takes (those that start runs).
 SCHEDULERS: tuple[str, ...] = tuple(n for n, b in BACKENDS.items() if not b.renders_only)
 
-__all__ = ["BACKENDS", "SCHEDULERS", "Backend", "Interrupted", "RendersOnly", "Status", "Ui",
+__all__ = ["BACKENDS", "SCHEDULERS", "Backend", "BackendOption", "Interrupted", "RendersOnly", "Status", "Ui",
            "for_record", "get"]
 
 
@@ -49,3 +56,8 @@ def for_request(req: LaunchRequest) -> Backend:
     """The backend a launch runs through: ``--scheduler``'s; ``--rerun`` and ``--resume``
     go on with a recorded SSH run."""
     return BACKENDS["ssh"] if req.resume is not None or req.rerun is not None else get(req.scheduler)
+
+
+def launch_options() -> dict[str, BackendOption]:
+    """Every backend's own ``launch`` options, by name, in the table's order."""
+    return {name: opt for b in BACKENDS.values() for name, opt in b.options.items()}

@@ -13,8 +13,8 @@ CLI implements (library users pass their own).
 How to add a backend (docs/concepts/design.md says the same):
 
 1. a module in ``run/backends/`` with a :class:`Backend` subclass: its ``name`` (the
-   ``--scheduler`` word and the record's ``scheduler``), its ``options`` (scheduler flags
-   of its own, name -> (flag, default)), and the methods below;
+   ``--scheduler`` word and the record's ``scheduler``), its ``options`` (``launch`` flags
+   of its own, name -> :class:`BackendOption`), and the methods below;
 2. one line in ``run/backends/__init__.py``'s ``BACKENDS``;
 3. tests in ``tests/run/`` and a how-to page.
 """
@@ -71,12 +71,24 @@ class Status:
     extra: dict[str, Any] = field(default_factory=dict)   # in --json, beside the nodes
 
 
+@dataclass(frozen=True)
+class BackendOption:
+    """A ``launch`` option of one backend's own (``--partition``): the CLI adds it to
+    ``launch`` and passes its value in ``LaunchRequest.scheduler_options``; another backend
+    refuses it when given."""
+
+    flag: str
+    help: str
+    default: Any = None
+    kind: str = "str"          # the value as typed: str or int
+
+
 class Backend(ABC):
     """One way to run a job: start it, follow it, tell its status, stop it."""
 
     name: ClassVar[str]
-    #: the backend's own launch options: name -> (flag, default)
-    options: ClassVar[dict[str, tuple[str, Any]]] = {}
+    #: the backend's own ``launch`` options (``launch --help`` lists them): name -> option
+    options: ClassVar[dict[str, BackendOption]] = {}
     #: True: the backend only renders (a manifest to apply elsewhere); it starts nothing
     renders_only: ClassVar[bool] = False
     #: True: a run's containers stay on the nodes after it ended until `stop` removes them
@@ -84,9 +96,9 @@ class Backend(ABC):
 
     def check(self, req: LaunchRequest, others: Sequence[Backend]) -> None:
         """Refuse options this backend does not take (another backend's, given)."""
-        given = [flag for b in others if b is not self
-                 for key, (flag, default) in b.options.items()
-                 if req.scheduler_options.get(key, default) != default]
+        given = [opt.flag for b in others if b is not self
+                 for key, opt in b.options.items()
+                 if req.scheduler_options.get(key, opt.default) != opt.default]
         if given:
             owners = ", ".join(sorted({b.name for b in others if b is not self and b.options}))
             raise UserError(f"{', '.join(given)}: only with --scheduler {owners}; {self.only_note}")

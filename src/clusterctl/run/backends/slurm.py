@@ -21,7 +21,7 @@ from clusterctl.image.codeimage import code_tag
 from clusterctl.run import logs as logs_mod
 from clusterctl.run import plan, records, request, supervise
 from clusterctl.run import workspace as workspaces
-from clusterctl.run.backends.base import Backend, Status, Ui
+from clusterctl.run.backends.base import Backend, BackendOption, Status, Ui
 from clusterctl.run.backends.ssh import report, show_code
 from clusterctl.run.jobs import Job
 from clusterctl.run.slurm import conf as slurm_conf
@@ -40,8 +40,15 @@ def slurm_env(record: records.RunRecord, note=None) -> dict[str, str]:
 
 class SlurmBackend(Backend):
     name = "slurm"
-    options = {"partition": ("--partition", None), "nnodes": ("--nnodes", None),
-               "time": ("--time", None), "container": ("--container", "docker")}
+    options = {
+        "partition": BackendOption("--partition", "Slurm partition (--scheduler slurm)."),
+        "nnodes": BackendOption("--nnodes", "Number of nodes Slurm allocates (--scheduler slurm; "
+                                "or --nodes FILE).", kind="int"),
+        "time": BackendOption("--time", "Slurm time limit, e.g. 30 or 1-12:00:00 (--scheduler "
+                              "slurm)."),
+        "container": BackendOption("--container", "docker (docker run on each node) or pyxis "
+                                   "(srun --container-image); --scheduler slurm.", default="docker"),
+    }
 
     def check(self, req, others) -> None:
         super().check(req, others)
