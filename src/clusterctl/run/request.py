@@ -58,10 +58,6 @@ class Prepared:
     resume: records.RunRecord | None = None
     image: str | None = None
 
-    @property
-    def sets(self) -> list[str]:
-        return self.request.sets
-
 
 def duration(option: str, text: str | None) -> float | None:
     """Seconds of a duration option, or UserError naming the option and a valid example."""

@@ -26,10 +26,7 @@ from clusterctl.run.request import LaunchRequest
 #: Every backend, by the name ``--scheduler`` and the run record use.
 BACKENDS: dict[str, Backend] = {b.name: b for b in (SshBackend(), SlurmBackend(), KubernetesBackend())}
 
-#: The backends ``launch --scheduler`` takes (those that start runs).
-SCHEDULERS: tuple[str, ...] = tuple(n for n, b in BACKENDS.items() if not b.renders_only)
-
-__all__ = ["BACKENDS", "SCHEDULERS", "Backend", "BackendOption", "Interrupted", "RendersOnly", "Status", "Ui",
+__all__ = ["BACKENDS", "Backend", "BackendOption", "Interrupted", "RendersOnly", "Status", "Ui",
            "for_record", "get"]
 
 

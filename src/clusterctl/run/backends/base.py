@@ -30,7 +30,7 @@ from typing import Any, ClassVar, Protocol, TextIO
 from clusterctl.core.errors import UserError
 from clusterctl.run import records
 from clusterctl.run.jobs import Job
-from clusterctl.run.request import LaunchRequest, Prepared
+from clusterctl.run.request import LaunchRequest
 
 
 class Ui(Protocol):
@@ -133,11 +133,6 @@ class Backend(ABC):
     @abstractmethod
     def recovery(self, job: Job) -> Any:
         """The job's recovery policy in this backend's own form."""
-
-    def prepare(self, req: LaunchRequest, ui: Ui) -> Prepared:
-        """The job, nodes and code of a launch (a fresh one: rerun/resume are the SSH
-        backend's)."""
-        raise NotImplementedError
 
 
 class RendersOnly(Backend):
