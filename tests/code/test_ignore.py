@@ -431,3 +431,108 @@ def test_the_same_files_as_git(tmp_path, name, monkeypatch):
                           "--exclude-standard"], cwd=root, capture_output=True, check=True).stdout
     git = sorted(p.decode() for p in out.split(b"\0") if p)
     assert shipped(root) == git
+    assert shipped(root, use_git=False) == git   # our own reading, where git cannot be asked
+
+
+# --------------------------------------------------------------------------- inside a repository
+
+
+@pytest.fixture
+def repo(tmp_path, monkeypatch) -> Path:
+    """An empty git repository whose config is only its own (no user or system excludes)."""
+    import subprocess
+
+    if shutil.which("git") is None:
+        pytest.skip("needs git")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path))
+    root = tmp_path / "repo"
+    root.mkdir()
+    subprocess.run(["git", "init", "-q", str(root)], check=True)
+    return root
+
+
+def _git(root: Path, *args: str) -> None:
+    import subprocess
+
+    subprocess.run(["git", "-C", str(root), "-c", "user.name=t", "-c", "user.email=t@t", *args],
+                   check=True, capture_output=True)
+
+
+def test_a_workdir_below_the_top_ships_what_git_lists_there_parents_ignore_files_included(repo):
+    tree(repo, {
+        ".gitignore": "secrets/\n*.secret\n", ".git/info/exclude": "scratch.txt\n",
+        "proj/train.py": "", "proj/secrets/token": "t", "proj/a.secret": "s",
+        "proj/scratch.txt": "", "proj/sub/.gitignore": "*.tmp\n", "proj/sub/x.tmp": "", "proj/sub/y.py": "",
+    })
+    # the previous design read only the workdir's own ignore files: the parents' rules leaked
+    assert "secrets/token" in shipped(repo / "proj", use_git=False)
+    assert shipped(repo / "proj") == ["sub/.gitignore", "sub/y.py", "train.py"]
+
+
+def test_the_users_global_excludes_file_is_honoured(repo, tmp_path):
+    (tmp_path / "home").mkdir()
+    (tmp_path / "home" / "ignore").write_text("*.scratch\n")
+    _git(repo, "config", "core.excludesFile", str(tmp_path / "home" / "ignore"))
+    tree(repo, {"a.py": "", "b.scratch": ""})
+    assert shipped(repo) == ["a.py"]
+
+
+def test_a_tracked_file_ships_even_when_a_gitignore_names_it(repo):
+    tree(repo, {"a.py": "", "config.local": "tracked", ".gitignore": "*.local\n", "b.local": ""})
+    _git(repo, "add", "-f", "a.py", "config.local", ".gitignore")
+    assert shipped(repo) == [".gitignore", "a.py", "config.local"]   # as `git ls-files` says
+
+
+def test_credentials_never_ship_even_tracked_and_are_reported(repo):
+    files = {"train.py": "", ".envrc": "export TOKEN=x", ".pypirc": "[pypi]", ".npmrc": "//r/:_authToken=x",
+             ".git-credentials": "https://u:p@h", ".aws/credentials": "[default]", "certs/client.p12": "",
+             "keys/putty.ppk": "", ".env.example": "TOKEN=", "home/.docker/config.json": "{}", "ok.json": ""}
+    tree(repo, files)
+    _git(repo, "add", "-f", *files)
+    left: list = []
+    assert shipped(repo, left_out=left) == ["ok.json", "train.py"]
+    assert {x.path for x in left} == {".envrc", ".pypirc", ".npmrc", ".git-credentials", ".aws/",
+                                       "certs/client.p12", "keys/putty.ppk", ".env.example",
+                                       "home/.docker/config.json"}
+    assert all(x.why for x in left)
+
+
+def test_only_a_named_path_takes_a_credential_back(repo):
+    tree(repo, {".clusterctlignore": "!.env.example\n!*.p12\n!*\n!certs/ca.pem\n", ".env.example": "",
+                ".env": "", "a.p12": "", "certs/ca.pem": "", "certs/key.pem": ""})
+    left: list = []
+    assert shipped(repo, left_out=left) == [".clusterctlignore", ".env.example", "certs/ca.pem"]
+    assert sorted(x.path for x in left) == [".env", "a.p12", "certs/key.pem"]
+
+
+def test_clusterctlignore_still_takes_back_a_directory_git_ignores(repo):
+    tree(repo, {".gitignore": "data/\n", ".clusterctlignore": "!data/\n", "data/a.csv": "", "m.py": ""})
+    assert shipped(repo) == [".clusterctlignore", ".gitignore", "data/a.csv", "m.py"]
+
+
+def test_inside_a_nested_repository_its_own_ignore_files_apply(repo):
+    inner = repo / "vendor" / "lib"
+    inner.mkdir(parents=True)
+    _git(inner, "init", "-q")
+    tree(repo, {"main.py": "", "vendor/lib/.gitignore": "*.o\n", "vendor/lib/x.c": "",
+                "vendor/lib/x.o": ""})
+    assert shipped(repo) == ["main.py", "vendor/lib/.gitignore", "vendor/lib/x.c"]
+
+
+def test_a_repositorys_fsmonitor_is_never_run(repo, tmp_path):
+    marker = tmp_path / "ran"
+    hook = tmp_path / "fsmonitor.sh"
+    hook.write_text(f"#!/bin/sh\ntouch {marker}\n")
+    hook.chmod(0o755)
+    _git(repo, "config", "core.fsmonitor", str(hook))
+    tree(repo, {"a.py": ""})
+    assert shipped(repo) == ["a.py"]
+    assert not marker.exists()
+
+
+def test_a_workdir_git_ignores_whole_is_refused_with_the_way_to_see_why(repo):
+    tree(repo, {".gitignore": "out/\n", "out/a.bin": "", "b.py": ""})
+    error = refused(repo / "out")
+    assert "git lists no file" in str(error) and "git check-ignore -v" in str(error)

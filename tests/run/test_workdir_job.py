@@ -118,6 +118,22 @@ def test_dry_run_shows_what_would_ship_and_the_mount(project, monkeypatch):
     assert "big.bin" not in res.output
 
 
+def test_dry_run_names_the_credential_like_files_it_left_out(project, monkeypatch):
+    monkeypatch.chdir(project)
+    (project / ".envrc").write_text("export HF_TOKEN=hf_secret\n")
+    (project / "keys").mkdir()
+    (project / "keys" / "deploy.p12").write_bytes(b"\x30\x82")
+    res = dry("--target", "cpu", "--workdir", ".", "--", "python", "train.py")
+    assert res.exit_code == 0, res.output
+    assert re.search(r"# code: .* -> /workspace: 4 files", res.output), res.output
+    assert '# code: left out .envrc: direnv\'s environment file' in res.output
+    assert '"!/keys/deploy.p12" in .clusterctlignore' in res.output
+    assert "hf_secret" not in res.output
+    (project / ".clusterctlignore").write_text("!/.envrc\n")       # named: it ships after all
+    res = dry("--target", "cpu", "--workdir", ".", "--", "python", "train.py")
+    assert re.search(r"-> /workspace: 6 files", res.output) and "left out .envrc" not in res.output
+
+
 @pytest.mark.parametrize(("make", "says"), [
     (lambda p: os.symlink("/etc/passwd", p / "leak"), r"leak.*(outside|leaves)"),
     (lambda p: os.mkfifo(p / "pipe"), r"pipe"),

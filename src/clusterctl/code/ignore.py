@@ -29,13 +29,22 @@ decides, as in git):
    checkouts (Ray's and SkyPilot's users' top complaint: ``.git`` filling the upload cap).
 2. :data:`BUILTIN_EXCLUDES`, and any directory that holds a ``pyvenv.cfg`` (a virtual
    environment, whatever it is called).
-3. ``.git/info/exclude``, when the root is the top of a git work tree.
-4. For each directory from the root down: its ``.gitignore``, then its
-   ``.clusterctlignore`` (same syntax), both relative to that directory.  Deeper files
-   are read later, so they decide first; at one level ``.clusterctlignore`` comes after
-   ``.gitignore``, so its ``!pattern`` takes back what ``.gitignore`` dropped.  To take
-   back what a deeper ``.gitignore`` drops, write the ``!`` line in a ``.clusterctlignore``
-   at that depth.
+3. Inside a git work tree (git answers): what ``git ls-files --cached --others
+   --exclude-standard`` does not list in the root (:func:`clusterctl.code.gitinfo.listed`:
+   every ignore source git reads, the parents' ``.gitignore`` and ``core.excludesFile``
+   included; tracked files are listed even when a ``.gitignore`` names them).  Below a
+   gitlink (a submodule, a nested repository) git does not look: there its ``.gitignore``
+   files are read as in 4.  Elsewhere (no git, no repository, a repository git refuses):
+   ``.git/info/exclude`` when the root is the top of a git work tree, then 4.
+4. For each directory from the root down: its ``.gitignore`` (unless git has read it, 3),
+   then its ``.clusterctlignore`` (same syntax), both relative to that directory.  Deeper
+   files are read later, so they decide first; at one level ``.clusterctlignore`` comes
+   after ``.gitignore``, so its ``!pattern`` takes back what ``.gitignore`` dropped.  To
+   take back what a deeper ``.gitignore`` drops, write the ``!`` line in a
+   ``.clusterctlignore`` at that depth.
+5. :data:`CREDENTIALS`, after all of the above: a path that would ship and looks like a
+   credential is left out unless a ``.clusterctlignore`` names it on a ``!`` line without
+   wildcards (:class:`LeftOut` says which and why; ``walk(left_out=...)`` collects them).
 
 A built-in exclusion (2) is lifted only by a ``!`` line of a ``.clusterctlignore``: a
 ``.gitignore`` written as an allow-list (``*`` then ``!*/`` and ``!*.py``) would otherwise
@@ -70,6 +79,7 @@ from pathlib import Path
 
 from pathspec import GitIgnoreSpec, PathSpec
 
+from clusterctl.code import gitinfo
 from clusterctl.core.errors import UserError
 from clusterctl.core.text import control_problem, escaped
 
@@ -91,30 +101,60 @@ BACKEND = "simple"
 #: Problems shown in one message; the error's ``problems`` holds them all.
 SHOWN_PROBLEMS = 50
 
-#: Left out unless a ``.clusterctlignore`` takes them back (``!.env.example``): gitignore
-#: patterns, each with why.
+#: Left out unless a ``.clusterctlignore`` takes them back (``!build/keep.py``, ``!*.pyc``):
+#: gitignore patterns, each with why.
 BUILTIN_EXCLUDES: tuple[tuple[str, str], ...] = (
     ("__pycache__/", "Python's bytecode cache, rebuilt on the nodes"),
     ("*.pyc", "Python bytecode"),
     (".venv/", "a virtual environment: the image has the packages"),
     ("venv/", "a virtual environment: the image has the packages"),
-    (".env", "environment files usually hold secrets"),
-    (".env.*", "environment files usually hold secrets"),
-    ("id_rsa*", "an SSH private key"),
-    ("id_dsa*", "an SSH private key"),
-    ("id_ecdsa*", "an SSH private key"),
-    ("id_ed25519*", "an SSH private key"),
-    ("*.pem", "a certificate or private key"),
-    ("*.key", "a private key"),
-    (".netrc", "login passwords"),
     (".mypy_cache/", "a tool's cache"),
     (".pytest_cache/", "a tool's cache"),
     (".ipynb_checkpoints/", "Jupyter's autosaves"),
 )
 
+#: Credential-like files: never shipped, whatever git or any ignore file says, unless a
+#: ``.clusterctlignore`` names that very path on a ``!`` line without wildcards (the
+#: allow list: ``!.env.example``, ``!certs/ca.pem``).  A wildcard line (``!*``, ``!*.pem``)
+#: never takes one back.  gitignore patterns, each with why; ``--dry-run`` lists the
+#: ones a workdir held.
+CREDENTIALS: tuple[tuple[str, str], ...] = (
+    (".env", "an environment file (they usually hold secrets)"),
+    (".env.*", "an environment file (they usually hold secrets)"),
+    (".envrc", "direnv's environment file (it usually exports secrets)"),
+    ("id_rsa*", "an SSH private key"),
+    ("id_dsa*", "an SSH private key"),
+    ("id_ecdsa*", "an SSH private key"),
+    ("id_ed25519*", "an SSH private key"),
+    (".ssh/", "SSH keys and configuration"),
+    ("*.pem", "a certificate or private key"),
+    ("*.key", "a private key"),
+    ("*.p12", "a PKCS#12 key store"),
+    ("*.pfx", "a PKCS#12 key store"),
+    ("*.ppk", "a PuTTY private key"),
+    ("*.jks", "a Java key store"),
+    ("*.keystore", "a key store"),
+    ("*.kdbx", "a KeePass password database"),
+    (".netrc", "login passwords"),
+    (".pypirc", "PyPI upload credentials"),
+    (".npmrc", "npm registry tokens"),
+    (".git-credentials", "git's stored passwords"),
+    (".aws/", "AWS credentials"),
+    ("**/.docker/config.json", "registry logins"),
+    ("**/.kube/config", "Kubernetes credentials"),
+    (".gnupg/", "GnuPG keys"),
+    (".vault-token", "a HashiCorp Vault token"),
+    ("credentials", "a credentials file"),
+    ("credentials.json", "a credentials file"),
+    ("*.credentials", "a credentials file"),
+    (".htpasswd", "password hashes"),
+)
+
 _BUILTIN = "built-in"
 _GIT = "git"
 _OURS = "clusterctl"
+_LISTED = "git ls-files"
+_GLOB = frozenset("*?[")
 
 
 class WorkdirError(UserError):
@@ -142,8 +182,23 @@ class _Layer:
     base: str                # "" for the root, else "sub/dir/"
     files: GitIgnoreSpec     # asked about files (git's rules, as pathspec replicates them)
     dirs: PathSpec           # the same patterns, asked about directories (see _excluded)
-    kind: str                # _BUILTIN, _GIT or _OURS
+    kind: str                # _BUILTIN, _LISTED, _GIT or _OURS
     source: str              # ".gitignore", "sub/.clusterctlignore", "built-in" (for reading)
+    listed: gitinfo.Listed | None = None   # _LISTED: what git lists
+    named: frozenset[str] = frozenset()    # _OURS: paths its "!" lines name (no wildcard)
+
+
+@dataclass(frozen=True)
+class LeftOut:
+    """A credential-like path the workdir holds that did not ship, and why."""
+
+    path: str                # relative to the root; a directory ends with "/"
+    why: str
+
+    @property
+    def allow_line(self) -> str:
+        """The ``.clusterctlignore`` line that ships it after all (its path, named)."""
+        return "!/" + self.path.rstrip("/")
 
 
 def shown(path: str) -> str:
@@ -215,7 +270,10 @@ def _read_rules(path: Path, rel: str, base: str, kind: str, problems: dict[str, 
     if lines and lines[0].startswith("\ufeff"):
         lines[0] = lines[0][1:]
     patterns = []
+    named = set()
     for number, line in enumerate(lines, 1):
+        if kind == _OURS and line.startswith("!") and not _GLOB & set(line.replace("\\", "")):
+            named.add(base + line[1:].strip().strip("/"))
         try:
             # "#": a comment keeps the pattern's index equal to its line's (pathspec drops "")
             GitIgnoreSpec.from_lines([line or "#"], backend=BACKEND)
@@ -226,15 +284,27 @@ def _read_rules(path: Path, rel: str, base: str, kind: str, problems: dict[str, 
                 problems[f"{rel}:{number}"] = (
                     f"{shown(rel)}:{number}: {shown(line)!r} is not a valid pattern; valid: "
                     "a gitignore pattern (https://git-scm.com/docs/gitignore)")
-    return _layer(base, patterns, kind, rel)
+    return _layer(base, patterns, kind, rel, named=frozenset(named))
 
 
-def _layer(base: str, lines: list[str], kind: str, source: str) -> _Layer:
+def _layer(base: str, lines: list[str], kind: str, source: str, **extra) -> _Layer:
     files = GitIgnoreSpec.from_lines(lines, backend=BACKEND)
-    return _Layer(base, files, PathSpec(files.patterns, backend=BACKEND), kind, source)
+    return _Layer(base, files, PathSpec(files.patterns, backend=BACKEND), kind, source, **extra)
 
 
 _BUILTIN_LAYER = _layer("", [p for p, _ in BUILTIN_EXCLUDES], _BUILTIN, "built-in")
+_CREDENTIALS = [(GitIgnoreSpec.from_lines([p], backend=BACKEND), why) for p, why in CREDENTIALS]
+
+
+def _credential(path: str, is_dir: bool, layers: tuple[_Layer, ...]) -> str | None:
+    """Why ``path`` is credential-like and not on the allow list, or None."""
+    probe = path + "/" if is_dir else path
+    for spec, why in _CREDENTIALS:
+        if spec.match_file(probe):
+            if any(path in layer.named for layer in layers if layer.kind == _OURS):
+                return None
+            return why
+    return None
 
 
 def _git_exclude(root: Path) -> Path | None:
@@ -270,6 +340,10 @@ def _excluded(path: str, is_dir: bool, venv: bool, layers: tuple[_Layer, ...]) -
     excluded = False
     builtin = False  # left out by a built-in, which only a .clusterctlignore "!" lifts
     for layer in layers:
+        if layer.kind == _LISTED:
+            if not layer.listed.has(path, is_dir):
+                excluded = True
+            continue
         rel = path[len(layer.base):]
         include = (layer.dirs.check_file(rel + "/") if is_dir else layer.files.check_file(rel)).include
         if layer.kind == _BUILTIN:
@@ -342,17 +416,35 @@ def _too_many(root: Path, max_files: int, per_top: Counter) -> WorkdirError:
     return WorkdirError(message)
 
 
-def walk(root: Path | str, *, max_files: int = MAX_FILES) -> list[Found]:
-    """The entries of ``root`` that ship (see the module docstring); WorkdirError otherwise."""
+def walk(root: Path | str, *, max_files: int = MAX_FILES, use_git: bool = True,
+         left_out: list[LeftOut] | None = None) -> list[Found]:
+    """The entries of ``root`` that ship (see the module docstring); WorkdirError otherwise.
+
+    ``left_out``, when given, receives the credential-like paths that did not ship.
+    ``use_git=False``: our own reading of the ignore files even inside a work tree.
+    """
     real_root = check_root(root)
     top = str(real_root)
     layers: tuple[_Layer, ...] = (_BUILTIN_LAYER,)
     problems: dict[str, str] = {}
-    exclude = _git_exclude(real_root)
-    if exclude is not None and exclude.is_file():
-        layer = _read_rules(exclude, ".git/info/exclude", "", _GIT, problems)
-        if layer:
-            layers += (layer,)
+    try:
+        listed = gitinfo.listed(real_root, max_files) if use_git else None
+    except gitinfo.TooMany:
+        raise _too_many(real_root, max_files, Counter()) from None
+    if listed is not None:
+        layers += (_Layer("", _BUILTIN_LAYER.files, _BUILTIN_LAYER.dirs, _LISTED, _LISTED, listed),)
+        if not listed.files and not listed.gitlinks and _holds_anything(real_root):
+            raise WorkdirError(
+                f"workdir {shown(top)}: git lists no file in it (its .gitignore files, "
+                "info/exclude or core.excludesFile leave out everything; `git check-ignore -v "
+                "PATH` says which rule); valid: a directory with files git tracks or does not "
+                "ignore, or take them back with \"!\" lines in a .clusterctlignore")
+    else:
+        exclude = _git_exclude(real_root)
+        if exclude is not None and exclude.is_file():
+            layer = _read_rules(exclude, ".git/info/exclude", "", _GIT, problems)
+            if layer:
+                layers += (layer,)
     found: list[Found] = []
     seen = 0
     per_top: Counter = Counter()  # entries seen under each top-level directory
@@ -379,8 +471,12 @@ def walk(root: Path | str, *, max_files: int = MAX_FILES) -> list[Found]:
             continue
         entries.sort(key=lambda e: os.fsencode(e.name))
         names = {e.name: e for e in entries}
+        # git has read the .gitignore files already, except inside a repository it does not enter
+        git_reads = listed is not None and not listed.under_gitlink(base.rstrip("/"))
         for name, kind in zip(IGNORE_FILES, (_GIT, _OURS), strict=True):
             entry = names.get(name)
+            if kind == _GIT and git_reads:
+                continue
             if entry is not None and entry.is_file(follow_symlinks=False):
                 layer = _read_rules(Path(entry.path), base + name, base, kind, problems)
                 if layer:
@@ -398,6 +494,10 @@ def walk(root: Path | str, *, max_files: int = MAX_FILES) -> list[Found]:
             is_dir = stat.S_ISDIR(st.st_mode)
             venv = is_dir and os.path.lexists(os.path.join(entry.path, VENV_MARKER))
             if _excluded(path, is_dir, venv, layers):
+                continue
+            if why := _credential(path, is_dir, layers):
+                if left_out is not None:
+                    left_out.append(LeftOut(path + ("/" if is_dir else ""), why))
                 continue
             if bad := _text_problem(entry.name):
                 problems[path] = (f"{shown(path)}: its name {bad}; valid: a UTF-8 name without control "
@@ -427,6 +527,12 @@ def walk(root: Path | str, *, max_files: int = MAX_FILES) -> list[Found]:
     if problems:
         raise problems_error(real_root, [problems[k] for k in sorted(problems, key=os.fsencode)])
     return found
+
+
+def _holds_anything(root: Path) -> bool:
+    """Whether ``root`` has an entry besides ``.git``."""
+    with os.scandir(root) as it:
+        return any(e.name != NEVER for e in it)
 
 
 def problems_error(root: Path, problems: list[str]) -> WorkdirError:

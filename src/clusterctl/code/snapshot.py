@@ -76,6 +76,7 @@ from typing import BinaryIO
 from clusterctl.code.ignore import (
     MAX_FILES,
     NEVER,
+    LeftOut,
     WorkdirError,
     check_root,
     ignore_line,
@@ -132,12 +133,14 @@ class Snapshot:
     root: Path
     entries: tuple[Entry, ...]   # sorted by path (bytewise UTF-8 order)
     digest: str                  # "sha256:<64 hex>" of manifest()
+    left_out: tuple[LeftOut, ...] = ()   # credential-like paths the walk did not ship
 
     @classmethod
-    def of(cls, root: Path, entries: Iterable[Entry]) -> Snapshot:
+    def of(cls, root: Path, entries: Iterable[Entry], left_out: Iterable[LeftOut] = ()) -> Snapshot:
         """The snapshot of ``entries`` (sorted here), with its digest."""
         ordered = tuple(sorted(entries, key=_order))
-        return cls(root, ordered, "sha256:" + hashlib.sha256(_manifest(ordered)).hexdigest())
+        return cls(root, ordered, "sha256:" + hashlib.sha256(_manifest(ordered)).hexdigest(),
+                   tuple(sorted(left_out, key=lambda x: os.fsencode(x.path))))
 
     def manifest(self) -> bytes:
         """The manifest: a header line, then one line per entry (format in the module docstring)."""
@@ -265,7 +268,8 @@ def take(root: Path | str, *, limit_bytes: int = DEFAULT_LIMIT_BYTES,
          max_files: int = MAX_FILES) -> Snapshot:
     """The snapshot of what of ``root`` ships (see the module docstring); WorkdirError otherwise."""
     real_root = check_root(root)
-    found = walk(real_root, max_files=max_files)
+    left_out: list[LeftOut] = []
+    found = walk(real_root, max_files=max_files, left_out=left_out)
     total = sum(f.stat.st_size if f.kind == "file" else len(f.target.encode("utf-8"))
                 for f in found)
     if total > limit_bytes:  # before reading any content: a wrong workdir may hold terabytes
@@ -287,7 +291,7 @@ def take(root: Path | str, *, limit_bytes: int = DEFAULT_LIMIT_BYTES,
         entries.append(Entry(f.path, "file", mode, size, digest))
     if problems:
         raise problems_error(real_root, [p for _, p in sorted(problems, key=lambda p: os.fsencode(p[0]))])
-    snapshot = Snapshot.of(real_root, entries)
+    snapshot = Snapshot.of(real_root, entries, left_out)
     if snapshot.total_bytes > limit_bytes:  # files grew while they were read
         raise _too_large(real_root, snapshot.total_bytes, limit_bytes,
                          [(e.size, e.path) for e in snapshot.entries if e.kind == "file"])

@@ -77,6 +77,9 @@ def describe(ws: Workspace) -> str:
         what += f" (git {ws.git.commit[:7]}{', dirty' if ws.git.dirty else ''})"
     if ws.image:
         what += f"; requirements layer {ws.image}"
+    if n := len(ws.tree.left_out):
+        what += (f"; {n} credential-like file{'s' if n != 1 else ''} left out (--dry-run names "
+                 f"{'them' if n != 1 else 'it'})")
     return what
 
 

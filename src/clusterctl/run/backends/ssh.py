@@ -15,6 +15,7 @@ from pathlib import Path
 from clusterctl.cluster import preflight
 from clusterctl.cluster.inventory import Inventory, load_inventory
 from clusterctl.cluster.transport import Cluster
+from clusterctl.code.ignore import shown
 from clusterctl.core.errors import ClusterctlError, UserError
 from clusterctl.run import detached, plan, records, recovery, request, supervise
 from clusterctl.run import launch as launching
@@ -32,6 +33,9 @@ def show_code(ui: Ui, snap) -> None:
     """What a dry run would ship, before the plan (a comment line, as the plan's own)."""
     ui.echo(f"# code: {snap.root} -> /workspace: {snap.file_count} files, {snap.total_bytes} "
             f"bytes, {snap.digest}\n")
+    for left in snap.left_out:
+        ui.echo(f"# code: left out {shown(left.path)}: {left.why}; to ship it, name it: "
+                f'"{shown(left.allow_line)}" in .clusterctlignore\n')
 
 
 def report(ui: Ui, result: launching.RunResult, *, detach: bool, json_: bool) -> None:
@@ -64,7 +68,7 @@ class SshBackend(Backend):
 
     def prepare(self, req: request.LaunchRequest, ui: Ui) -> request.Prepared:
         if req.resume is not None:
-            return request.resumed(req)
+            return request.resumed(req, ui.note)
         if req.rerun is not None:
             return request.rerun(req, ui.note)
         return request.fresh(req)
