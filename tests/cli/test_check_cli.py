@@ -224,3 +224,49 @@ def test_json_output_has_every_field_per_node(loopback_sshd):
     assert good["master_port_free"] is True and isinstance(good["free_bytes"], int)
     assert gone["ok"] is False and gone["ssh"] is False
     assert gone["problems"][0].startswith("connection refused")
+
+
+def _stand_in_tools(bin_dir, fixtures) -> None:
+    """nvidia-smi, nvidia-ctk, dcgmi and dmesg that print RECORDED output (tests/fixtures/accel):
+    no GPU here, so these stand in for the vendor tools on a real sshd's PATH."""
+    bin_dir.mkdir()
+    tools = {
+        "nvidia-smi": f'case "$1" in -q) cat {fixtures}/smi-a100x2-faulty.xml;; '
+                      f'--query-compute-apps=*) cat {fixtures}/smi-apps-busy.csv;; *) exit 2;; esac',
+        "nvidia-ctk": f'[ "$1 $2" = "cdi list" ] && cat {fixtures}/cdi-list.txt',
+        "nvidia-container-runtime-hook": "exit 0",
+        "dcgmi": f'cat {fixtures}/dcgmi-health-fail.txt',
+        "dmesg": f'cat {fixtures}/dmesg-xid.txt',
+    }
+    for name, body in tools.items():
+        path = bin_dir / name
+        path.write_text(f"#!/bin/sh\n{body}\n")
+        path.chmod(0o755)
+
+
+@pytest.mark.docker
+def test_gpu_problems_from_recorded_tool_output_on_a_real_sshd(tmp_path):
+    """check on a real sshd whose PATH has stand-in NVIDIA tools printing recorded output:
+    the probe runs for real over SSH, its findings are named per node and GPU."""
+    from pathlib import Path
+
+    from tests.fixtures.sshd import running_sshd
+
+    fixtures = Path(__file__).resolve().parents[1] / "fixtures" / "accel"
+    _stand_in_tools(tmp_path / "bin", fixtures)
+    with running_sshd(env={"PATH": f"{tmp_path / 'bin'}:/usr/local/bin:/usr/bin:/bin"}) as server:
+        inv = server.write_inventory(nodes=[server.node("gpu1", 0)])
+        r = _check("--nodes", str(inv), "--target", "nccl")
+        assert r.exit_code == 1, r.output
+        lines = r.output.splitlines()
+        for expected in (
+                "gpu1: GPU 0 (00000000:07:00.0): 2 uncorrectable ECC errors since the driver loaded",
+                "gpu1: GPU 0 (00000000:07:00.0): a row remap is pending",
+                "gpu1: GPU 0 (0000:07:00): Xid 79 (GPU has fallen off the bus)",
+                "gpu1: GPU 1: DCGM health Failure: Memory system: Failure",
+                "gpu1: warning: GPU 1 is busy: python3 (pid 23188, 40211 MiB)"):
+            assert any(line.startswith(expected) for line in lines), (expected, r.output)
+        js = runner.invoke(app, ["check", "--nodes", str(inv), "--json"])
+        (node,) = __import__("json").loads(js.stdout)
+        assert node["accelerator"]["kind"] == "cuda" and node["accelerator"]["busy"] == [1]
+        assert node["accelerator"]["driver"] == "550.54.15"

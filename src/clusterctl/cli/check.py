@@ -126,11 +126,14 @@ def check(
     if needs is not None and required is None:
         required = needs.size
     devices_for = _target_devices(target) if target is not None else None
+    spec = get_target(target) if target is not None else None
+    toolkit = (needs.cuda if needs else None) or (spec.pins.get("cuda") if spec else None)
     with Cluster(inventory, fanout=fanout, connect_timeout=connect_timeout,
                  accept_new_host_keys=True if accept_new_host_keys else None) as cluster:
         checks = preflight.run_preflight(cluster, devices_for=devices_for, required_bytes=required,
                                          expected_arch=needs.arch if needs else None,
-                                         image_ref=image)
+                                         image_ref=image, toolkit_version=toolkit,
+                                         wants_device=spec.device if spec else None)
     if json_:
         typer.echo(json.dumps([{**asdict(c), "ok": c.ok} for c in checks], indent=2))
     else:

@@ -15,7 +15,10 @@ root, the image's ID, the init binary), both constant ``sh -c`` texts whose valu
 every command's output, stderr and exit status in sections marked with a random
 token (:func:`parse_sections`); the single checks then read the recorded results
 (:class:`_Replay`) exactly as they would read their own commands', so every message
-is the same.  Nothing is written on the node.
+is the same.  The node script also runs the accelerator probe
+(:mod:`clusterctl.cluster.accelprobe`: what nvidia-smi, the NVIDIA Container Toolkit, DCGM
+and cnmon say, judged here), which prints nothing on a node without those tools.  Nothing
+is written on the node.
 
 :func:`check_node` never stops at the first problem: a node whose Docker daemon
 is down still reports its architecture, interface and devices, so one run of
@@ -38,7 +41,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from clusterctl.cluster import consistency, engine
+from clusterctl.cluster import accelprobe, consistency, engine
 from clusterctl.cluster.runtime import node_runtime, runtime_of
 from clusterctl.cluster.transport import (
     Cluster,
@@ -126,6 +129,7 @@ _SECTION = ("sec() { s=$1; shift; printf '\\n%s begin %s\\n' \"$t\" \"$s\" >&2; 
 _NODE_SCRIPT = (
     't=$1 mode=$2 ports=$3; shift 3\n' + _SECTION +
     f'sec facts sh -c {shlex.quote(_FACTS_SCRIPT)}\n'
+    f'sec accel sh -c {shlex.quote(accelprobe.SCRIPT)} sh "$t"\n'
     'sec arch uname -m\n'
     f'[ $# -eq 0 ] || sec devices sh -c {shlex.quote(_MISSING_SCRIPT)} sh "$@"\n'
     'if [ "$mode" = link ]; then sec link ip -o link show\n'
@@ -188,6 +192,11 @@ class NodeCheck:
     image_versions: dict | None = None  # torch and backend versions in it (asked when IDs differ)
     init_binary: str | None = None      # docker info InitBinary (what `docker run --init` starts)
     init: bool | None = None            # the node has it (None: not known, the daemon did not answer)
+    # what the node's GPU/MLU tools say (cluster/accelprobe.py): kind, count and facts (driver,
+    # CUDA, CDI names, busy GPUs); None on a node without them
+    accelerator: dict | None = None
+    toolkit_version: str | None = None  # the image's CUDA, compared with the node's driver
+    wants_device: str | None = None     # the device kind the job computes on (cuda, mlu)
     problems: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)   # worth knowing; the node is still ready
 
@@ -443,7 +452,8 @@ def check_node(conn: NodeConnection, *, devices: Iterable[str] = (),
                required_bytes: int | None = None, master_port: int | None = None,
                expected_arch: str | None = None, image_ref: str | None = None,
                timeout: float | None = 30, master_port_mode: str | None = None,
-               token: str | None = None) -> NodeCheck:
+               token: str | None = None, toolkit_version: str | None = None,
+               wants_device: str | None = None) -> NodeCheck:
     """Run every check on one connected node, collecting problems instead of stopping.
 
     ``devices`` are checked in addition to the node's own ``devices``;
@@ -458,18 +468,22 @@ def check_node(conn: NodeConnection, *, devices: Iterable[str] = (),
     (:class:`_Replay`), so problems come in a fixed order with the single checks' words.
     ``token`` marks the scripts' sections (random when not given): :func:`run_preflight`
     gives every node the same one, so its patterns are compiled once, not per node.
+    ``toolkit_version`` (the image's CUDA) and ``wants_device`` (the kind the job computes
+    on): what the accelerator probe judges (:func:`accelerator_findings`).
     """
     result = _new_check(conn.node, devices, required_bytes, master_port, expected_arch,
-                        master_port_mode)
+                        master_port_mode, toolkit_version, wants_device)
     replay = _Replay.record(conn, devices=result.devices, ports=master_port is not None,
                             image_ref=image_ref, timeout=timeout, token=token or uuid.uuid4().hex)
     return _judge(replay, result, image_ref, timeout)
 
 
 def _new_check(node: Node, devices: Iterable[str], required_bytes: int | None, master_port: int | None,
-               expected_arch: str | None, master_port_mode: str | None = None) -> NodeCheck:
+               expected_arch: str | None, master_port_mode: str | None = None,
+               toolkit_version: str | None = None, wants_device: str | None = None) -> NodeCheck:
     result = NodeCheck(node=node.name, host=node.host, ssh=True, required_bytes=required_bytes,
                        master_port=master_port, expected_arch=expected_arch,
+                       toolkit_version=toolkit_version, wants_device=wants_device,
                        master_port_mode=master_port_mode if master_port is not None else None)
     result.devices = list(dict.fromkeys([*getattr(node, "devices", []), *devices]))
     return result
@@ -478,7 +492,7 @@ def _new_check(node: Node, devices: Iterable[str], required_bytes: int | None, m
 def _judge(replay: _Replay, result: NodeCheck, image_ref: str | None, timeout: float | None) -> NodeCheck:
     """Every check, on what the node's two scripts recorded, problems in a fixed order."""
     master_port = result.master_port
-    parts = [_check_arch, _check_docker, _check_devices, _check_interface, _check_facts]
+    parts = [_check_arch, _check_docker, _check_devices, _check_interface, _check_facts, _check_accel]
     if master_port is not None:
         parts.append(_check_master_port)
     if image_ref is not None:
@@ -516,6 +530,7 @@ class _Replay:
         self._results: dict[tuple[str, ...], CommandResult] = {}
         self._errors: list[NodeError] = []
         self.window: tuple[float, float] | None = None   # the node script's (start, end) times
+        self.token: str | None = None                      # the node script's section token
 
     def __getattr__(self, name):
         return getattr(self._conn, name)
@@ -549,6 +564,9 @@ class _Replay:
         if script is _NODE_SCRIPT:
             self.window = window
         sections = parse_sections(token, r.stdout, r.stderr)
+        if script is _NODE_SCRIPT:   # the accelerator probe marks its parts with the same token
+            self.token = token
+            argv_of = {**argv_of, "accel": accel_argv(token)}
         info = sections.get("info")
         if info is not None:   # df and the init check take their argument from info's output
             root, init = _info_fields(info[1])
@@ -680,6 +698,34 @@ def node_facts(conn: NodeConnection, timeout: float | None = 30) -> dict:
             "clock_uncertainty": (after - before) / 2, "driver": driver}
 
 
+def accel_argv(token: str) -> list[str]:
+    """The accelerator probe's argv (its parts marked with ``token``)."""
+    return ["sh", "-c", accelprobe.SCRIPT, "sh", token]
+
+
+def accelerator_findings(conn: NodeConnection, *, toolkit_version: str | None = None,
+                         wants: str | None = None, timeout: float | None = 30,
+                         token: str | None = None) -> accelprobe.Findings:
+    """What the node's GPU/MLU tools say, judged here (:mod:`clusterctl.cluster.accelprobe`):
+    one command on the node; none of its findings for a node without those tools."""
+    token = token or getattr(conn, "token", None) or uuid.uuid4().hex
+    r = _run(conn, accel_argv(token), "accelerators", timeout)
+    return accelprobe.judge(accelprobe.parse_parts(token, r.stdout), runtime=runtime_of(conn).name,
+                            toolkit_version=toolkit_version, wants=wants)
+
+
+def _check_accel(conn: NodeConnection, result: NodeCheck, timeout) -> list[str]:
+    problems: list[str] = []
+    found = _attempt(problems, lambda: accelerator_findings(
+        conn, toolkit_version=result.toolkit_version, wants=result.wants_device, timeout=timeout))
+    if found is None:
+        return problems
+    if found.kind is not None:
+        result.accelerator = {"kind": found.kind, "count": found.count, **found.facts}
+    result.warnings.extend(found.warnings)
+    return problems + found.problems
+
+
 def _check_facts(conn: NodeConnection, result: NodeCheck, timeout) -> list[str]:
     problems: list[str] = []
     facts = _attempt(problems, lambda: node_facts(conn, timeout))
@@ -780,7 +826,8 @@ def run_preflight(cluster: Cluster, *, devices: Iterable[str] | None = None,
                   check_master_port: bool = True, expected_arch: str | None = None,
                   image_ref: str | None = None, nodes=None,
                   timeout: float | None = 30, compare_image: bool = True,
-                  master_port_mode: str | None = None) -> list[NodeCheck]:
+                  master_port_mode: str | None = None, toolkit_version: str | None = None,
+                  wants_device: str | None = None) -> list[NodeCheck]:
     """Check every node (or ``nodes``) in parallel; one NodeCheck per node in rank order.
 
     ``devices`` are required on every node; ``devices_for(node)`` (optional)
@@ -793,6 +840,7 @@ def run_preflight(cluster: Cluster, *, devices: Iterable[str] | None = None,
     ``master_port_mode`` (:attr:`NodeCheck.master_port_mode`): "choose" (a busy master port
     is no problem: the master's ``listening_ports`` are recorded for the caller to choose
     from), "pinned" (a busy one is a problem naming who holds it), None (a problem).
+    ``toolkit_version`` / ``wants_device``: see :func:`check_node`.
     """
     if master_port_mode not in (None, "choose", "pinned"):
         raise ValueError(f"master_port_mode {master_port_mode!r}: None, 'choose' or 'pinned'")
@@ -807,13 +855,15 @@ def run_preflight(cluster: Cluster, *, devices: Iterable[str] | None = None,
         return check_node(conn, devices=extra, required_bytes=required_bytes,
                           master_port=port if conn.name == master else None,
                           expected_arch=expected_arch, image_ref=image_ref, timeout=timeout,
-                          master_port_mode=master_port_mode, token=token)
+                          master_port_mode=master_port_mode, token=token,
+                          toolkit_version=toolkit_version, wants_device=wants_device)
 
     if tree.enabled(cluster):
         results = _preflight_through_tree(
             cluster, nodes, lambda node: [*(devices or []), *(devices_for(node) if devices_for else [])],
             required_bytes=required_bytes, master=master, port=port, expected_arch=expected_arch,
-            image_ref=image_ref, timeout=timeout, master_port_mode=master_port_mode)
+            image_ref=image_ref, timeout=timeout, master_port_mode=master_port_mode,
+            toolkit_version=toolkit_version, wants_device=wants_device)
     else:
         results = cluster.map(one, nodes)
     checks = []
@@ -838,7 +888,8 @@ class _Later:
 
 def _preflight_through_tree(cluster: Cluster, nodes, devices_of, *, required_bytes, master, port,
                             expected_arch, image_ref, timeout,
-                            master_port_mode: str | None = None) -> dict[str, NodeCheck | NodeError]:
+                            master_port_mode: str | None = None, toolkit_version: str | None = None,
+                            wants_device: str | None = None) -> dict[str, NodeCheck | NodeError]:
     """run_preflight's checks with both scripts of every node run through the tree
     (:mod:`clusterctl.cluster.transport.tree`: one connection from here).  The clock's
     window is the whole tree call's, so its uncertainty is wider than a node's own channel."""
@@ -849,7 +900,8 @@ def _preflight_through_tree(cluster: Cluster, nodes, devices_of, *, required_byt
     token = uuid.uuid4().hex   # one for every node: its patterns are compiled once
     for node in targets:
         result = _new_check(node, devices_of(node), required_bytes,
-                            port if node.name == master else None, expected_arch, master_port_mode)
+                            port if node.name == master else None, expected_arch, master_port_mode,
+                            toolkit_version, wants_device)
         scripts = _Replay.scripts(node, devices=result.devices, ports=result.master_port is not None,
                                   image_ref=image_ref)
         prepared[node.name] = (result, token, scripts)
@@ -883,11 +935,33 @@ def _preflight_through_tree(cluster: Cluster, nodes, devices_of, *, required_byt
 
 @dataclass(frozen=True)
 class ImageNeeds:
-    """What a local image asks of a node: its architecture and room for its layers."""
+    """What a local image asks of a node: its architecture, room for its layers and the CUDA
+    it was built against (None: not a CUDA image, or it does not say)."""
 
     ref: str
     arch: str
     size: int
+    cuda: str | None = None
+
+
+#: where an image says its CUDA: NVIDIA's base images' label, then their environment
+CUDA_LABELS = ("com.nvidia.cuda.version",)
+CUDA_ENV = "CUDA_VERSION"
+
+
+def image_cuda_version(attrs: dict) -> str | None:
+    """The CUDA version an image's ``docker image inspect`` attributes say (NVIDIA's label,
+    else its ``CUDA_VERSION`` environment variable); None when neither does (pure)."""
+    config = attrs.get("Config") or {}
+    labels = config.get("Labels") or {}
+    for key in CUDA_LABELS:
+        if labels.get(key):
+            return str(labels[key]).strip()
+    for item in config.get("Env") or []:
+        name, _, value = str(item).partition("=")
+        if name == CUDA_ENV and value.strip():
+            return value.strip()
+    return None
 
 
 def image_needs(ref: str) -> ImageNeeds:
@@ -902,7 +976,7 @@ def image_needs(ref: str) -> ImageNeeds:
         raise UserError(f"image {ref!r} is not in the local Docker engine; valid: a built image "
                         "(see `docker images`, or build one with `clusterctl build`)") from None
     return ImageNeeds(ref, docker_arch(attrs.get("Architecture") or "amd64"),
-                      int(attrs.get("Size") or 0))
+                      int(attrs.get("Size") or 0), image_cuda_version(attrs))
 
 
 def interfaces(checks: Iterable[NodeCheck]) -> dict[str, str]:

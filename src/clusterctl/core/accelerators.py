@@ -19,6 +19,8 @@ Contract:
     Accelerators.error_patterns()      ((backend, compiled re), ...) in the file's order
     Accelerators.driver_probe()        shell text printing "NAME VERSION" of the first driver
                                        the node has (an empty line when none)
+    Device.driver_needed(version)      (full, minor-compat) oldest driver for a toolkit version
+    version_key(text)                  a dotted version as a tuple of ints, for comparing
 Pure apart from reading the file.
 """
 
@@ -71,6 +73,40 @@ class Device(_Model):
     docker_flag: str | None = None          # e.g. --gpus (value: all, N or count=N)
     device_files: list[str] = []            # host device file prefixes (--device)
     kubernetes_resource: str | None = None  # e.g. nvidia.com/gpu
+    cdi_kind: str | None = None             # e.g. nvidia.com/gpu (CDI runtimes' device names)
+    toolkit: str | None = None              # e.g. CUDA
+    min_driver: dict[str, str] = {}         # toolkit MAJOR.MINOR[.PATCH] -> oldest driver
+    compat_driver: dict[str, str] = {}      # toolkit MAJOR -> oldest driver of minor compatibility
+    hardware_errors: dict[int, str] = {}    # driver error code (Xid) -> meaning: the hardware failed
+
+    @field_validator("cdi_kind")
+    @classmethod
+    def _cdi(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"[a-z0-9.-]+\.[a-z]+/[a-z0-9_.-]+", value):
+            raise ValueError("must be a CDI device kind such as nvidia.com/gpu")
+        return value
+
+    @field_validator("min_driver", "compat_driver")
+    @classmethod
+    def _versions(cls, value: dict[str, str]) -> dict[str, str]:
+        for key, driver in value.items():
+            if not re.fullmatch(r"\d+(?:\.\d+){0,2}", str(key)):
+                raise ValueError(f"key {key!r} is not a toolkit version such as 12.3 or 12.3.1")
+            if not re.fullmatch(r"\d+(?:\.\d+)*", str(driver)):
+                raise ValueError(f"{key}: {driver!r} is not a driver version such as 545.23.08")
+        return value
+
+    def driver_needed(self, toolkit_version: str) -> tuple[str | None, str | None]:
+        """(the oldest driver that runs ``toolkit_version`` fully, the oldest that runs it by
+        minor version compatibility) from ``min_driver`` / ``compat_driver``; None where the
+        table has no row (an unknown release: nothing is judged)."""
+        want = version_key(toolkit_version)
+        if len(want) < 2:
+            return None, None
+        rows = [(version_key(k), v) for k, v in self.min_driver.items()
+                if version_key(k)[:2] == want[:2] and version_key(k) <= want]
+        full = max(rows)[1] if rows else None
+        return full, self.compat_driver.get(str(want[0]))
 
     @field_validator("docker_flag")
     @classmethod
@@ -91,6 +127,18 @@ class Device(_Model):
         """Whether host device file ``path`` is one of this kind's ``device_files``."""
         return any(path == p or path.startswith(p if p.endswith("_") else p + "/")
                    for p in self.device_files)
+
+
+def version_key(text: str) -> tuple[int, ...]:
+    """'545.23.08' -> (545, 23, 8); '12.3.2.001' -> (12, 3, 2, 1); digits up to the first
+    other character of each part (pure; () for no digits)."""
+    out = []
+    for part in str(text).strip().lstrip("vV").split("."):
+        m = re.match(r"\d+", part)
+        if not m:
+            break
+        out.append(int(m.group()))
+    return tuple(out)
 
 
 class Backend(_Model):
