@@ -91,6 +91,7 @@ from clusterctl.cluster.containers import (
     RUN_LABEL,
 )
 from clusterctl.cluster.runtime import ContainerRuntime, node_runtime, runtime_for
+from clusterctl.core import accelerators
 from clusterctl.core.errors import UserError
 from clusterctl.core.text import control_problem, escaped
 from clusterctl.image import targets
@@ -682,7 +683,24 @@ def _docker_options(job: Job, target, node: Node, values: dict[str, str],
         out += ["-v", spec]
     out += [f"--device={d}" for d in node_devices(job, node)]
     out += list(extra)
-    return _drop_repeats(out)
+    return _drop_repeats(_gpus_for_runtime(out, node))
+
+
+def _gpus_for_runtime(options: list[str], node: Node) -> list[str]:
+    """``--gpus`` said the way the node's runtime takes GPUs (docker's flag, or CDI names on a
+    runtime that takes only those: :meth:`ContainerRuntime.gpu_options`), the CDI kind from
+    the accelerator table (the device whose docker flag is ``--gpus``)."""
+    runtime = node_runtime(node)
+    if runtime.gpu_style == "flag":
+        return options
+    kind = next((d.cdi_kind for d in accelerators.load().devices.values()
+                 if d.docker_flag == "--gpus" and d.cdi_kind), None)
+    if kind is None:
+        return options
+    try:
+        return runtime.gpu_options(options, kind)
+    except ValueError as e:
+        raise UserError(f"node {node.name} ({runtime.name}): {e}") from None
 
 
 def _drop_repeats(args: list[str]) -> list[str]:

@@ -26,6 +26,20 @@ from collections.abc import Mapping, Sequence
 from typing import ClassVar
 
 
+def cdi_names(gpus: str) -> list[str]:
+    """Docker's ``--gpus`` value -> the CDI device names it stands for: ``all`` -> [all],
+    ``2`` / ``count=2`` -> [0, 1], ``device=0,2`` or ``"device=GPU-..."`` -> those (pure)."""
+    value = gpus.strip().strip('"').strip("'")
+    if value in ("all", "count=all"):
+        return ["all"]
+    count = value.split("=", 1)[1] if value.startswith("count=") else value
+    if count.isdigit():
+        return [str(i) for i in range(int(count))]
+    if value.startswith("device="):
+        return [d.strip() for d in value.split("=", 1)[1].split(",") if d.strip()]
+    raise ValueError(f"--gpus {gpus!r}: valid: all, N, count=N or device=I[,J...]")
+
+
 class ContainerRuntime(ABC):
     """One container runtime's command lines on a node (see the module docstring)."""
 
@@ -33,6 +47,33 @@ class ContainerRuntime(ABC):
     name: ClassVar[str]
     #: the command on the node (``docker``)
     binary: ClassVar[str]
+    #: how the runtime takes GPUs: "flag" (docker's ``--gpus VALUE``) or "cdi" (only CDI
+    #: device names, ``--device=nvidia.com/gpu=all``: Podman); see :meth:`gpu_options`
+    gpu_style: ClassVar[str] = "flag"
+
+    def gpu_options(self, options: Sequence[str], cdi_kind: str) -> list[str]:
+        """``options`` (run flags as a target or job gives them, in docker's words) with each
+        ``--gpus VALUE`` said the way this runtime takes GPUs: unchanged for "flag"; for "cdi"
+        ``all`` -> ``--device=KIND=all``, ``N`` / ``count=N`` -> ``--device=KIND=0`` ..
+        ``KIND=N-1``, ``device=0,2`` -> one ``--device`` per index or UUID (KIND: ``cdi_kind``,
+        the accelerator table's).  Pure."""
+        if self.gpu_style != "cdi":
+            return list(options)
+        out: list[str] = []
+        args = list(options)
+        i = 0
+        while i < len(args):
+            arg = args[i]
+            if arg == "--gpus" and i + 1 < len(args):
+                value, i = args[i + 1], i + 2
+            elif arg.startswith("--gpus="):
+                value, i = arg.split("=", 1)[1], i + 1
+            else:
+                out.append(arg)
+                i += 1
+                continue
+            out += [f"--device={cdi_kind}={name}" for name in cdi_names(value)]
+        return out
 
     # ----------------------------------------------------------------- containers
 
