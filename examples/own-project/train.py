@@ -5,14 +5,19 @@ node): every rank builds the same model from config.toml, trains on data of its 
 (seeded by its rank) with gloo all-reducing the gradients, and prints its weights'
 SHA-256 at the end: all ranks print the same one. Without torchrun it runs as one
 process. ``--save DIR``: rank 0 writes DIR/model.pt (a mounted directory on a cluster).
+Every rank prints clusterctl's metrics line after each step (``clusterctl top`` and the
+dashboard read it; docs/how-to/top.md): ``clusterctl-metrics {"rank": ..., "step": ...,
+"loss": ..., "samples": ..., "time": ...}``.
 """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
+import json
 import os
 import sys
+import time
 from pathlib import Path
 
 import tomli
@@ -52,6 +57,11 @@ def main() -> None:
         optimizer.zero_grad()
         loss.backward()                           # DDP averages the gradients over all ranks
         optimizer.step()
+        # clusterctl's metrics line, every rank, one write (ranks of a node share stdout)
+        sys.stdout.write("clusterctl-metrics " + json.dumps({
+            "rank": rank, "step": step, "loss": round(loss.item(), 6),
+            "samples": step * cfg["batch"], "time": round(time.time(), 3)}) + "\n")
+        sys.stdout.flush()
         mean = loss.detach().clone()
         dist.all_reduce(mean)
         if rank == 0 and (step == 1 or step % 5 == 0 or step == args.steps):

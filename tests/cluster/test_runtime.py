@@ -47,6 +47,8 @@ DOCKER_ARGV = [
     ("logs", ("c1",), {"follow": True, "timestamps": True}, ["docker", "logs", "--follow", "--timestamps", "c1"]),
     ("logs", ("c1",), {"tail": 3, "timestamps": True}, ["docker", "logs", "--tail", "3", "--timestamps", "c1"]),
     ("logs", ("c1",), {"timestamps": True}, ["docker", "logs", "--timestamps", "c1"]),
+    ("stats", (["c1", "c2"],), {},  # new with clusterctl top: no argv before the seam
+     ["docker", "stats", "--no-stream", "--no-trunc", "--format", "{{json .}}", "c1", "c2"]),
     ("exec", ("c1", ["python3", "-c", "x"]), {}, ["docker", "exec", "c1", "python3", "-c", "x"]),
     ("stop", (["c1"],), {"grace": 7}, ["docker", "stop", "--time", "7", "c1"]),
     ("stop", (["c1"],), {"grace": 9}, ["docker", "stop", "--time", "9", "c1"]),

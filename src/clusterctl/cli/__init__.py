@@ -14,7 +14,19 @@ from rich.markup import escape
 from typer.core import TyperGroup
 
 from clusterctl import __version__
-from clusterctl.cli import build, check, engine, execute, export, fault, nodes, push, run, sandbox
+from clusterctl.cli import (
+    build,
+    check,
+    engine,
+    execute,
+    export,
+    fault,
+    nodes,
+    push,
+    run,
+    sandbox,
+    top,
+)
 from clusterctl.core.console import err
 from clusterctl.core.errors import ClusterctlError
 
@@ -54,7 +66,7 @@ def _root(
     pass
 
 
-for _group in (build, engine, nodes, check, sandbox, push, run, execute, fault, export):
+for _group in (build, engine, nodes, check, sandbox, push, run, execute, fault, export, top):
     _group.register(app)
 
 

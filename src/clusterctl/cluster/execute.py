@@ -114,19 +114,22 @@ def on_nodes(inventory_path: Path, command: Sequence[str], *, nodes: Sequence[st
                               timeout=timeout)
 
 
-def run_everywhere(cluster: Cluster, targets: Sequence[Target], *, timeout: float) -> list[Outcome]:
-    """Run every target at once (one per node) and return how each ended, in the given order."""
+def run_everywhere(cluster: Cluster, targets: Sequence[Target], *, timeout: float,
+                   grace: float = GRACE) -> list[Outcome]:
+    """Run every target at once (one per node) and return how each ended, in the given order;
+    a node silent ``grace`` seconds past ``timeout`` is given up on (``clusterctl top``
+    refreshing every 2 s gives less than :data:`GRACE`)."""
     commands = {t.node: [tree.Command(("sh", "-c", _BOUNDED, "clusterctl-exec", f"{timeout:g}",
                                        str(OUTPUT_CAP + 1), *t.argv))] for t in targets}
-    got = tree.run_commands(cluster, commands, timeout=timeout + GRACE)
-    return [_outcome(t, got[t.node], timeout) for t in targets]
+    got = tree.run_commands(cluster, commands, timeout=timeout + grace)
+    return [_outcome(t, got[t.node], timeout, grace) for t in targets]
 
 
-def _outcome(target: Target, got, timeout: float) -> Outcome:
+def _outcome(target: Target, got, timeout: float, grace: float = GRACE) -> Outcome:
     if isinstance(got, NodeError):
         why = got.reason
         if "timed out" in why:
-            why = f"no answer within {timeout + GRACE:g}s (timed out)"
+            why = f"no answer within {timeout + grace:g}s (timed out)"
         return Outcome(target.node, target.rank, None, "", why)
     result = got[0]
     data = (result.stdout + result.stderr).encode()

@@ -65,7 +65,8 @@ EXIT_STATUSES: tuple[ExitStatus, ...] = (
     ExitStatus(FAILURE, "failed", "A failure that is not an input mistake: `check` found a node "
                "not ready, `push` failed on a node, `launch` could not push the image or start a "
                "container (nothing left running), `stop` could not reach a node, `exec` found a "
-               "node whose command did not exit 0 (or timed out, or could not be reached), "
+               "node whose command did not exit 0 (or timed out, or could not be reached), `top --once` "
+               "found a node that did not answer, "
                "`engine status` found no engine, `sandbox status --name` found no such sandbox."),
     ExitStatus(BAD_INPUT, "bad input", "Bad input: an unknown option or command, a malformed "
                "value, an invalid inventory or job file (every problem as `FILE:LINE: field: "

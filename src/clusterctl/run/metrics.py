@@ -22,8 +22,9 @@ Contract (pure apart from :func:`read_log_metrics` reading one file):
                                      last ``keep`` samples per node (bounded memory)
     read_log_metrics(path, max_bytes=) -> {node: [Sample]}  the same from the tail of a
                                      run's merged.log (``node[rank]| text`` lines)
-    GpuUse, NodeMetrics              what is known of one node (its container's CPU and
-                                     memory, its GPUs, its rates), filled by ``run.top``
+    NodeMetrics                      what is known of one node (its container's CPU and
+                                     memory, its GPUs (``core.nodestats.GpuUse``), its
+                                     rates), filled by ``run.top``
     prometheus_text(run_id, per_node) -> str  the Prometheus text exposition format
                                      (version 0.0.4), what ``top --prometheus`` writes
                                      and a ``/metrics`` endpoint serves
@@ -40,6 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from clusterctl.core.nodestats import GpuUse
 from clusterctl.run.logs import parse_prefixed
 
 MARKER = "clusterctl-metrics"
@@ -235,21 +237,12 @@ def read_log_metrics(path: str | Path, max_bytes: int = MAX_BYTES, *,
 # -- what one node comes to, and its Prometheus text -------------------------------
 
 @dataclass(frozen=True)
-class GpuUse:
-    """One accelerator as ``nvidia-smi`` or ``cnmon`` reports it (None: not reported)."""
-
-    index: int
-    util_percent: float | None
-    memory_used_bytes: int | None
-    memory_total_bytes: int | None
-
-
-@dataclass(frozen=True)
 class NodeMetrics:
     """One node of a run at one refresh: None where a value is not known.
 
     ``error``: why the node could not be read (then only the rates may be known);
-    ``idle``: the node's ranks do not step (or its CPU is near 0) while others work.
+    ``idle``: the node's ranks do not step (or its CPU is near 0) while others work,
+    ``idle_why`` says which.
     """
 
     node: str
@@ -261,6 +254,7 @@ class NodeMetrics:
     gpus: tuple[GpuUse, ...] = ()
     idle: bool = False
     error: str | None = None
+    idle_why: str = ""
 
 
 def escape_label(value: str) -> str:
@@ -346,3 +340,8 @@ def prometheus_text(run_id: str, per_node: Mapping[str, NodeMetrics]) -> str:
             out.append(f"# TYPE {name} {kind}")
             out.extend(series)
     return "\n".join(out) + "\n" if out else ""
+
+
+__all__ = ["KEEP", "MARKER", "MAX_BYTES", "MAX_LINE", "NO_RATES", "WINDOW_S", "GpuUse", "NodeMetrics",
+           "Rates", "Sample", "escape_label", "metrics_from_lines", "parse_line", "prometheus_text",
+           "rates", "read_log_metrics"]

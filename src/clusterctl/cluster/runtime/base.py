@@ -110,6 +110,12 @@ class ContainerRuntime(ABC):
         from ``since`` (RFC 3339, inclusive), each line with its time."""
 
     @abstractmethod
+    def stats(self, containers: Sequence[str]) -> list[str]:
+        """One sample of the containers' use (``clusterctl top``): one JSON object a line per
+        container, with ``ID``, ``Name``, ``CPUPerc`` (``"74.07%"``; 100% is one core) and
+        ``MemUsage`` (``"648KiB / 23.54GiB"``), as ``docker stats --no-stream`` prints them."""
+
+    @abstractmethod
     def exec(self, container: str, argv: Sequence[str]) -> list[str]:
         """Run ``argv`` inside the running container."""
 

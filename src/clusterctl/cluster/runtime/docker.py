@@ -58,6 +58,10 @@ class DockerRuntime(ContainerRuntime):
             argv.append("--timestamps")
         return [*argv, container]
 
+    def stats(self, containers: Sequence[str]) -> list[str]:
+        return [self.binary, "stats", "--no-stream", "--no-trunc", "--format", "{{json .}}",
+                *containers]
+
     def exec(self, container: str, argv: Sequence[str]) -> list[str]:
         return [self.binary, "exec", container, *argv]
 
