@@ -570,8 +570,9 @@ def test_cli_dry_run_prints_the_plan_and_touches_no_node(tmp_path):
 
 def test_cli_bad_set_and_bad_job_exit_2_with_the_place(tmp_path):
     inv = write(tmp_path, "inv.yaml", "nodes: [{host: 10.0.0.1}]\n")
-    result = cli("launch", "bert", "--nodes", str(inv), "--dry-run", "--set", "PHASE")
-    assert result.exit_code == 2 and "--set 'PHASE': expected NAME=VALUE" in result.output
+    result = cli("launch", "bert", "--nodes", str(inv), "--dry-run", "--set", "PHASE_UNSET_HERE")
+    assert result.exit_code == 2, result.output
+    assert "--set PHASE_UNSET_HERE: PHASE_UNSET_HERE is not set in clusterctl's environment; valid: NAME=VALUE" in result.output
     assert "Traceback" not in result.output
     job = write(tmp_path, "job.yaml", """
         image: x

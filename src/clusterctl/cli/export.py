@@ -8,6 +8,7 @@ when the manifest could be built: bad input writes nothing and exits 2).
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated
 
@@ -82,7 +83,7 @@ def export(
     if pull_secret is None and reg is not None and lookup.has_credentials(reg):
         pull_secret = exporting.pull_secret_name(spec)
     manifest = backends.BACKENDS["kubernetes"].render(
-        spec, kind=to, nnodes=nnodes, slots=slots, image=image, overrides=parse_sets(set_ or []),
+        spec, kind=to, nnodes=nnodes, slots=slots, image=image, overrides=parse_sets(set_ or [], os.environ),
         namespace=namespace, runtime=runtime, rdma_resource=rdma_resource, secret_name=secret_name,
         pull_secret=pull_secret, registry_server=reg.address if reg is not None else None)
     text = manifest.text()

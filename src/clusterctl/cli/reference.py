@@ -37,7 +37,7 @@ import typer.main
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
-from clusterctl.core import exitcodes
+from clusterctl.core import exitcodes, secretnames
 from clusterctl.core.exitcodes import EXIT_STATUSES, ExitStatus
 
 #: The page paths (relative to docs/) this module renders, in nav order.
@@ -475,7 +475,7 @@ def environment_page(container_env: Mapping[str, str], layers: Iterable[tuple[st
     """reference/environment.md: the variables every container gets, what each contract
     adds, what a workdir run adds, the precedence of the layers, the targets' defaults and
     the ``--add-host`` note."""
-    from clusterctl.run import jobs, plan
+    from clusterctl.run import plan
 
     layers = list(layers)
     out = [
@@ -537,7 +537,7 @@ def environment_page(container_env: Mapping[str, str], layers: Iterable[tuple[st
                         for t, env in target_env.items()])]
     out += [
         "## Secrets\n",
-        "A variable is secret when the job lists it under `secrets`; " + jobs.SECRET_RULE + ". "
+        "A variable is secret when the job lists it under `secrets`; " + secretnames.SECRET_RULE + ". "
         "Its value never appears in `docker run`'s "
         "argv: the container reads it from an env file on `docker run`'s stdin "
         "(`--env-file /dev/stdin`), and dry runs, logs and run records show `****`. A value "

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -149,7 +150,7 @@ def launch(
     hang = request.duration("--hang-timeout", hang_timeout)
     command = request.command_key(ctx.meta.get(COMMAND_META))
     own = {name: derived.pop(name) for name in backends.launch_options()}
-    given = jobs.flag_values(derived) | ({"command": command} if command is not None else {})
+    given = jobs.flag_values(derived, os.environ) | ({"command": command} if command is not None else {})
     if job is None and image is not None and command is not None:
         given["image"] = image               # the job made of flags runs this image
     req = request.LaunchRequest(

@@ -34,7 +34,7 @@ What an SSH launch gives a container, and where it goes here
   the operator's variable in place (``CROSS_RANK="$PET_NODE_RANK"``; the rest of the
   value single-quoted, so nothing else is expanded).  Literal ``$`` is escaped (``$$``)
   so text reaches the container exactly as written;
-* secrets (the job's ``secrets``, names like one (:func:`~clusterctl.run.jobs.is_secret_name`), and variables
+* secrets (the job's ``secrets``, names like one (:func:`~clusterctl.core.secretnames.is_secret_name`), and variables
   holding a secret parameter's value): ``secretKeyRef`` to the Secret ``<job>-secrets``
   (``secret_name`` / ``--secret-name``), key = the variable name, never a value; a value
   given in the job, the target or ``--set`` is left out (:attr:`Manifest.secret_keys`,
@@ -90,6 +90,7 @@ from clusterctl.cluster.containers import JOB_LABEL
 from clusterctl.cluster.registry.reference import digest_of
 from clusterctl.core import accelerators
 from clusterctl.core.errors import UserError, did_you_mean, one_of
+from clusterctl.core.secretnames import is_secret_name
 from clusterctl.image import targets
 from clusterctl.run import mpi, recovery
 from clusterctl.run.jobs import (
@@ -97,7 +98,6 @@ from clusterctl.run.jobs import (
     CONTRACTS,
     Job,
     expand,
-    is_secret_name,
     mount_problem,
     placeholders,
 )

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import re
 import string
+from collections.abc import Mapping
 from dataclasses import dataclass, field, make_dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -47,6 +48,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from clusterctl.core import paths
 from clusterctl.core.durations import DURATION_HELP, parse_duration
 from clusterctl.core.errors import UserError, did_you_mean, one_of
+from clusterctl.core.secretnames import SECRET_RULE, is_secret_name  # noqa: F401 (is_secret_name: request)
 from clusterctl.core.text import control_problem, escaped
 from clusterctl.core.yamlfile import FileProblems, Problems, dotted, parse, read_text, show
 from clusterctl.image import targets
@@ -109,19 +111,8 @@ COMMAND_LINE = "(command line)"
 HANG_START_DEFAULT = 300.0  # seconds: the watchdog's allowance before the job has started, at least
 HANG_LINE_MAX = 200         # characters of a hang_start_line
 
-#: Words (of a name split at ``_``) that make an environment variable secret without being
-#: listed: anywhere in the name, or (:data:`SECRET_LAST_WORDS`) as its last word only, so
-#: that settings about tokens or keys (PAD_TOKEN_ID, MAX_TOKENS, KEY_COLUMN) are not secrets.
-SECRET_WORDS: tuple[str, ...] = ("SECRET", "PASSWORD", "PASSWD")
-SECRET_LAST_WORDS: tuple[str, ...] = ("TOKEN", "KEY", "APIKEY")
 #: A secret value shorter than this is never searched for in output (:func:`clusterctl.run.plan.maskable`).
 MASK_MIN_CHARS = 8
-#: The rule in words, for the job-file reference, the environment page and messages.
-SECRET_RULE = ("a name is secret without being listed when one of its `_`-separated words is "
-               + ", ".join(f"`{w}`" for w in SECRET_WORDS) + ", or its last word is "
-               + ", ".join(f"`{w}`" for w in SECRET_LAST_WORDS) + ", in any case (`HF_TOKEN`, "
-               "`WANDB_API_KEY`, `DB_PASSWORD`; not `PAD_TOKEN_ID`, `TOKENIZERS_PARALLELISM`, "
-               "`MAX_TOKENS`, `KEY_COLUMN`)")
 
 #: ``docker run`` flags a job may not pass: clusterctl sets them itself (name,
 #: labels, detached, host network) or they would break supervision / secrets.
@@ -514,25 +505,36 @@ def key_flag_help(name: str) -> str:
     return f"{KEY_FLAGS[name].help} Job key: {name}."
 
 
-def flag_values(values: dict[str, Any]) -> dict[str, Any]:
+def flag_values(values: dict[str, Any], environ: Mapping[str, str] | None = None) -> dict[str, Any]:
     """The job keys given as ``launch`` flags (None: not given), as a job file would hold
-    them: paths as text, ``--env NAME=VALUE`` items as a mapping."""
+    them: paths as text, ``--env NAME=VALUE`` items as a mapping (``--env NAME`` alone: NAME's
+    value in ``environ``, clusterctl's environment)."""
     given: dict[str, Any] = {}
     for name, value in values.items():
         kind = KEY_FLAGS[name].kind
         if value is None or (kind == "list" and not value):
             continue
         given[name] = (str(value) if kind == "path" else
-                       _env_items(value) if kind == "list" else value)
+                       _env_items(value, environ) if kind == "list" else value)
     return given
 
 
-def _env_items(items: list[str]) -> dict[str, str]:
-    """``--env NAME=VALUE`` items; a malformed one names itself (its value is never shown)."""
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+
+def _env_items(items: list[str], environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """``--env NAME=VALUE`` items (``NAME`` alone: from ``environ``); a malformed one names
+    itself (its value is never shown)."""
     found = {}
     for item in items:
         name, sep, value = item.partition("=")
-        if not sep or not name:
+        if not sep and _ENV_NAME.match(item):
+            if environ is None or item not in environ:
+                raise UserError(f"--env {item}: {item} is not set in clusterctl's environment; valid: "
+                                f"NAME=VALUE (e.g. --env OMP_NUM_THREADS=4), or export {item}=... "
+                                "first (a secret then stays off the command line).")
+            name, value = item, environ[item]
+        elif not sep or not name:
             raise UserError(f"--env: expected NAME=VALUE (e.g. --env OMP_NUM_THREADS=4), got an item "
                             f"of {len(item)} characters (not shown: it may be a secret).")
         found[name] = value
@@ -876,15 +878,6 @@ def _check_placeholders(job: Job, problems: Problems) -> None:
             if name not in valid:
                 _add(problems, path, f"unknown placeholder {{{name}}}{did_you_mean(name, valid)}",
                      f"{listing} (write {{{{ and }}}} for literal braces)")
-
-
-def is_secret_name(name: str, declared=()) -> bool:
-    """True when ``name`` is declared secret or named like one (:data:`SECRET_RULE`): a word
-    SECRET, PASSWORD or PASSWD, or a last word TOKEN, KEY or APIKEY.  By words, never by
-    substring: TOKENIZERS_PARALLELISM, PAD_TOKEN_ID or MONKEY are settings."""
-    words = name.upper().split("_")
-    return (name in declared or words[-1] in SECRET_LAST_WORDS
-            or any(w in SECRET_WORDS for w in words))
 
 
 def keys_doc() -> str:

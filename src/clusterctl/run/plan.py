@@ -58,7 +58,7 @@ be read; the launcher removes it.
 Secrets
 -------
 A variable is secret when the job lists it under ``secrets`` or its name is
-like one (:func:`clusterctl.run.jobs.is_secret_name`: a word SECRET, PASSWORD or
+like one (:func:`clusterctl.core.secretnames.is_secret_name`: a word SECRET, PASSWORD or
 PASSWD, or a last word TOKEN, KEY or APIKEY).  A secret's value never appears in
 ``argv``: the argv carries ``--env-file /dev/stdin`` and :attr:`NodePlan.stdin`
 holds the env-file text (``NAME=value`` lines) that the launcher writes to the
@@ -93,6 +93,7 @@ from clusterctl.cluster.containers import (
 from clusterctl.cluster.runtime import ContainerRuntime, node_runtime, runtime_for
 from clusterctl.core import accelerators
 from clusterctl.core.errors import UserError
+from clusterctl.core.secretnames import is_secret_name
 from clusterctl.core.text import control_problem, escaped
 from clusterctl.image import targets
 from clusterctl.run import mpi, recovery
@@ -103,7 +104,6 @@ from clusterctl.run.jobs import (
     MASK_MIN_CHARS,
     Job,
     expand,
-    is_secret_name,
     mount_problem,
     placeholders,
     reserved_flag,
@@ -220,18 +220,25 @@ class NodePlan:
 
 # --------------------------------------------------------------------------- inputs
 
-def parse_sets(items: Iterable[str]) -> dict[str, str]:
+def parse_sets(items: Iterable[str], environ: Mapping[str, str] | None = None) -> dict[str, str]:
     """``--set NAME=VALUE`` options -> {NAME: VALUE}; the value is kept exactly as typed.
+    ``--set NAME`` alone takes NAME's value from ``environ`` (clusterctl's environment: the
+    way to give a secret that never shows in the process list).
 
-    UserError (exit 2) for an item without ``=`` or with an invalid name.
+    UserError (exit 2) for a name ``environ`` lacks, an item without a name, or an invalid name.
     """
     out: dict[str, str] = {}
     for item in items:
         name, sep, value = item.partition("=")
-        if not sep:  # a name without its value, or a value (maybe a secret) without its name
-            shown = repr(item) if _NAME.match(item) else f"(an item of {len(item)} characters, not shown: it may be a secret)"
-            raise UserError(f"--set {shown}: expected NAME=VALUE "
-                            "(e.g. --set PHASE=2); the value may be empty (NAME=).")
+        if not sep and _NAME.match(item) and environ is not None and item in environ:
+            name, value = item, environ[item]
+        elif not sep:  # a name without its value, or a value (maybe a secret) without its name
+            if _NAME.match(item):
+                raise UserError(f"--set {item}: {item} is not set in clusterctl's environment; valid: "
+                                f"NAME=VALUE (e.g. --set PHASE=2; the value may be empty: NAME=), or "
+                                f"export {item}=... first (a secret then stays off the command line).")
+            raise UserError(f"--set (an item of {len(item)} characters, not shown: it may be a secret): "
+                            "expected NAME=VALUE (e.g. --set PHASE=2); the value may be empty (NAME=).")
         if not _NAME.match(name):
             raise UserError(f"--set {escaped(name)!r}=...: {escaped(name)!r} is not a valid variable name; "
                             "valid: letters, digits and _, not starting with a digit (e.g. BATCH_SIZE).")
@@ -242,7 +249,6 @@ def parse_sets(items: Iterable[str]) -> dict[str, str]:
                             "be a secret).")
         out[name] = value
     return out
-
 
 
 def container_name(run_id: str, node: str, attempt: int = 0) -> str:
@@ -513,7 +519,7 @@ def _resolve(job: Job, inventory: Inventory, *, run_id: str, image: str | None,
 
 def secret_params(job: Job) -> list[str]:
     """The job's parameters whose values are secret: listed under ``secrets`` or named like
-    one (:func:`clusterctl.run.jobs.is_secret_name`)."""
+    one (:func:`clusterctl.core.secretnames.is_secret_name`)."""
     return [name for name in job.params if is_secret_name(name, job.secrets)]
 
 

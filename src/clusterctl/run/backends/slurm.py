@@ -67,7 +67,7 @@ class SlurmBackend(Backend):
         options = slurm_options.check_options(
             nnodes=opts.get("nnodes"), partition=opts.get("partition"), time=opts.get("time"),
             container=opts.get("container", "docker"), nodelist=inventory.names if inventory else ())
-        overrides = plan.parse_sets(req.sets)
+        overrides = plan.parse_sets(req.sets, os.environ)
         run_id = records.check_run_id(req.run_id) if req.run_id else records.new_run_id(spec.name)
         image = req.image
         base = plan.image_of(spec, image)

@@ -9,6 +9,7 @@ the backend interface and says what happened through the :class:`~.base.Ui`.
 
 from __future__ import annotations
 
+import os
 from dataclasses import replace
 from pathlib import Path
 
@@ -78,7 +79,7 @@ class SshBackend(Backend):
         prepared = self.prepare(req, ui)
         req = prepared.request
         job, inventory = prepared.job, prepared.inventory
-        overrides = plan.parse_sets(req.sets)
+        overrides = plan.parse_sets(req.sets, os.environ)
         if req.run_id and prepared.resume is None:
             records.check_run_id(req.run_id)
         if req.dry_run:
