@@ -181,3 +181,12 @@ def test_probe_script_prints_nothing_on_a_node_without_the_tools():
     r = subprocess.run(["sh", "-c", ap.SCRIPT, "sh", "TOKEN"], capture_output=True, text=True,
                        env={"PATH": "/usr/bin:/bin"}, timeout=30)
     assert (r.returncode, r.stdout) == (0, "")
+
+
+def test_the_images_cuda_from_nvidias_label_else_its_env():
+    from clusterctl.cluster.preflight import image_cuda_version
+
+    assert image_cuda_version({"Config": {"Labels": {"com.nvidia.cuda.version": "12.3.2.001"},
+                                          "Env": ["CUDA_VERSION=12.3.0"]}}) == "12.3.2.001"
+    assert image_cuda_version({"Config": {"Labels": None, "Env": ["PATH=/bin", "CUDA_VERSION=11.4.2"]}}) == "11.4.2"
+    assert image_cuda_version({"Config": {"Env": ["PATH=/bin"]}}) is None and image_cuda_version({}) is None

@@ -19,7 +19,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from clusterctl.cli.nodes import NodesOption
-from clusterctl.cluster import preflight
+from clusterctl.cluster import netcheck, preflight
 from clusterctl.cluster.inventory import Inventory, load_inventory
 from clusterctl.cluster.transport import Cluster
 from clusterctl.core import accelerators
@@ -61,6 +61,11 @@ def check(
         "must be the node's and its size must fit in the free disk (unless --need-disk).")] = None,
     json_: Annotated[bool, typer.Option(
         "--json", help="Print one JSON object per node (all fields) instead of the table.")] = False,
+    network: Annotated[bool, typer.Option(
+        "--network", help="Also check node-to-node reachability: from every node a TCP connect "
+        "to each other node's SSH port, to the master's master port and to a listener on each "
+        "node (the collective's ports), 3 s each; a blocked pair is named "
+        "(node1 -> node3:22 blocked (timeout)).")] = False,
     connect_timeout: Annotated[float | None, typer.Option(
         "--connect-timeout", min=0.1, metavar="SECONDS",
         help="SSH connect timeout per node (default: the inventory's, 10).")] = None,
@@ -108,9 +113,13 @@ def check(
         "runs/<check-id>/collective.json).", rich_help_panel="Collective check")] = None,
 ) -> None:
     """Check every node in parallel: SSH, Docker daemon, architecture, free disk, devices,
-    the network interface launch will use, and the master port.  With --collective:
-    measure all_reduce bus bandwidth across the nodes in the job's image and name the
-    slow or broken node (exit 1)."""
+    the network interface launch will use, the master port, and on GPU and MLU nodes what
+    their own tools say (driver, container toolkit, health, busy GPUs).  With --network:
+    node-to-node reachability, naming each blocked pair.  With --collective: measure
+    all_reduce bus bandwidth across the nodes in the job's image and name the slow or
+    broken node (exit 1)."""
+    if collective and network:
+        raise UserError("--network belongs to the node check; run it without --collective.")
     if collective:
         _collective(nodes, target=target, image=image, job=job, sizes=sizes, pair_size=pair_size,
                     iters=iters, pair_rounds=pair_rounds, min_busbw=min_busbw, max_slowdown=max_slowdown, backend=backend,
@@ -134,6 +143,8 @@ def check(
                                          expected_arch=needs.arch if needs else None,
                                          image_ref=image, toolkit_version=toolkit,
                                          wants_device=spec.device if spec else None)
+        if network:
+            netcheck.check_nodes(cluster, checks)
     if json_:
         typer.echo(json.dumps([{**asdict(c), "ok": c.ok} for c in checks], indent=2))
     else:
