@@ -17,6 +17,7 @@ from clusterctl import __version__
 from clusterctl.cli import (
     build,
     check,
+    clean,
     engine,
     execute,
     export,
@@ -66,7 +67,7 @@ def _root(
     pass
 
 
-for _group in (build, engine, nodes, check, sandbox, push, run, execute, fault, export, top):
+for _group in (build, engine, nodes, check, sandbox, push, run, execute, fault, export, top, clean):
     _group.register(app)
 
 

@@ -67,7 +67,8 @@ EXIT_STATUSES: tuple[ExitStatus, ...] = (
                "container (nothing left running), `stop` could not reach a node, `exec` found a "
                "node whose command did not exit 0 (or timed out, or could not be reached), `top --once` "
                "found a node that did not answer, "
-               "`engine status` found no engine, `sandbox status --name` found no such sandbox."),
+               "`engine status` found no engine, `sandbox status --name` found no such sandbox, "
+               "`clean` could not list a node or remove what it chose there."),
     ExitStatus(BAD_INPUT, "bad input", "Bad input: an unknown option or command, a malformed "
                "value, an invalid inventory or job file (every problem as `FILE:LINE: field: "
                "problem; valid: ...`), a missing tool, or a failed preflight of `launch`. Nothing "

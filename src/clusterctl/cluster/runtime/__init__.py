@@ -3,7 +3,7 @@
 Layout (one job per module):
 
 * :mod:`.base` - :class:`ContainerRuntime`: the argv of each operation (run, ps, inspect,
-  wait, logs, exec, stop, kill, rm, load, image inspect/ls, tag, pull, version, info), pure;
+  wait, logs, exec, stop, kill, rm, load, image inspect/ls/rm, tag, pull, version, info), pure;
 * :mod:`.docker` - :class:`DockerRuntime`: the ``docker`` CLI, the default.
 
 A runtime is chosen by name in ONE place, :func:`runtime_for`; a node's runtime in one

@@ -146,6 +146,17 @@ class ContainerRuntime(ABC):
         """Every image's whole ID, intermediate ones too."""
 
     @abstractmethod
+    def images(self, *, label: str) -> list[str]:
+        """The whole IDs of the images (not intermediate ones) carrying label ``label`` (any
+        value), one a line (``clusterctl clean``: the images clusterctl made)."""
+
+    @abstractmethod
+    def remove_images(self, images: Sequence[str]) -> list[str]:
+        """Remove the images by ID with every name they carry (an image with several names
+        too); the engine refuses one a running container uses (``clusterctl clean --yes``,
+        which removes only images no container uses)."""
+
+    @abstractmethod
     def tag(self, image: str, reference: str) -> list[str]:
         """Give ``image`` the name ``reference``."""
 

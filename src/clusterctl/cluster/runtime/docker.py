@@ -83,6 +83,12 @@ class DockerRuntime(ContainerRuntime):
     def image_ids(self) -> list[str]:
         return [self.binary, "image", "ls", "-a", "-q", "--no-trunc"]
 
+    def images(self, *, label: str) -> list[str]:
+        return [self.binary, "image", "ls", "-q", "--no-trunc", "--filter", f"label={label}"]
+
+    def remove_images(self, images: Sequence[str]) -> list[str]:
+        return [self.binary, "image", "rm", "--force", *images]
+
     def tag(self, image: str, reference: str) -> list[str]:
         return [self.binary, "tag", image, reference]
 
