@@ -22,7 +22,9 @@ them).
 
 Environment: ``DDP_SMOKE_STEPS`` (default 5), ``DDP_SMOKE_TIMEOUT`` (seconds a
 collective waits for a peer, default 120), ``DDP_SMOKE_PROGRESS=1`` (each rank
-prints a line when it starts and one per step), ``DDP_SMOKE_STEP_SECONDS`` (a pause
+prints a line when it starts and one per step), ``DDP_SMOKE_METRICS=1`` (each rank prints
+clusterctl's metrics line after each step: ``clusterctl-metrics {"rank", "step", "loss",
+"samples", "time"}``, what ``clusterctl ui`` draws), ``DDP_SMOKE_STEP_SECONDS`` (a pause
 after each step, to make a run last), and test hooks that prove the checks can
 fail: ``DDP_SMOKE_PERTURB_RANK`` (that global rank adds 1e-3 to its weights after
 training), ``DDP_SMOKE_STOP_RANK`` (that global rank stops itself with SIGSTOP
@@ -409,6 +411,7 @@ def train(model: torch.nn.Module, rank: int, steps: int, device: torch.device,
         settle_buckets(ddp, opt, device)
     target_w = torch.linspace(-1, 1, FEATURES)
     progress = os.environ.get("DDP_SMOKE_PROGRESS") == "1"
+    metrics = os.environ.get("DDP_SMOKE_METRICS") == "1"
     pause = float(os.environ.get("DDP_SMOKE_STEP_SECONDS", "0"))
     stop_rank = os.environ.get("DDP_SMOKE_STOP_RANK")
     stop_step = env_int("DDP_SMOKE_STOP_STEP", 3)
@@ -432,6 +435,9 @@ def train(model: torch.nn.Module, rank: int, steps: int, device: torch.device,
         first = loss.item() if first is None else first
         if progress:
             say(f"rank {rank} step {step}/{steps} loss={loss.item():.6f}")
+        if metrics:       # clusterctl's metrics line (clusterctl.run.metrics): the dashboard's curves
+            say("clusterctl-metrics " + json.dumps({"rank": rank, "step": step, "loss": loss.item(),
+                                                    "samples": 64 * step, "time": time.time()}))
         if checkpoints is not None:
             checkpoints.save(step, model, opt, first)
         if pause:

@@ -27,6 +27,7 @@ from clusterctl.cli import (
     run,
     sandbox,
     top,
+    ui,
 )
 from clusterctl.core.console import err
 from clusterctl.core.errors import ClusterctlError
@@ -67,7 +68,7 @@ def _root(
     pass
 
 
-for _group in (build, engine, nodes, check, sandbox, push, run, execute, fault, export, top, clean):
+for _group in (build, engine, nodes, check, sandbox, push, run, execute, fault, export, top, clean, ui):
     _group.register(app)
 
 
