@@ -1,11 +1,12 @@
 """Two people, one cluster: launches at once on the same nodes, and whose run is whose.
 
 The sandbox test starts two real `python -m clusterctl launch` processes at the same moment,
-as two users (LOGNAME), on the same three sandbox nodes (sandbox3): each run gets its own
-master port (chosen free on the master, or held by no other run), its own run id, container
-names and logs, and nothing of one run's output lands in the other's.  Then `stop` of the
-other user's run is refused without --any-user, and a pinned port that a live run holds is
-refused naming that run.  The records' own races (two processes saving at once, taking a
+on the same three sandbox nodes (sandbox3): each run gets its own master port (chosen free on
+the master, or held by no other run), its own run id, container names and logs, and nothing
+of one run's output lands in the other's.  Then one run is handed to another uid (root chowns
+its record, as that user's own launch would have written it): `stop` of it is refused without
+--any-user, and a pinned port that a live run holds is refused naming that run.  Two real
+unprivileged users sharing a runs directory are tests/run/test_two_uids.py.  The records' own races (two processes saving at once, taking a
 port at once) are in tests/run/test_records.py; the preflight facts a port is chosen from
 are here against the loopback sshd.
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import socket
 import subprocess
 import sys
@@ -65,9 +67,10 @@ def test_two_users_launch_on_the_same_nodes_at_once(clean_nodes, cpu_image, runs
         launch.push_image(cluster, cpu_image)
     print(f"image on the nodes: {time.monotonic() - t0:.1f}s")
     base = {**os.environ, "CLUSTERCTL_RUNS": str(runs_dir), "CLUSTERCTL_PLAIN": "1"}
-    env = {u: {**base, "LOGNAME": u, "USER": u} for u in ("alice", "bob")}
+    env = {u: base for u in ("alice", "bob")}
     t0 = time.monotonic()
-    procs = {u: subprocess.Popen([sys.executable, "-m", "clusterctl", "launch", str(job), "--nodes", inv],
+    procs = {u: subprocess.Popen([sys.executable, "-m", "clusterctl", "launch", str(job), "--nodes", inv,
+                                  "--run-id", f"{u}-run"],
                                  env=env[u], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                  text=True)
              for u in env}
@@ -83,9 +86,9 @@ def test_two_users_launch_on_the_same_nodes_at_once(clean_nodes, cpu_image, runs
         assert p.returncode == 0, (u, *done[u])
         assert "Traceback" not in done[u][1]
 
-    runs = {r.user: r for r in records.list_runs()}
-    assert set(runs) == {"alice", "bob"}
-    a, b = runs["alice"], runs["bob"]
+    runs = {r.run_id: r for r in records.list_runs()}
+    assert set(runs) == {"alice-run", "bob-run"}
+    a, b = runs["alice-run"], runs["bob-run"]
     # they really ran at the same time (else one port could serve both, one after the other)
     assert a.started < b.finished and b.started < a.finished, (a.started, a.finished, b.started, b.finished)
     assert a.run_id != b.run_id and a.dir != b.dir
@@ -97,24 +100,32 @@ def test_two_users_launch_on_the_same_nodes_at_once(clean_nodes, cpu_image, runs
             assert rec.log_path(n.node).read_text() == f"{rec.master_port} {rec.run_id} {n.rank}\n"
         merged = (rec.dir / records.MERGED_LOG).read_text()
         assert merged.count(rec.run_id) == 3 and (b if rec is a else a).run_id not in merged
-        out = done[rec.user][0]  # what each launch printed: its own run's lines only
+        out = done[rec.run_id.split("-")[0]][0]  # what each launch printed: its own run's lines only
         lines = sorted(line for line in out.splitlines() if "]| " in line)
         assert lines == [f"{n.node}[{n.rank}]| {rec.master_port} {rec.run_id} {n.rank}" for n in rec.nodes], out
+    # bob's run becomes user nobody's, as nobody's own launch would have written it
+    nobody = pwd.getpwnam("nobody").pw_uid
+    data = json.loads((b.dir / "run.json").read_text())
+    data["uid"] = nobody
+    (b.dir / "run.json").write_text(json.dumps(data))
+    os.chown(b.dir / "run.json", nobody, -1)
+    os.chown(b.dir, nobody, -1)
+    me = records.current_user()
     listed = _cli("runs", env=env["alice"]).stdout
-    assert a.run_id in listed and b.run_id in listed and "bob" in listed
+    assert a.run_id in listed and b.run_id in listed and "nobody" in listed
     assert b.run_id not in _cli("runs", "--mine", env=env["alice"]).stdout
 
     # whose run is whose: without RUN each gets their own; another's only when named
     st = json.loads(_cli("status", "--json", env=env["alice"]).stdout)
-    assert (st["run_id"], st["user"]) == (a.run_id, "alice")
+    assert (st["run_id"], st["user"]) == (a.run_id, me)
     res = _cli("status", b.run_id, env=env["alice"])
-    assert res.returncode == 0 and "user bob's run" in res.stdout, res.stdout + res.stderr
+    assert res.returncode == 0 and "user nobody's run" in res.stdout, res.stdout + res.stderr
     res = _cli("logs", b.run_id, env=env["alice"])
-    assert res.returncode == 0 and f"run {b.run_id} is user bob's run" in res.stderr
+    assert res.returncode == 0 and f"run {b.run_id} is user nobody's run" in res.stderr
     assert res.stdout.count(b.run_id) == 3 and a.run_id not in res.stdout
     res = _cli("stop", b.run_id, env=env["alice"])
     assert res.returncode == 2, res.stdout + res.stderr
-    assert f"run {b.run_id} is user bob's run, not yours (alice); nothing was stopped" in res.stderr
+    assert f"run {b.run_id} is user nobody's run, not yours ({me}); nothing was stopped" in res.stderr
     assert "--any-user" in res.stderr and "Traceback" not in res.stderr
     res = _cli("stop", b.run_id, "--any-user", env=env["alice"])
     assert res.returncode == 0 and "no container (already removed)" in res.stdout, res.stdout + res.stderr
@@ -140,21 +151,19 @@ def test_a_busy_or_held_master_port_is_skipped_and_a_pinned_one_refused_naming_i
          "time.sleep(600)"], stdout=subprocess.PIPE, text=True)
     try:
         assert listener.stdout.readline().strip() == "listening"
-        monkeypatch.setenv("LOGNAME", "alice")
         res = runner.invoke(app, ["launch", str(job), "--nodes", inv, "--detach", "--run-id", "alices"])
         assert res.exit_code == 0, res.output
         assert records.load("alices").master_port == first + 1
         assert f"master port {first + 1} on node1: {first} is in use there" in res.output
 
-        monkeypatch.setenv("LOGNAME", "bob")
         res = runner.invoke(app, ["launch", str(job), "--nodes", inv, "--set", f"MASTER_PORT={first}"])
         assert res.exit_code == 2, res.output
         assert f"master port {first} is already in use on the master by " in res.output
         assert f"(pid {listener.pid})" in res.output and "nothing was started" in res.output
         res = runner.invoke(app, ["launch", str(job), "--nodes", inv, "--set", f"MASTER_PORT={first + 1}"])
         assert res.exit_code == 2, res.output
-        assert (f"port {first + 1} on node1 (--set MASTER_PORT) is held by run alices of user alice "
-                "(running)") in res.output, res.output
+        assert (f"port {first + 1} on node1 (--set MASTER_PORT) is held by run alices of user "
+                f"{records.current_user()} (running)") in res.output, res.output
         assert "nothing was started" in res.output and "Traceback" not in res.output
         assert [r.run_id for r in records.list_runs()] == ["alices"]   # no record of a refused one
 

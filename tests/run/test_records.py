@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import threading
 from datetime import datetime, timedelta, timezone
 
@@ -240,60 +241,80 @@ def test_a_stopped_run_has_an_exit_code_and_says_who_stopped_it(runs_dir):
 
 
 # --------------------------------------------------------------------------- two users, two processes
+# (two real unprivileged users sharing a runs directory: tests/run/test_two_uids.py; here root
+# hands a record to another uid the way that user's own launch would have written it)
 
-def _as(monkeypatch, user: str) -> None:
-    """This process is ``user`` (getpass.getuser reads LOGNAME first)."""
-    monkeypatch.setenv("LOGNAME", user)
+NOBODY = pwd.getpwnam("nobody").pw_uid
 
 
-def test_each_record_names_its_launcher_and_without_run_id_you_get_your_newest(runs_dir, monkeypatch):
-    _as(monkeypatch, "alice")
-    make("alice-old", 1)
-    _as(monkeypatch, "bob")
-    make("bob-run", 2)
-    _as(monkeypatch, "alice")
-    make("alice-new", 3).save()           # a later save keeps the launcher's name
-    assert [(r.run_id, r.user) for r in records.list_runs()] == [
-        ("alice-new", "alice"), ("bob-run", "bob"), ("alice-old", "alice")]
-    bob_run = records.load("bob-run")
-    bob_run.note = "alice looked"
-    bob_run.save()                        # a rewrite by another user keeps the owner
-    assert records.load("bob-run").user == "bob"
-    assert records.resolve(None).run_id == "alice-new"
-    _as(monkeypatch, "bob")
-    assert records.resolve(None).run_id == "bob-run"
-    assert records.resolve("alice-new").user == "alice"    # named: anyone's
-    _as(monkeypatch, "carol")
+def _give(run_id: str, uid: int = NOBODY) -> None:
+    """Make ``run_id`` the run of ``uid``: its ``uid`` field, and the owner of run.json and its
+    directory (root chowns them)."""
+    d = records.run_path(run_id)
+    data = json.loads((d / "run.json").read_text())
+    data["uid"], data["user"] = uid, "alice"            # the name shown is the owner's, not this
+    (d / "run.json").write_text(json.dumps(data))
+    os.chown(d / "run.json", uid, -1)
+    os.chown(d, uid, -1)
+
+
+def test_each_record_names_its_launchers_uid_and_without_run_id_you_get_your_newest(runs_dir, monkeypatch):
+    if os.geteuid() != 0:
+        pytest.skip("hands records to another uid with chown (root)")
+    monkeypatch.setenv("LOGNAME", "alice")              # a login name says nothing about who you are
+    monkeypatch.setenv("USER", "alice")
+    me = records.current_user()
+    assert me == pwd.getpwuid(os.geteuid()).pw_name != "alice"
+    make("mine-old", 1)
+    make("theirs", 2)
+    _give("theirs")
+    make("mine-new", 3).save()                          # a later save keeps the launcher
+    assert [(r.run_id, r.user, r.uid) for r in records.list_runs()] == [
+        ("mine-new", me, 0), ("theirs", "nobody", NOBODY), ("mine-old", me, 0)]
+    theirs = records.load("theirs")
+    theirs.note = "root looked"
+    theirs.save()                                       # root rewriting another's record keeps it theirs
+    assert os.stat(runs_dir / "theirs" / "run.json").st_uid == NOBODY
+    assert (records.load("theirs").uid, records.load("theirs").note) == (NOBODY, "root looked")
+    assert records.resolve(None).run_id == "mine-new"
+    assert records.resolve("theirs").user == "nobody"   # named: anyone's
+    assert records.others_run(records.load("theirs")) == "nobody"
+    assert records.others_run(records.load("mine-old")) is None
+    for run_id in ("mine-new", "mine-old"):
+        _give(run_id, NOBODY)
     with pytest.raises(UserError) as e:
         records.resolve(None)
-    assert "no runs of user carol" in e.value.message and "alice-new of user alice" in e.value.message
-    legacy = json.loads((runs_dir / "bob-run" / "run.json").read_text())
-    legacy.pop("user")                    # a record written before the user field: anyone's
-    (runs_dir / "bob-run" / "run.json").write_text(json.dumps(legacy))
-    assert records.resolve(None).run_id == "bob-run" and records.others_run(records.load("bob-run")) is None
+    assert f"no runs of user {me}" in e.value.message and "mine-new of user nobody" in e.value.message
+    legacy = json.loads((runs_dir / "theirs" / "run.json").read_text())
+    legacy.pop("user"), legacy.pop("uid")               # written before user and uid: its file's owner's
+    (runs_dir / "theirs" / "run.json").write_text(json.dumps(legacy))
+    assert (records.load("theirs").uid, records.load("theirs").user) == (NOBODY, "nobody")
 
 
-def test_stop_refuses_another_users_run_and_logs_and_runs_name_the_owner(runs_dir, monkeypatch):
-    _as(monkeypatch, "alice")
+def test_stop_refuses_another_users_run_and_logs_and_runs_name_the_owner(runs_dir):
+    if os.geteuid() != 0:
+        pytest.skip("hands records to another uid with chown (root)")
     rec = make("alices", 1, state="running", detached=True)
     done = make("alices-done", 0, state="succeeded", exit_code=0)
     (done.dir / "node1.log").write_text("hello from alice\n")
-    _as(monkeypatch, "bob")
+    _give("alices")
+    _give("alices-done")
+    me = records.current_user()
     before = (rec.dir / "run.json").read_text()
     res = runner.invoke(app, ["stop", "alices"])
     assert res.exit_code == 2, res.output
-    assert "run alices is user alice's run, not yours (bob); nothing was stopped" in res.output
+    assert f"run alices is user nobody's run, not yours ({me}); nothing was stopped" in res.output
     assert "clusterctl stop alices --any-user" in res.output and "Traceback" not in res.output
     assert (rec.dir / "run.json").read_text() == before           # untouched
-    res = runner.invoke(app, ["stop"])                             # bob has no run: none is picked
-    assert res.exit_code == 2 and "no runs of user bob" in res.output and "alices of user alice" in res.output
+    res = runner.invoke(app, ["stop"])                             # no run of mine: none is picked
+    assert res.exit_code == 2 and f"no runs of user {me}" in res.output and "alices of user nobody" in res.output
     res = runner.invoke(app, ["logs", "alices-done"])                 # from runs/: no node asked
-    assert res.exit_code == 0 and "run alices-done is user alice's run" in res.output
+    assert res.exit_code == 0 and "run alices-done is user nobody's run" in res.output
     assert "node1[0]| hello from alice" in res.output
     table = runner.invoke(app, ["runs"]).output
-    assert "alices" in table and "alice" in table.split("alices", 1)[1].splitlines()[0]
-    assert "no runs of user bob" in runner.invoke(app, ["runs", "--mine"]).output
-    assert json.loads(runner.invoke(app, ["runs", "--json"]).output)[0]["user"] == "alice"
+    assert "alices" in table and "nobody" in table.split("alices", 1)[1].splitlines()[0]
+    assert f"no runs of user {me}" in runner.invoke(app, ["runs", "--mine"]).output
+    assert json.loads(runner.invoke(app, ["runs", "--json"]).output)[0]["user"] == "nobody"
 
 
 #: A process that waits for ``go`` to exist, then does its part (argv: runs dir, go file, ...).
@@ -326,11 +347,11 @@ def test_two_processes_recording_the_same_run_id_at_once_one_wins_the_other_is_r
             "try:\n    r.save()\nexcept UserError as e:\n    print(e.message); sys.exit(2)\n"
             "print('won')\n")
     users = ["alice", "bob", "carol", "dave"]
-    results = _at_once(tmp_path, code, [[u] for u in users], [{"LOGNAME": u} for u in users])
+    results = _at_once(tmp_path, code, [[u] for u in users])
     assert sorted(r[0] for r in results) == [0, 2, 2, 2], results
     winner = users[[r[0] for r in results].index(0)]
     saved = records.load("same-id")
-    assert (saved.user, saved.note) == (winner, winner)          # the winner's record, whole
+    assert saved.note == winner                                   # the winner's record, whole
     for rc, out, err in results:
         assert err == "" and (rc == 0 or "run id 'same-id' is already recorded" in out), (out, err)
     assert os.listdir(runs_dir / "same-id") == ["run.json"]       # no temp file left
@@ -374,16 +395,16 @@ def test_launches_choosing_a_master_port_at_once_get_different_ones(runs_dir, tm
     assert [p.name for p in (runs_dir / records.PORTS_DIR).glob("*.json")] == ["later.json"]
 
 
-def test_a_live_runs_record_holds_its_port_on_its_master_only(runs_dir, monkeypatch):
-    _as(monkeypatch, "alice")
+def test_a_live_runs_record_holds_its_port_on_its_master_only(runs_dir):
+    me = records.current_user()
     make("live", 1, state="running", detached=True, master_addr="10.0.0.1", master_port=29500)
     make("done", 2, state="succeeded", master_addr="10.0.0.1", master_port=29501)
     make("elsewhere", 3, state="running", detached=True, master_addr="10.0.0.9", master_port=29502)
     held = records.port_holders("10.0.0.1")
-    assert list(held) == [29500] and held[29500].words() == "run live of user alice (running)"
+    assert list(held) == [29500] and held[29500].words() == f"run live of user {me} (running)"
     assert records.port_holders("10.0.0.1", skip_run="live") == {}
     msg = records.held_message(29500, "node1", held[29500], "--set MASTER_PORT")
-    assert msg.startswith("port 29500 on node1 (--set MASTER_PORT) is held by run live of user alice")
+    assert msg.startswith(f"port 29500 on node1 (--set MASTER_PORT) is held by run live of user {me}")
     with pytest.raises(UserError, match="held by run live"):
         records.take_master_port("new", "10.0.0.1", lambda h: (_ for _ in ()).throw(
             UserError(records.held_message(29500, "node1", h[29500]))))

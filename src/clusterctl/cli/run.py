@@ -131,6 +131,9 @@ def launch(
         "--rerun", metavar="RUN_ID",
         help="Run a recorded run again: the same job and exactly the code it ran (from this "
              "machine's code store), on the same nodes (or --nodes).")] = None,
+    any_user: Annotated[bool, typer.Option(
+        "--any-user", help="--rerun/--resume a run another user launched (without it, another "
+                           "user's run is refused, exit 2).")] = False,
     **derived,  # the job keys that are flags (jobs.KEY_FLAGS: --workdir, --target, ...) and
                 # the backends' own options (backends.launch_options(): --partition, ...)
 ) -> None:
@@ -157,7 +160,7 @@ def launch(
         job=job, nodes=nodes, sets=set_ or [], given=given, image=image, dry_run=dry_run,
         json=json_, detach=detach, run_id=run_id, accept_new_host_keys=accept_new_host_keys,
         scheduler=scheduler, hang_timeout=hang, fail_grace=fail_grace, resume=resume,
-        rerun=rerun, argv=["clusterctl", *sys.argv[1:]], scheduler_options=own)
+        rerun=rerun, argv=["clusterctl", *sys.argv[1:]], scheduler_options=own, any_user=any_user)
     request.check(req)
     backend = backends.for_request(req)
     backend.check(req, backends.launchers())
@@ -302,14 +305,25 @@ def _name_owner(record: records.RunRecord) -> None:
 
 def runs(json_: Annotated[bool, typer.Option("--json", help="The run records as JSON.")] = False,
          mine: Annotated[bool, typer.Option(
-             "--mine", help="Only your own runs (default: every user's, with a user column).")] = False
+             "--mine", help="Only your own runs (default: every user's, with a user column).")] = False,
+         share: Annotated[str | None, typer.Option(
+             "--share", metavar="GROUP",
+             help="Make the runs directory one the members of GROUP share (group GROUP, mode "
+                  "3775: sticky and setgid), then list.")] = None,
          ) -> None:
     """List recorded runs, newest first: every user's (who launched each is in the user
-    column), or only yours with --mine."""
-    found = records.list_runs()
+    column), or only yours with --mine. A record that cannot be read or trusted is named
+    on stderr."""
+    if share is not None:
+        shared = records.share_runs_dir(share)
+        err.print(f"runs directory {shared.resolve()} is shared with group {share} (mode 3775: "
+                  "members add runs, nobody renames or removes another's)", markup=False)
+    skipped: list[str] = []
+    found = records.list_runs(skipped)
+    for line in skipped:
+        err.print(f"skipped {line}", markup=False)
     if mine:
-        me = records.current_user()
-        found = [r for r in found if records.owned_by(r, me)]
+        found = [r for r in found if records.owned_by(r)]
     for rec in found:        # what is true now, not what was last written
         backends.for_record(rec).refresh(rec)
     if json_:

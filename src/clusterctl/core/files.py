@@ -5,6 +5,12 @@ half (a temporary file in the same directory, renamed over the target); :func:`o
 holds an exclusive ``flock`` on a lock file so two clusterctl processes on this machine do a
 piece of work one after the other (the second is told it waits, then usually finds the work
 done).
+
+Everything here may meet a directory other users write into (a shared runs directory): a
+file is never opened through a symlink (``O_NOFOLLOW``), a file created is created
+exclusively (``O_EXCL``), what is read must be a regular file of bounded size, a lock is
+waited on for a bounded time, and a permission problem becomes a :class:`UserError` that
+names the file and what to fix, never a traceback.
 """
 
 from __future__ import annotations
@@ -12,38 +18,156 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import pwd
+import stat
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import IO
+
+from clusterctl.core.errors import UserError
+
+#: Open flags that never follow a symlink nor wait on a FIFO.
+_NOFOLLOW = os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+#: The most a record, claim or cache file read back may hold.
+READ_LIMIT = 8 << 20
 
 
-def write_atomic(path: Path, data: bytes | str, *, mode: int | None = None) -> None:
-    """``data`` to ``path`` whole or not at all; ``mode``: the file's permission bits."""
+def denied(path: Path, doing: str, e: OSError) -> UserError:
+    """A permission or type problem with ``path`` as a message saying what to fix."""
+    try:
+        st = os.lstat(path)
+        try:
+            owner = pwd.getpwuid(st.st_uid).pw_name
+        except KeyError:
+            owner = str(st.st_uid)
+        what = (" (a symlink: clusterctl never follows one here; remove it)" if stat.S_ISLNK(st.st_mode)
+                else f" (owner {owner}, mode {stat.S_IMODE(st.st_mode):04o})")
+    except OSError:
+        what = ""
+    return UserError(f"cannot {doing} {path}{what}: {e.strerror or e}. Its owner can fix it "
+                     "(`chmod a+r` for reading), or point CLUSTERCTL_RUNS at a directory of your own.")
+
+
+def read_regular(path: Path, *, limit: int = READ_LIMIT) -> tuple[str, os.stat_result]:
+    """The text of the regular file ``path`` and its stat, never through a symlink, never
+    waiting on a FIFO, at most ``limit`` bytes.  OSError (ELOOP for a symlink) when it cannot
+    be opened; ValueError when it is not a regular file or too large."""
+    fd = os.open(path, os.O_RDONLY | _NOFOLLOW)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ValueError(f"{path} is not a regular file")
+        if st.st_size > limit:
+            raise ValueError(f"{path} is {st.st_size} bytes, more than {limit} a record may hold")
+        with os.fdopen(os.dup(fd), "rb") as f:
+            data = f.read(limit + 1)
+    finally:
+        os.close(fd)
+    if len(data) > limit:
+        raise ValueError(f"{path} grew past {limit} bytes")
+    return data.decode("utf-8", errors="replace"), st
+
+
+def open_append(path: Path, mode: int = 0o644) -> IO[str]:
+    """``path`` opened to append text, created (with ``mode``) when missing, never through a
+    symlink; ValueError when it is not a regular file, UserError when it is not ours to write."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | _NOFOLLOW, mode)
+    except OSError as e:
+        raise denied(path, "write", e) from None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+        os.close(fd)
+        raise UserError(f"{path} is not a regular file of yours (owner uid {st.st_uid}); nothing was "
+                        "written to it. Remove it (someone else put it there) and run again.")
+    return os.fdopen(fd, "a", encoding="utf-8")
+
+
+def write_atomic(path: Path, data: bytes | str, *, mode: int | None = 0o644) -> None:
+    """``data`` to ``path`` whole or not at all; ``mode``: the file's permission bits (default
+    readable by all: records and claims are read by the users who share them).  The temporary
+    file is created exclusively (``mkstemp``) and renamed over ``path``: a symlink planted at
+    ``path`` is replaced, never followed.  UserError naming the file when it is not ours to
+    write (a sticky shared directory refuses to replace another user's file)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except PermissionError as e:
+        raise denied(path.parent, "write into", e) from None
     try:
         with os.fdopen(fd, "wb" if isinstance(data, bytes) else "w") as f:
             f.write(data)
         if mode is not None:
             os.chmod(tmp, mode)
-        os.replace(tmp, path)
+        try:
+            os.replace(tmp, path)
+        except PermissionError as e:
+            raise denied(path, "replace", e) from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
 
 
-@contextlib.contextmanager
-def one_at_a_time(path: Path, on_wait: Callable[[str], None], what: str) -> Iterator[None]:
-    """Hold the exclusive lock ``path`` while the block runs; ``on_wait`` hears it when another
-    process holds it (``waiting for another <what> (<path>)``)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w") as f:
+def _lock_fd(path: Path) -> int:
+    """A read-only descriptor of the lock file ``path`` (``flock`` needs no write access, so
+    one user's lock file serves every user who can read it), created exclusively (0644) when
+    missing; never through a symlink, never anything but a regular file."""
+    for _ in range(3):
         try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fd = os.open(path, os.O_RDONLY | _NOFOLLOW)
+        except FileNotFoundError:
+            try:
+                os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW, 0o644))
+            except FileExistsError:
+                pass            # another process made it first: open theirs
+            except OSError as e:
+                raise denied(path, "create the lock", e) from None
+            continue
+        except OSError as e:
+            raise denied(path, "open the lock", e) from None
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise UserError(f"the lock {path} is not a regular file; remove it and run again.")
+        return fd
+    raise UserError(f"the lock {path} keeps disappearing; run again.")
+
+
+@contextlib.contextmanager
+def one_at_a_time(path: Path, on_wait: Callable[[str], None], what: str, *,
+                  timeout: float | None = None) -> Iterator[None]:
+    """Hold the exclusive lock ``path`` while the block runs; ``on_wait`` hears it when another
+    process holds it (``waiting for another <what> (<path>)``).  ``timeout``: seconds to wait
+    at most (None: as long as it takes), then UserError naming the lock."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = _lock_fd(path)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             on_wait(f"waiting for another {what} ({path})")
-            fcntl.flock(f, fcntl.LOCK_EX)
+            if timeout is None:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            else:
+                _wait_lock(fd, path, what, timeout)
         try:
             yield
         finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
+
+
+def _wait_lock(fd: int, path: Path, what: str, timeout: float) -> None:
+    end = time.monotonic() + timeout
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() >= end:
+                raise UserError(f"another {what} has held {path} for more than {timeout:g} s; "
+                                "nothing was started. Run again when it is done (`fuser "
+                                f"{path}` names the process holding it).") from None
+            time.sleep(0.05)

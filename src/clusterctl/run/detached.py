@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import TextIO
 
 from clusterctl.core.errors import ClusterctlError
+from clusterctl.core.files import open_append
 from clusterctl.run import records
 
 SUPERVISOR_LOG = "supervisor.log"
@@ -52,10 +53,9 @@ def start(run_id: str, follow: Callable[[], int], *, show: Callable[[str], None]
     """Fork the supervisor, which calls ``follow()`` (the followed launch; its return value is
     the supervisor's exit status).  Here, ``show`` gets each line of its log until the run's
     containers run, the run ends, or the supervisor exits."""
-    run_dir = records.run_path(run_id)
-    run_dir.mkdir(parents=True, exist_ok=True)
+    run_dir = records.own_run_dir(run_id)
     log = run_dir / SUPERVISOR_LOG
-    log.touch()
+    open_append(log).close()
     sys.stdout.flush()
     sys.stderr.flush()
     pid = os.fork()
@@ -63,7 +63,7 @@ def start(run_id: str, follow: Callable[[], int], *, show: Callable[[str], None]
         code = 1
         try:
             os.setsid()
-            fd = os.open(log, os.O_WRONLY | os.O_APPEND)
+            fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW)
             null = os.open(os.devnull, os.O_RDONLY)
             os.dup2(null, 0)
             os.dup2(fd, 1)
@@ -163,7 +163,9 @@ def ask_to_stop(record: records.RunRecord, *, timeout: float = 60.0) -> bool:
     False when there is no such process here (or it did not finish in time)."""
     if record.launcher is None or records.launcher_gone(record.launcher) is not False:
         return False
-    try:
+    try:      # the pid comes from the record: signal it only when it is the record owner's process
+        if os.stat(f"/proc/{record.launcher.pid}").st_uid != record.uid or record.uid is None:
+            return False
         os.kill(record.launcher.pid, signal.SIGTERM)
     except OSError:
         return False

@@ -1,7 +1,8 @@
 """PyTorch's flight recorder dumps: from the run's directory on each node into ``runs/<id>/flight/``.
 
 On a target with a ``flight_recorder`` (nccl), the plan mounts a directory of the run on
-each node (:func:`clusterctl.run.plan.flight_dir`, recorded per node in run.json) where the
+each node (:func:`clusterctl.run.plan.flight_dir`, derived again from the run id and the node's
+name, never read from run.json) where the
 ranks write their dumps when a collective times out.  :func:`collect` copies what is there
 into ``runs/<run-id>/flight/<node>/`` and removes the run's directory from the node, so
 nothing of the run stays there; ``launch`` calls it after a followed run, ``stop`` after
@@ -18,7 +19,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from clusterctl.cluster import containers
-from clusterctl.run.records import RunRecord
+from clusterctl.run.plan import flight_dir
+from clusterctl.run.records import RunRecord, check_run_id
 
 if TYPE_CHECKING:
     from clusterctl.cluster.transport import Cluster, NodeConnection
@@ -27,12 +29,21 @@ if TYPE_CHECKING:
 FLIGHT_DIR = "flight"
 
 
+def node_dirs(record: RunRecord, names: set[str], *, skip: Sequence[str] = ()) -> dict[str, str]:
+    """node -> the directory of its dumps, for the nodes of ``record`` that had one and are in
+    the inventory (``names``).  The path comes from the run id and the node's name
+    (:func:`clusterctl.run.plan.flight_dir`), never from the record: a record may have been
+    written by someone else, and its ``flight_dir`` only says there is one; ``collect``
+    removes what is there."""
+    check_run_id(record.run_id)
+    return {n.node: flight_dir(record.run_id, n.node) for n in record.nodes
+            if n.flight_dir and n.node not in skip and n.node in names}
+
+
 def collect(cluster: Cluster, record: RunRecord, *, skip: Sequence[str] = ()) -> dict[str, list[str] | str]:
     """Every node's dumps into ``runs/<id>/flight/<node>/``, then the run's directory on the node
     is removed.  node -> the files kept ([] when none), or why they could not be collected."""
-    names = {n.name for n in cluster.inventory.nodes}
-    wanted = {n.node: n.flight_dir for n in record.nodes
-              if n.flight_dir and n.node not in skip and n.node in names}
+    wanted = node_dirs(record, {n.name for n in cluster.inventory.nodes}, skip=skip)
     if not wanted:
         return {}
 

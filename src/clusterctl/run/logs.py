@@ -26,8 +26,10 @@ Reading a container's output on its node is :mod:`clusterctl.cluster.containers`
 
 from __future__ import annotations
 
+import os
 import queue
 import re
+import tempfile
 import threading
 import time
 from collections import deque
@@ -47,6 +49,7 @@ from clusterctl.cluster.containers import (
 )
 from clusterctl.core import console
 from clusterctl.core.deadline import bounded
+from clusterctl.core.files import open_append
 from clusterctl.run.plan import MASK, maskable
 from clusterctl.run.records import MERGED_LOG, RunRecord
 from clusterctl.run.spool import Spool
@@ -138,9 +141,9 @@ class LogSink:
         self._merged: TextIO | None = None
         if run_dir is not None:
             run_dir.mkdir(parents=True, exist_ok=True)
-            self._merged = open(run_dir / MERGED_LOG, "a", encoding="utf-8")  # noqa: SIM115
+            self._merged = open_append(run_dir / MERGED_LOG)   # never through a planted symlink
             for node in ranks:
-                self._files[node] = open(run_dir / f"{node}.log", "a", encoding="utf-8")  # noqa: SIM115
+                self._files[node] = open_append(run_dir / f"{node}.log")
 
     def also_redact(self, values: Iterable[str]) -> None:
         """Mask ``values`` too from now on (the secrets read from the containers)."""
@@ -341,13 +344,23 @@ def stop_redact(record: RunRecord, envs: dict[str, dict[str, str]]) -> list[str]
 def save_node_log(record: RunRecord, node: str, lines: Iterable[str]) -> Path:
     """Write a node's complete output to ``runs/<id>/<node>.log`` (``stop`` keeps it this way)."""
     path = record.log_path(node)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".log.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:     # a line at a time: it may be large
-        for t in lines:
-            f.write(t + "\n")
-    tmp.replace(path)
+    _write_lines(path, (t + "\n" for t in lines))
     return path
+
+
+def _write_lines(path: Path, lines: Iterable[str]) -> None:
+    """``lines`` as ``path``, a line at a time (it may be large), through a temporary file made
+    exclusively and renamed over it: a symlink planted at ``path`` is replaced, not followed."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        os.fchmod(fd, 0o644)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            for line in lines:
+                f.write(line)
+        os.replace(tmp, path)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
 
 
 def keep_stopped_output(record: RunRecord, spool: Spool, nodes: Iterable[str], *,
@@ -369,9 +382,13 @@ def keep_stopped_output(record: RunRecord, spool: Spool, nodes: Iterable[str], *
     if not saved:
         return
     ranks = {n.node: n.rank for n in record.nodes}
-    with open(record.attempt_dir() / MERGED_LOG, "w" if replace else "a", encoding="utf-8") as f:
-        for node, t in spool.merged(saved):
-            f.write(prefix(node, ranks[node]) + mask_line(t, values) + "\n")
+    merged = (prefix(node, ranks[node]) + mask_line(t, values) + "\n" for node, t in spool.merged(saved))
+    if replace:
+        _write_lines(record.attempt_dir() / MERGED_LOG, merged)
+        return
+    with open_append(record.attempt_dir() / MERGED_LOG) as f:
+        for line in merged:
+            f.write(line)
 
 
 # --- `clusterctl logs`: from the nodes while the containers exist, from runs/ after ---------

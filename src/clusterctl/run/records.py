@@ -19,9 +19,14 @@ half-written record, even while ``launch`` is still updating it; a new record is
 created exclusively (a hard link of the temp file), so two launches that draw the same
 run id never share a directory: the second is refused before anything starts.
 
-Who: each record names the user who launched it (:func:`current_user`, in ``user``);
-:func:`resolve` without a run id finds the current user's newest run, :func:`others_run`
-names the owner of a run that is not the current user's.  Ports: :func:`take_master_port` gives a launch its master port
+Who: each record names the uid that launched it (``uid``, and ``user``, its name) and is
+acted on as that user's only when the file says so too: :func:`load` refuses a record whose
+``uid`` is not its file's owner, whose run directory belongs to someone else, or whose
+``run_id`` is not its directory's name (a renamed or planted record); an older record
+without ``uid`` belongs to its file's owner.  :func:`resolve` without a run id finds the
+caller's newest run, :func:`others_run` names the owner of a run that is not the caller's.
+A runs directory that others may write into must have the sticky bit
+(:func:`check_runs_dir`; :func:`share_runs_dir` sets one up).  Ports: :func:`take_master_port` gives a launch its master port
 under a lock of the runs directory (``runs/.ports/``), after looking at the ports the
 runs there hold (:func:`port_holders`: live runs' records and the claims of launches
 whose record is not written yet), so two launches at once never get the same one.
@@ -29,13 +34,15 @@ whose record is not written yet), so two launches at once never get the same one
 
 from __future__ import annotations
 
-import getpass
+import grp
 import json
 import os
+import pwd
 import re
 import secrets
 import signal
 import socket
+import stat
 import tempfile
 from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta, timezone
@@ -48,7 +55,7 @@ from clusterctl.cluster.containers import ContainerState, find_containers
 from clusterctl.core import exitcodes
 from clusterctl.core.deadline import bounded
 from clusterctl.core.errors import UserError, did_you_mean
-from clusterctl.core.files import one_at_a_time, write_atomic
+from clusterctl.core.files import denied, one_at_a_time, read_regular, write_atomic
 from clusterctl.core.paths import runs_dir
 
 if TYPE_CHECKING:
@@ -109,13 +116,18 @@ def describe_exit(code: int | None) -> str:
     return f"exit {code}"
 
 
-def current_user() -> str:
-    """The user running clusterctl: ``LOGNAME``, ``USER`` (as ``getpass.getuser``), else the
-    password database's name of the uid, else the uid."""
+def user_name(uid: int) -> str:
+    """The password database's name of ``uid``, else the uid as digits."""
     try:
-        return getpass.getuser()
-    except (KeyError, OSError):
-        return str(os.getuid())
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
+
+
+def current_user() -> str:
+    """The user running clusterctl: the name of its effective uid (never ``$USER``/``$LOGNAME``,
+    which anyone can set)."""
+    return user_name(os.geteuid())
 
 
 def who() -> str:
@@ -187,7 +199,9 @@ class NodeRecord(BaseModel):
 class CodeRecord(BaseModel):
     """What code a run ran (``launch --workdir``): enough to say so and to run it again."""
 
-    digest: str                       # sha256:... of the shipped tree's manifest (clusterctl.code)
+    # sha256:... of the shipped tree's manifest (clusterctl.code); it names the tree's directory on
+    # every node (<code_dir>/trees/<hex>), so a record read back holds nothing else there
+    digest: str = Field(pattern=r"^sha256:[0-9a-f]{64}$")
     files: int = 0
     bytes: int = 0
     workdir: str = ""                 # the directory it was taken from, on the head
@@ -267,6 +281,7 @@ class RunRecord(BaseModel):
     next_nodes: list[str] = Field(default_factory=list)   # while restarting: the next attempt's nodes
     checkpoint_start: str | None = None    # the checkpoint directory's newest file when the run began
     user: str = ""   # who launched it (current_user() of the first save; "": an older record)
+    uid: int | None = None   # the uid that launched it; must own run.json (None: an older record)
 
     # False for a record made here and not saved yet: its first save creates run.json
     # exclusively (True: read from disk, or saved once already)
@@ -314,14 +329,24 @@ class RunRecord(BaseModel):
         exclusively and records who launched it (``user``): when the run id is recorded
         already (another launch drew it at the same moment), UserError, and the other's
         record is left as it was."""
-        d = self.dir
-        d.mkdir(parents=True, exist_ok=True)
-        target = d / RECORD_NAME
         new = not self._on_disk
-        if new and not self.user:
+        if new:
+            d = own_run_dir(self.run_id)
+            self.uid = os.geteuid()
             self.user = current_user()
-        fd, tmp = tempfile.mkstemp(prefix=".run.", suffix=".json", dir=d)
+        else:
+            d = self.dir
+            if self.uid is not None and self.uid != os.geteuid() and os.geteuid() != 0:
+                return d / RECORD_NAME      # another user's record: only its owner (or root) writes it
+        target = d / RECORD_NAME
         try:
+            fd, tmp = tempfile.mkstemp(prefix=".run.", suffix=".json", dir=d)
+        except PermissionError as e:
+            raise denied(d, "write into", e) from None
+        try:
+            os.fchmod(fd, 0o644)            # readable by the users who share the runs directory
+            if self.uid is not None and self.uid != os.geteuid():
+                os.fchown(fd, self.uid, -1)   # root rewriting another's record keeps it theirs
             with os.fdopen(fd, "w") as f:
                 f.write(self.model_dump_json(indent=2))
                 f.write("\n")
@@ -356,11 +381,91 @@ def run_path(run_id: str) -> Path:
     return runs_dir() / run_id
 
 
+def check_runs_dir(root: Path | None = None) -> Path:
+    """The runs directory, when it is safe to write a record into: not writable by others,
+    or (shared) with the sticky bit, so nobody can rename or replace another user's run.
+    UserError saying what is wrong and how to fix it."""
+    root = root or runs_dir()
+    try:
+        st = os.stat(root)
+    except FileNotFoundError:
+        return root
+    except OSError as e:
+        raise denied(root, "use the runs directory", e) from None
+    mode = stat.S_IMODE(st.st_mode)
+    if not stat.S_ISDIR(st.st_mode):
+        raise UserError(f"the runs directory {root} is not a directory; point CLUSTERCTL_RUNS at one.")
+    if mode & 0o022 and not mode & stat.S_ISVTX:
+        who = "everyone" if mode & 0o002 else f"group {_group_name(st.st_gid)}"
+        raise UserError(
+            f"the runs directory {root} (mode {mode:04o}) is writable by {who} without the sticky "
+            "bit: anyone there could rename or replace another user's runs, so nothing is recorded "
+            f"in it. Its owner ({user_name(st.st_uid)}) makes it a shared runs directory with "
+            f"`CLUSTERCTL_RUNS={root} clusterctl runs --share GROUP` (or `chmod +t {root}`), "
+            "or use a runs directory of your own.")
+    return root
+
+
+def _group_name(gid: int) -> str:
+    try:
+        return grp.getgrgid(gid).gr_name
+    except KeyError:
+        return str(gid)
+
+
+def share_runs_dir(group: str, root: Path | None = None) -> Path:
+    """Make ``root`` (default: the runs directory) a runs directory the members of ``group``
+    share: group ``group``, mode 3775 (setgid: new entries are the group's; sticky: nobody
+    renames or removes another user's entries), its ``.ports/`` the same.  UserError when
+    the caller cannot (not the owner, not a member of the group)."""
+    root = root or runs_dir()
+    try:
+        gid = grp.getgrnam(group).gr_gid
+    except KeyError:
+        raise UserError(f"--share {group}: no such group on this machine.") from None
+    for d in (root, root / PORTS_DIR):
+        try:
+            d.mkdir(parents=True, exist_ok=True)
+            st = os.lstat(d)
+            if not stat.S_ISDIR(st.st_mode):
+                raise UserError(f"{d} is not a directory; remove it and run again.")
+            os.chown(d, -1, gid)
+            os.chmod(d, 0o3775)
+        except PermissionError as e:
+            raise denied(d, f"share with group {group}", e) from None
+    return root
+
+
+def own_run_dir(run_id: str) -> Path:
+    """The directory of a new run of the caller's: made here (0755), or refused when
+    something else is already there (another user's directory, a symlink) or the runs
+    directory is unsafe (:func:`check_runs_dir`)."""
+    check_run_id(run_id)
+    root = check_runs_dir()
+    d = root / run_id
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        d.mkdir(mode=0o755)
+    except FileExistsError:
+        st = os.lstat(d)
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
+            raise UserError(f"{d} exists and is not a run directory of yours (owner "
+                            f"{user_name(st.st_uid)}): nothing was started. Choose another "
+                            "--run-id, or leave it out for a new one.") from None
+    except PermissionError as e:
+        raise denied(root, "create a run directory in", e) from None
+    return d
+
+
+class RecordError(ValueError):
+    """A run record that is not what it says it is (planted, renamed, another's)."""
+
+
 def load(run_id: str) -> RunRecord:
     """The record of ``run_id``; UserError naming the file when missing or unreadable."""
     check_run_id(run_id)
     path = run_path(run_id) / RECORD_NAME
-    if not path.is_file():
+    if not os.path.lexists(path):
         known = [r.run_id for r in list_runs()]
         hint = did_you_mean(run_id, known)
         raise UserError(
@@ -369,13 +474,34 @@ def load(run_id: str) -> RunRecord:
         )
     try:
         return _read(path)
+    except RecordError as e:
+        raise UserError(f"{path} is not to be trusted: {e}; nothing was done with it. Remove it "
+                        "if it is not yours.") from None
     except (ValidationError, ValueError) as e:
         raise UserError(f"{path} is not a valid run record ({_first_error(e)}); "
                         "it was edited or written by another version.") from None
+    except OSError as e:
+        raise denied(path, "read the run record", e) from None
 
 
 def _read(path: Path) -> RunRecord:
-    record = RunRecord.model_validate_json(path.read_text())
+    """The record at ``path`` (runs/<id>/run.json), when it is what it says: a regular file
+    (no symlink, bounded), its ``run_id`` its directory's name, its ``uid`` the owner of the
+    file and of the directory.  RecordError when not; OSError when it cannot be read."""
+    text, st = read_regular(path)
+    record = RunRecord.model_validate_json(text)
+    d = os.lstat(path.parent)
+    if record.run_id != path.parent.name:
+        raise RecordError(f"it names run {record.run_id!r} but is in directory {path.parent.name!r} "
+                          "(renamed or copied)")
+    if d.st_uid != st.st_uid:
+        raise RecordError(f"the file's owner ({user_name(st.st_uid)}) does not own its directory "
+                          f"({user_name(d.st_uid)})")
+    if record.uid is not None and record.uid != st.st_uid:
+        raise RecordError(f"it says uid {record.uid} ({record.user or '?'}) launched it, but "
+                          f"{user_name(st.st_uid)} (uid {st.st_uid}) wrote it")
+    record.uid = st.st_uid              # an older record without uid: its file's owner's
+    record.user = user_name(st.st_uid)  # the name shown is the owner's, whatever the file says
     record._on_disk = True
     return record
 
@@ -388,8 +514,9 @@ def _first_error(e: Exception) -> str:
     return str(e).splitlines()[0]
 
 
-def list_runs() -> list[RunRecord]:
-    """Every readable run record under runs_dir(), newest first (by start time)."""
+def list_runs(skipped: list[str] | None = None) -> list[RunRecord]:
+    """Every readable, trustworthy run record under runs_dir(), newest first (by start time);
+    ``skipped`` gets a line for each record left out and why."""
     root = runs_dir()
     if not root.is_dir():
         return []
@@ -397,15 +524,21 @@ def list_runs() -> list[RunRecord]:
     for path in root.glob(f"*/{RECORD_NAME}"):
         try:
             found.append(_read(path))
+        except RecordError as e:
+            if skipped is not None:
+                skipped.append(f"{path}: not to be trusted ({e})")
+        except PermissionError:
+            if skipped is not None:
+                skipped.append(f"{path}: not readable (its owner runs `chmod a+r` on it)")
         except (ValidationError, ValueError, OSError):
             continue  # a foreign or damaged directory is not a run; `runs` skips it
     found.sort(key=lambda r: (r.started, r.run_id), reverse=True)
     return found
 
 
-def resolve(run_id: str | None, *, user: str | None = None) -> RunRecord:
-    """``run_id``'s record (whoever's), or when None the newest run of ``user`` (default:
-    :func:`current_user`; a record older than the ``user`` field counts as anyone's).
+def resolve(run_id: str | None, *, uid: int | None = None) -> RunRecord:
+    """``run_id``'s record (whoever's), or when None the newest run of ``uid`` (default: the
+    caller's).
     UserError when there is none, naming the newest run of another user if there is one."""
     if run_id:
         return load(run_id)
@@ -415,9 +548,10 @@ def resolve(run_id: str | None, *, user: str | None = None) -> RunRecord:
             f"no runs recorded in {runs_dir().resolve()} yet; start one with "
             "`clusterctl launch JOB --nodes INVENTORY` (CLUSTERCTL_RUNS points elsewhere)."
         )
-    user = user or current_user()
+    uid = os.geteuid() if uid is None else uid
+    user = user_name(uid)
     for r in all_runs:
-        if owned_by(r, user):
+        if owned_by(r, uid):
             return r
     other = all_runs[0]
     raise UserError(
@@ -427,17 +561,18 @@ def resolve(run_id: str | None, *, user: str | None = None) -> RunRecord:
     )
 
 
-def owned_by(record: RunRecord, user: str) -> bool:
-    """Whether ``record`` is ``user``'s run (an older record names nobody: anyone's)."""
-    return not record.user or record.user == user
+def owned_by(record: RunRecord, uid: int | None = None) -> bool:
+    """Whether ``record`` is the run of ``uid`` (default: the caller's effective uid)."""
+    return record.uid == (os.geteuid() if uid is None else uid)
 
 
-def others_run(record: RunRecord, user: str | None = None) -> str | None:
-    """The owner of ``record`` when it is not ``user``'s (default: the current user's) run,
-    else None: what ``logs``/``status`` name in a header and ``stop`` refuses without
-    ``--any-user``."""
-    user = user or current_user()
-    return None if owned_by(record, user) else record.user
+def others_run(record: RunRecord, uid: int | None = None) -> str | None:
+    """The owner of ``record`` when it is not ``uid``'s (default: the caller's) run, else
+    None: what ``logs``/``status`` name in a header and ``stop``, ``launch --rerun`` and
+    ``--resume`` refuse without ``--any-user``."""
+    if owned_by(record, uid):
+        return None
+    return record.user or (user_name(record.uid) if record.uid is not None else "unknown")
 
 
 def summary_rows(records: list[RunRecord]) -> list[list[str]]:
@@ -512,6 +647,27 @@ LIVE_STATES = ("starting", "running", "restarting")
 PORTS_DIR = ".ports"
 #: A claim whose launch cannot be checked (another host) counts this long at most.
 CLAIM_TTL = timedelta(hours=12)
+#: Seconds a launch waits at most for another to finish choosing its port.
+LOCK_TIMEOUT = 60.0
+
+
+def _own_ports_dir(d: Path) -> None:
+    """runs/.ports/, made as shareable as the runs directory (a sticky group directory gets a
+    sticky group .ports/) and checked like it (:func:`check_runs_dir`)."""
+    root = check_runs_dir(d.parent)
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        d.mkdir()
+        shared = stat.S_IMODE(os.stat(root).st_mode)
+        if shared & stat.S_ISVTX:
+            os.chmod(d, shared & 0o3777)
+    except FileExistsError:
+        pass
+    except PermissionError as e:
+        raise denied(d, "create", e) from None
+    if os.path.islink(d):
+        raise UserError(f"{d} is a symlink; clusterctl never follows one there: remove it.")
+    check_runs_dir(d)
 
 
 class PortClaim(BaseModel):
@@ -520,6 +676,7 @@ class PortClaim(BaseModel):
 
     run_id: str
     user: str
+    uid: int | None = None
     master_addr: str
     port: int
     time: datetime = Field(default_factory=utcnow)
@@ -553,13 +710,27 @@ def _claim_live(claim: PortClaim, recorded: Mapping[str, RunRecord]) -> bool:
 
 
 def _claims(recorded: Mapping[str, RunRecord]) -> list[tuple[Path, PortClaim | None, bool]]:
-    """Every claim file: (path, the claim or None when unreadable, whether it counts)."""
+    """Every claim file: (path, the claim or None when unreadable, whether it counts).  A
+    claim that cannot be read counts for CLAIM_TTL after it was written (its port is not
+    known: see :func:`take_master_port`); one whose name, owner or content disagree counts
+    not at all."""
     d = _claims_dir()
     found = []
     for path in sorted(d.glob("*.json")) if d.is_dir() else []:
         try:
-            claim = PortClaim.model_validate_json(path.read_text())
+            text, st = read_regular(path)
+            claim = PortClaim.model_validate_json(text)
+        except PermissionError:
+            try:
+                young = utcnow() - datetime.fromtimestamp(os.lstat(path).st_mtime, timezone.utc) < CLAIM_TTL
+            except OSError:
+                young = False
+            found.append((path, None, young))
+            continue
         except (ValidationError, ValueError, OSError):
+            found.append((path, None, False))
+            continue
+        if path.name != f"{claim.run_id}.json" or claim.uid not in (None, st.st_uid):
             found.append((path, None, False))
             continue
         found.append((path, claim, _claim_live(claim, recorded)))
@@ -580,7 +751,9 @@ def _recorded() -> dict[str, RunRecord]:
 
 def _holders(master_addr: str, skip_run: str | None, recorded: Mapping[str, RunRecord]
              ) -> tuple[dict[int, Holder], list[Path]]:
-    """port_holders, and the claim files that no longer count (to remove)."""
+    """port_holders, and the claim files that no longer count (to remove: only the caller's
+    own; another user's claim is never removed).  UserError when a claim that may be live
+    cannot be read (the port it holds is unknown)."""
     held: dict[int, Holder] = {}
     for r in recorded.values():
         if (r.run_id != skip_run and r.master_port and r.master_addr == master_addr
@@ -589,11 +762,32 @@ def _holders(master_addr: str, skip_run: str | None, recorded: Mapping[str, RunR
     stale = []
     for path, claim, live in _claims(recorded):
         if not live:
-            stale.append(path)
+            if _is_mine(path):
+                stale.append(path)
+        elif claim is None:
+            raise UserError(
+                f"the port claim {path} cannot be read (owner {_owner_name(path)}), so the port it "
+                "holds is not known and none was chosen; nothing was started. Its owner makes it "
+                f"readable (`chmod a+r {path}`) or removes it; it stops counting "
+                f"{CLAIM_TTL.total_seconds() / 3600:g} h after it was written.")
         elif claim.run_id != skip_run and claim.master_addr == master_addr:
             held.setdefault(claim.port, Holder(run_id=claim.run_id, user=claim.user,
                                                state=getattr(recorded.get(claim.run_id), "state", "starting")))
     return held, stale
+
+
+def _is_mine(path: Path) -> bool:
+    try:
+        return os.lstat(path).st_uid == os.geteuid()
+    except OSError:
+        return False
+
+
+def _owner_name(path: Path) -> str:
+    try:
+        return user_name(os.lstat(path).st_uid)
+    except OSError:
+        return "unknown"
 
 
 def held_message(port: int, node: str, holder: Holder, where: str = "") -> str:
@@ -610,14 +804,15 @@ def take_master_port(run_id: str, master_addr: str, choose: Callable[[Mapping[in
     runs directory's port lock, and claimed there before the lock is let go, so a launch
     choosing at the same moment sees it.  Stale claims (their launch ended) are removed."""
     d = _claims_dir()
-    with one_at_a_time(d / "lock", on_wait, "launch choosing its master port"):
+    _own_ports_dir(d)
+    with one_at_a_time(d / "lock", on_wait, "launch choosing its master port", timeout=LOCK_TIMEOUT):
         held, stale = _holders(master_addr, run_id, _recorded())
         port = choose(held)
         for path in stale:
             path.unlink(missing_ok=True)
-        claim = PortClaim(run_id=run_id, user=current_user(), master_addr=master_addr, port=port,
-                          launcher=this_launcher())
-        write_atomic(d / f"{run_id}.json", claim.model_dump_json(indent=2) + "\n")
+        claim = PortClaim(run_id=run_id, user=current_user(), uid=os.geteuid(),
+                          master_addr=master_addr, port=port, launcher=this_launcher())
+        write_atomic(d / f"{run_id}.json", claim.model_dump_json(indent=2) + "\n", mode=0o644)
     return port
 
 

@@ -11,6 +11,7 @@ touches a node.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,7 @@ class LaunchRequest:
     fail_grace: int = supervise.Settings.fail_grace
     resume: str | None = None              # RUN_ID
     rerun: str | None = None               # RUN_ID
+    any_user: bool = False                 # --rerun/--resume of another user's run allowed
     argv: list[str] = field(default_factory=list)      # the command line, as recorded
 
 
@@ -178,10 +180,26 @@ def run_outcome(record: records.RunRecord) -> str:
     return words + ("" if record.exit_code is None else f", exit {record.exit_code}")
 
 
-def resumed(req: LaunchRequest) -> Prepared:
+def _own_or_allowed(record: records.RunRecord, req: LaunchRequest, flag: str,
+                    note: Callable[[str], None]) -> records.RunRecord:
+    """``record`` when it is the caller's run, or another user's with ``--any-user`` (said on
+    stderr); else UserError naming whose it is: its command would run with your identity."""
+    owner = records.others_run(record)
+    if owner is None:
+        return record
+    if not req.any_user:
+        raise UserError(f"run {record.run_id} is user {owner}'s run, not yours "
+                        f"({records.current_user()}): {flag} would run its recorded command on "
+                        f"your nodes as you; nothing was started. To do it anyway: `clusterctl "
+                        f"launch {flag} {record.run_id} --any-user`.")
+    note(f"run {record.run_id} is user {owner}'s run; {flag} of it as you (--any-user)")
+    return record
+
+
+def resumed(req: LaunchRequest, note: Callable[[str], None] = lambda _text: None) -> Prepared:
     """``launch --resume RUN_ID``: a run whose follower died, to follow and go on with."""
     run_id_of = req.resume
-    record = records.load(run_id_of)
+    record = _own_or_allowed(records.load(run_id_of), req, "--resume", note)
     if record.state not in ("starting", "running", "restarting", "unknown"):
         raise UserError(f"run {run_id_of} has ended ({run_outcome(record)}): nothing to resume; "
                         f"`clusterctl launch --rerun {run_id_of}` runs it again.")
@@ -203,7 +221,7 @@ def resumed(req: LaunchRequest) -> Prepared:
 def rerun(req: LaunchRequest, note) -> Prepared:
     """``launch --rerun RUN_ID``: the recorded job and exactly its code, on its nodes."""
     run_id_of = req.rerun
-    record = records.load(run_id_of)
+    record = _own_or_allowed(records.load(run_id_of), req, "--rerun", note)
     spec, inventory, ws = recorded_job(record, req.nodes, req.sets, what="run again")
     if ws is not None:
         note(f"rerun of {run_id_of}: code {record.code.digest} from this machine's store"

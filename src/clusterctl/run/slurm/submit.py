@@ -240,7 +240,7 @@ def submit(job: Job, options: SlurmOptions, *, inventory: Inventory | None = Non
         elif codes and job.max_restarts:
             note(f"{rule.label} ({codes}): not on Slurm: {rule.slurm.why}.")
     record = _new_record(job, script, inventory, argv)
-    run_dir.mkdir(parents=True, exist_ok=True)
+    records.own_run_dir(run_id)
     (run_dir / slurm_script.RECORDS_DIR).mkdir(exist_ok=True)
     script_path = run_dir / SCRIPT_NAME
     script_path.write_text(script.text)
