@@ -279,3 +279,20 @@ def test_a_big_run_json_is_not_read_whole(served, runs_dir, monkeypatch):
     t0 = time.monotonic()
     assert ask_json(d, "/api/runs")[1] == []
     assert time.monotonic() - t0 < 5
+
+
+def test_an_ipv6_loopback_is_served_without_a_token(runs_dir):
+    make("a-run")
+    try:
+        d = Dashboard(runs_dir, host="::1", port=0).start()
+    except UserError as e:
+        pytest.skip(f"no IPv6 loopback here: {e}")
+    try:
+        assert d.url == f"http://[::1]:{d.port}/" and d.token is None
+        conn = http.client.HTTPConnection("::1", d.port, timeout=10)
+        conn.request("GET", "/api/runs")          # Host: [::1]:PORT
+        r = conn.getresponse()
+        assert r.status == 200 and b"a-run" in r.read()
+        conn.close()
+    finally:
+        d.close()

@@ -30,6 +30,7 @@ import hmac
 import ipaddress
 import json
 import secrets
+import socket
 import threading
 import time
 from collections import deque
@@ -137,8 +138,11 @@ class Dashboard:
         self._samples: dict[tuple[str, str], _Samples] = {}
         self._lock = threading.Lock()
         handler = type("Handler", (_Handler,), {"dashboard": self})
+        server = ThreadingHTTPServer
+        if ":" in host:       # an IPv6 address (--host ::1, --host ::)
+            server = type("Server6", (ThreadingHTTPServer,), {"address_family": socket.AF_INET6})
         try:
-            self.server = ThreadingHTTPServer((host, port), handler)
+            self.server = server((host, port), handler)
         except OSError as e:
             raise UserError(f"cannot serve on {host}:{port}: {e.strerror or e}; give another "
                             "--port (0 picks a free one) or --host.") from None
