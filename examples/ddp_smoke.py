@@ -24,9 +24,13 @@ Environment: ``DDP_SMOKE_STEPS`` (default 5), ``DDP_SMOKE_TIMEOUT`` (seconds a
 collective waits for a peer, default 120), ``DDP_SMOKE_PROGRESS=1`` (each rank
 prints a line when it starts and one per step), ``DDP_SMOKE_METRICS=1`` (each rank prints
 clusterctl's metrics line after each step: ``clusterctl-metrics {"rank", "step", "loss",
-"samples", "time"}``, what ``clusterctl ui`` draws), ``DDP_SMOKE_STEP_SECONDS`` (a pause
-after each step, to make a run last), and test hooks that prove the checks can
-fail: ``DDP_SMOKE_PERTURB_RANK`` (that global rank adds 1e-3 to its weights after
+"samples", "time"}``, what ``clusterctl ui`` draws and ``clusterctl top`` rates),
+``DDP_SMOKE_STEP_SECONDS`` (a pause after each step, to make a run last; with
+``DDP_SMOKE_BUSY=1`` the pause is spent computing, as a larger model's step would, so the
+node's CPU shows the work), ``DDP_SMOKE_SLOW_RANK`` (that global rank's pause is a sleep of
+``DDP_SMOKE_SLOW_SECONDS``, default the step pause, even with DDP_SMOKE_BUSY: it idles while
+the others work, what ``clusterctl top`` marks idle), and test hooks that prove the checks
+can fail: ``DDP_SMOKE_PERTURB_RANK`` (that global rank adds 1e-3 to its weights after
 training), ``DDP_SMOKE_STOP_RANK`` (that global rank stops itself with SIGSTOP
 before step ``DDP_SMOKE_STOP_STEP``, default 3: the others then wait in the
 collective for ever, which is what ``clusterctl launch --hang-timeout`` must find).
@@ -113,6 +117,20 @@ def say(line: str) -> None:
 
 def env_int(name: str, default: int) -> int:
     return int(os.environ.get(name, default))
+
+
+def pause_for(seconds: float, busy: bool) -> None:
+    """The pause after a step: a sleep, or (``busy``) as long spent computing on the CPU."""
+    if seconds <= 0:
+        return
+    if not busy:
+        time.sleep(seconds)
+        return
+    end = time.monotonic() + seconds
+    x = 1.0
+    while time.monotonic() < end:
+        for _ in range(1000):
+            x = x * 1.0000001 + 1e-9
 
 
 def import_backend(backend: str) -> None:
@@ -413,6 +431,9 @@ def train(model: torch.nn.Module, rank: int, steps: int, device: torch.device,
     progress = os.environ.get("DDP_SMOKE_PROGRESS") == "1"
     metrics = os.environ.get("DDP_SMOKE_METRICS") == "1"
     pause = float(os.environ.get("DDP_SMOKE_STEP_SECONDS", "0"))
+    busy = os.environ.get("DDP_SMOKE_BUSY") == "1"
+    if os.environ.get("DDP_SMOKE_SLOW_RANK") == str(rank):   # it idles while the others work
+        pause, busy = float(os.environ.get("DDP_SMOKE_SLOW_SECONDS", pause)), False
     stop_rank = os.environ.get("DDP_SMOKE_STOP_RANK")
     stop_step = env_int("DDP_SMOKE_STOP_STEP", 3)
     fail_rank = os.environ.get("DDP_SMOKE_FAIL_RANK")
@@ -440,8 +461,7 @@ def train(model: torch.nn.Module, rank: int, steps: int, device: torch.device,
                                                     "samples": 64 * step, "time": time.time()}))
         if checkpoints is not None:
             checkpoints.save(step, model, opt, first)
-        if pause:
-            time.sleep(pause)
+        pause_for(pause, busy)
     return model, (first if first is not None else float("nan"))
 
 
