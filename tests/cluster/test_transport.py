@@ -366,6 +366,34 @@ def test_changed_host_key_is_always_refused(loopback_sshd, accept_new):
     assert kh.read_text() == before
 
 
+def test_marker_and_junk_lines_do_not_spoil_the_file_and_revoked_keys_are_never_accepted(loopback_sshd):
+    """paramiko's own loader gave up on the whole file at a @cert-authority, @revoked or
+    corrupt line, so every node failed with a message about something else."""
+    kind, b64 = loopback_sshd.host_key.with_suffix(".pub").read_text().split()[:2]
+    kh = loopback_sshd.tmp("known_hosts")
+    kh.write_text(f"@cert-authority *.example.com {kind} {b64}\nnot a key line at all\n"
+                  + loopback_sshd.known_hosts_line())
+    with _cluster(loopback_sshd, 2, known_hosts=kh) as cluster:
+        assert cluster.map(lambda c: c.run(["true"]).exit_code) == {"node1": 0, "node2": 0}
+    kh.write_text(loopback_sshd.known_hosts_line() + f"@revoked * {kind} {b64}\n")
+    for accept_new in (False, True):
+        with _cluster(loopback_sshd, known_hosts=kh, accept_new_host_keys=accept_new) as cluster:
+            err = cluster.map(lambda c: c.run(["true"]))["node1"]
+        assert isinstance(err, NodeError) and str(err).startswith("node1: host key REVOKED"), err
+        assert "@revoked" in str(err)
+
+
+def test_a_host_only_a_cert_authority_vouches_for_is_refused_with_the_way_to_add_its_key(loopback_sshd):
+    kind, b64 = loopback_sshd.host_key.with_suffix(".pub").read_text().split()[:2]
+    kh = loopback_sshd.tmp("known_hosts")
+    kh.write_text(f"# site CA\n@cert-authority 127.0.0.* {kind} {b64}\n")
+    with _cluster(loopback_sshd, known_hosts=kh) as cluster:
+        err = cluster.map(lambda c: c.run(["true"]))["node1"]
+    assert isinstance(err, NodeError) and "host key unknown" in str(err)
+    assert "line 2 trusts host certificates from a @cert-authority" in str(err)
+    assert "ssh-keyscan" in str(err)
+
+
 # --------------------------------------------------------------------------- failures and fan-out
 
 def test_unreachable_and_unauthorised_nodes_fail_alone(loopback_sshd):

@@ -7,6 +7,13 @@ every connection, gateways included (:func:`secure`).  An unknown host is refuse
 the key like OpenSSH's ``StrictHostKeyChecking accept-new``
 (:func:`record_host_key`).  A CHANGED key (:class:`HostKeyChanged`) is always an error.
 
+The file is read as OpenSSH reads it (:func:`load_known_hosts`), not with paramiko's
+loader, which gives up on the whole file at the first line it cannot parse: a line that
+is not a key is skipped; ``@revoked`` keys are honoured (never accepted for any host,
+also not with accept-new: :class:`HostKeyRevoked`); ``@cert-authority`` lines (host
+certificates, which clusterctl does not verify) are named in the message of a host that
+has no plain key, with the way to add one.
+
 Contract: :func:`fingerprint`, :func:`default_known_hosts`, :func:`host_key_name`,
 :func:`record_host_key`, :class:`KnownHostsPolicy`, :class:`KnownHostsCache`, :func:`secure`,
 :func:`describe_host_key_error`.  Imports nothing else of the transport package.
@@ -50,6 +57,83 @@ class HostKeyUnknown(paramiko.SSHException):
         self.known_hosts = known_hosts
 
 
+class HostKeyRevoked(paramiko.SSHException):
+    """The node offered a key that known_hosts marks ``@revoked``."""
+
+    def __init__(self, hostname: str, key: paramiko.PKey, known_hosts: Path) -> None:
+        super().__init__(f"revoked host key for {hostname}")
+        self.hostname = hostname
+        self.key = key
+        self.known_hosts = known_hosts
+
+
+class KnownHosts(paramiko.HostKeys):
+    """paramiko's HostKeys, plus what its loader cannot hold: the ``@revoked`` keys and the
+    host patterns of ``@cert-authority`` lines (with their line numbers)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.revoked: set[tuple[str, str]] = set()          # (key type, base64)
+        self.cert_authorities: list[tuple[list[str], int]] = []
+
+    def copy(self) -> KnownHosts:
+        out = KnownHosts()
+        out._entries = [paramiko.hostkeys.HostKeyEntry(list(e.hostnames), e.key) for e in self._entries]
+        out.revoked = set(self.revoked)
+        out.cert_authorities = list(self.cert_authorities)
+        return out
+
+    def is_revoked(self, key: paramiko.PKey) -> bool:
+        return (key.get_name(), key.get_base64()) in self.revoked
+
+    def ca_lines_for(self, hostname: str) -> list[int]:
+        """The line numbers of ``@cert-authority`` lines whose patterns match ``hostname``."""
+        import fnmatch
+
+        name = hostname.strip("[").split("]")[0]
+        found = []
+        for patterns, line in self.cert_authorities:
+            positive = [p for p in patterns if not p.startswith("!")]
+            negative = [p[1:] for p in patterns if p.startswith("!")]
+            if (any(fnmatch.fnmatchcase(n, p) for p in positive for n in (hostname, name))
+                    and not any(fnmatch.fnmatchcase(n, p) for p in negative for n in (hostname, name))):
+                found.append(line)
+        return found
+
+
+def load_known_hosts(path: Path) -> KnownHosts:
+    """``path`` read as OpenSSH reads it (see the module docstring); empty when it is missing."""
+    keys = KnownHosts()
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except FileNotFoundError:
+        return keys
+    for number, line in enumerate(text.splitlines(), 1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        marker = None
+        if line.startswith("@"):
+            marker, _, line = line.partition(" ")
+            line = line.strip()
+        try:
+            entry = paramiko.hostkeys.HostKeyEntry.from_line(line, number)
+        except (paramiko.hostkeys.InvalidHostKey, paramiko.SSHException, ValueError, TypeError,
+                IndexError, UnicodeError):
+            entry = None
+        if entry is None or entry.key is None:
+            continue              # not a key line: OpenSSH skips it too
+        if marker == "@revoked":
+            keys.revoked.add((entry.key.get_name(), entry.key.get_base64()))
+        elif marker == "@cert-authority":
+            keys.cert_authorities.append((list(entry.hostnames), number))
+        elif marker is None:
+            keys._entries.append(entry)
+    if keys.revoked:              # a revoked key is no host's key, whatever other lines say
+        keys._entries = [e for e in keys._entries if not keys.is_revoked(e.key)]
+    return keys
+
+
 class HostKeyChanged(paramiko.SSHException):
     """The node offered a different key than the one recorded for it."""
 
@@ -65,11 +149,8 @@ class HostKeyChanged(paramiko.SSHException):
 _known_hosts_lock = threading.Lock()
 
 
-def _load_host_keys(path: Path) -> paramiko.HostKeys:
-    keys = paramiko.HostKeys()
-    if path.exists():
-        keys.load(str(path))
-    return keys
+def _load_host_keys(path: Path) -> KnownHosts:
+    return load_known_hosts(path)
 
 
 def record_host_key(path: Path, hostname: str, key: paramiko.PKey) -> None:
@@ -110,11 +191,14 @@ class KnownHostsPolicy(paramiko.MissingHostKeyPolicy):
     BadHostKeyException), so accept-new can never paper over a changed key.
     """
 
-    def __init__(self, known_hosts: Path, accept_new: bool) -> None:
+    def __init__(self, known_hosts: Path, accept_new: bool, keys: KnownHosts | None = None) -> None:
         self.known_hosts = known_hosts
         self.accept_new = accept_new
+        self.keys = keys if keys is not None else load_known_hosts(known_hosts)
 
     def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey):
+        if self.keys.is_revoked(key):
+            raise HostKeyRevoked(hostname, key, self.known_hosts)
         if not self.accept_new:
             raise HostKeyUnknown(hostname, key, self.known_hosts)
         record_host_key(self.known_hosts, hostname, key)
@@ -136,15 +220,12 @@ class KnownHostsCache:
         self._parsed: paramiko.HostKeys | None = None
         self._lock = threading.Lock()
 
-    def host_keys(self) -> paramiko.HostKeys:
+    def host_keys(self) -> KnownHosts:
         with self._lock:
             if self._parsed is None:
                 self._parsed = _load_host_keys(self.path)
             parsed = self._parsed
-        copy = paramiko.HostKeys()
-        copy._entries = [paramiko.hostkeys.HostKeyEntry(list(e.hostnames), e.key)
-                         for e in parsed._entries]
-        return copy
+        return parsed.copy()
 
 
 def known_hosts_index(host_keys: paramiko.HostKeys):
@@ -177,11 +258,9 @@ def secure(conn: Connection, known_hosts: Path, accept_new: bool,
     ``cache``: the file parsed once for many connections (else it is read here).
     """
     client = paramiko.SSHClient()
-    if cache is not None and cache.path == known_hosts:
-        client._host_keys = cache.host_keys()
-    elif known_hosts.exists():
-        client.get_host_keys().load(str(known_hosts))
-    client.set_missing_host_key_policy(KnownHostsPolicy(known_hosts, accept_new))
+    keys = cache.host_keys() if cache is not None and cache.path == known_hosts else load_known_hosts(known_hosts)
+    client._host_keys = keys
+    client.set_missing_host_key_policy(KnownHostsPolicy(known_hosts, accept_new, keys))
     conn.client = client
     if isinstance(conn.gateway, Connection):
         secure(conn.gateway, known_hosts, accept_new, cache)
@@ -189,9 +268,20 @@ def secure(conn: Connection, known_hosts: Path, accept_new: bool,
 
 def describe_host_key_error(exc: BaseException, known_hosts: Path | None = None) -> str | None:
     """The one-line reason for an unknown or changed host key; None for any other error."""
+    if isinstance(exc, HostKeyRevoked):
+        return (f"host key REVOKED: {exc.hostname} offered {exc.key.get_name()} key "
+                f"{fingerprint(exc.key)}, which {exc.known_hosts} marks @revoked; it is never "
+                "accepted. Give the node a new host key, or remove the @revoked line if the key "
+                "is trusted again")
     if isinstance(exc, HostKeyUnknown):
+        ca = load_known_hosts(exc.known_hosts).ca_lines_for(exc.hostname)
+        via_ca = (f" ({exc.known_hosts} line{'s' if len(ca) > 1 else ''} "
+                  f"{', '.join(map(str, ca))} trust{'' if len(ca) > 1 else 's'} host certificates "
+                  f"from a @cert-authority for it; clusterctl checks plain host keys only: add "
+                  f"the node's key, e.g. `ssh-keyscan -t ed25519 {exc.hostname} >> "
+                  f"{exc.known_hosts}` after checking its fingerprint)") if ca else ""
         return (f"host key unknown: {exc.hostname} offered {exc.key.get_name()} key "
-                f"{fingerprint(exc.key)}, which is not in {exc.known_hosts}. Check the "
+                f"{fingerprint(exc.key)}, which is not in {exc.known_hosts}{via_ca}. Check the "
                 "fingerprint on the node (ssh-keygen -lf /etc/ssh/ssh_host_*_key.pub), then "
                 "accept it with --accept-new-host-keys (or `ssh: {accept_new_host_keys: true}` "
                 "in the inventory), which records it in that file")
