@@ -5,6 +5,9 @@
 # `sudo` in front only when you are not root already (so `make demo` works
 # in a root container without sudo, and `sudo make demo` works too).
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+# What needs no root runs as you: also under `sudo make demo` (sudo's SUDO_USER), so that
+# the demo's run is recorded as yours and `clusterctl runs` shows it to you.
+AS_USER := $(shell [ "$$(id -u)" = 0 ] && [ -n "$$SUDO_USER" ] && [ "$$SUDO_USER" != root ] && echo runuser -u "$$SUDO_USER" --)
 PYTHON ?= python3
 # the virtual environment scripts/setup-host creates from the lock; every
 # command below uses its clusterctl and its python, never the machine's
@@ -63,10 +66,12 @@ image: $(CLUSTERCTL)
 render: $(CLUSTERCTL)
 	$(CLUSTERCTL) render --target $(TARGET)
 
+# build and sandbox up need root; under sudo, sandbox up gives you its key and inventory and
+# setup gives you the engine's socket, so the demo's launch (and the README's tour) runs as you
 demo: setup
 	$(SUDO) $(CLUSTERCTL) build --target cpu
 	$(SUDO) $(CLUSTERCTL) sandbox up --nodes $(NODES)
-	$(SUDO) $(CLUSTERCTL) launch ddp-smoke --nodes $(INVENTORY)
+	$(AS_USER) $(CLUSTERCTL) launch ddp-smoke --nodes $(INVENTORY)
 
 # The sandbox goes; so does clusterctl's private Docker engine, but only when
 # scripts/setup-host started it (it leaves .clusterctl/engine-started-by-setup).

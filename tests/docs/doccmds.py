@@ -35,6 +35,7 @@ import shlex
 import signal
 import subprocess
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -76,6 +77,7 @@ class Marker:
 class Command:
     line: int                    # the line of the page the command starts on
     text: str                    # as written: continuations joined, `$ `/`sudo ` stripped
+    sudo: bool = False           # written with `sudo ` in front (a user runs it through sudo)
 
     @property
     def simple(self) -> list[list[str]]:
@@ -323,9 +325,9 @@ def extract_commands(body: list[str], first_line: int, *, console: bool = False)
                 i += 1
             text = "\n".join([text, *doc, heredoc["word"]])
             i += 1
-        text = strip_prefixes(text)
-        if text:
-            out.append(Command(first_line + start, text))
+        stripped = strip_prefixes(text)
+        if stripped:
+            out.append(Command(first_line + start, stripped, sudo=_sudo_first(text)))
     return out
 
 
@@ -342,6 +344,14 @@ def strip_prefixes(text: str) -> str:
             text = rest
         else:
             return t
+
+
+def _sudo_first(text: str) -> bool:
+    """Whether the command line starts with `sudo` (after any `$ ` prompt)."""
+    t = text.lstrip()
+    while t.startswith("$ "):
+        t = t[2:].lstrip()
+    return t.startswith("sudo ")
 
 
 def _strip_quoted(text: str) -> str:
@@ -499,10 +509,14 @@ class Ran:
     seconds: float
 
 
-def run_command(cmd: Command, cwd: Path, env: dict[str, str], timeout: float) -> Ran:
-    """`bash -c TEXT`, stdout and stderr merged, in its own process group (killed whole on timeout)."""
+def run_command(cmd: Command, cwd: Path, env: dict[str, str], timeout: float, *,
+                as_user: Sequence[str] = ()) -> Ran:
+    """`bash -c TEXT`, stdout and stderr merged, in its own process group (killed whole on timeout).
+    ``as_user``: the argv that runs it as another user (``setpriv --reuid ...``), who runs a
+    line written with `sudo` through sudo (root runs it without)."""
     t0 = time.monotonic()
-    proc = subprocess.Popen(["bash", "-c", cmd.text], cwd=cwd, env=env, stdin=subprocess.DEVNULL,
+    text = f"sudo {cmd.text}" if as_user and cmd.sudo else cmd.text
+    proc = subprocess.Popen([*as_user, "bash", "-c", text], cwd=cwd, env=env, stdin=subprocess.DEVNULL,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         data, _ = proc.communicate(timeout=timeout)
@@ -515,14 +529,15 @@ def run_command(cmd: Command, cwd: Path, env: dict[str, str], timeout: float) ->
     return Ran(cmd, status, _ANSI.sub("", data.decode(errors="replace")), time.monotonic() - t0)
 
 
-def run_block(block: Block, cwd: Path, env: dict[str, str], timeout: float = 60) -> tuple[list[Ran], str | None]:
+def run_block(block: Block, cwd: Path, env: dict[str, str], timeout: float = 60, *,
+              as_user: Sequence[str] = ()) -> tuple[list[Ran], str | None]:
     """Run the block's command lines in order, each with its own `bash -c`; stop at the first
     unexpected status (earlier lines 0, the last one the marker's exit). Returns what ran and
     None, or what went wrong (naming FILE:LINE), output check included."""
     expected_last = block.marker.exit if block.marker else 0
     ran: list[Ran] = []
     for k, cmd in enumerate(block.commands):
-        r = run_command(cmd, cwd, env, timeout)
+        r = run_command(cmd, cwd, env, timeout, as_user=as_user)
         ran.append(r)
         want = expected_last if k == len(block.commands) - 1 else 0
         if r.status != want:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from clusterctl.cluster import dockerd
 from clusterctl.core.errors import EnvironmentProblem
+from clusterctl.core.invoker import hand_over
 from clusterctl.core.paths import state_dir
 
 STANDARD_SOCKET = Path("/var/run/docker.sock")
@@ -36,13 +37,25 @@ def engine_url() -> str | None:
     return None
 
 
+def _socket_not_yours() -> Path | None:
+    """An engine socket that exists but this user may not open (someone else's engine)."""
+    for path in (STANDARD_SOCKET, local_engine_paths().socket):
+        if path.exists() and not os.access(path, os.R_OK | os.W_OK):
+            return path
+    return None
+
+
 def start_local_engine() -> str:
-    """Start clusterctl's own engine (root); returns its URL."""
+    """Start clusterctl's own engine (root; one already running is kept); returns its URL.
+    Under sudo its socket becomes the invoking user's (group kept), so that user builds
+    and launches without sudo: access to a Docker engine is root's power on this machine,
+    which a user with sudo has already."""
     dockerd.require_root("clusterctl engine up")
     paths = local_engine_paths()
     # --iptables=false: a root-namespace dockerd that manages iptables sets the FORWARD
     # policy to DROP, which silently cuts sandbox nodes off from each other.
     dockerd.start(paths, extra_args=["--iptables=false", "--ip-masq=false"])
+    hand_over(paths.socket, group=False)
     return paths.url
 
 
@@ -56,6 +69,12 @@ def client(timeout: int = 600):
     from docker.errors import DockerException
 
     url = engine_url()
+    denied = None if url else _socket_not_yours()
+    if denied is not None:
+        raise EnvironmentProblem(
+            f"the Docker engine's socket {denied} is not yours to use (Permission denied). "
+            "Run `sudo clusterctl engine up` once: clusterctl's own engine's socket becomes "
+            "yours; or join the socket's group (`sudo usermod -aG docker $USER`, then log in again).")
     if url is None:
         raise EnvironmentProblem(
             "no Docker engine is reachable: DOCKER_HOST is unset, /var/run/docker.sock does "

@@ -27,6 +27,8 @@ from clusterctl.cluster.sandbox.model import (
     state_file,
 )
 from clusterctl.core.errors import UserError
+from clusterctl.core.files import write_atomic
+from clusterctl.core.invoker import hand_over
 
 INVENTORY_MARKER = "# clusterctl-sandbox:"  # first line of an inventory we wrote; down removes only those
 
@@ -48,7 +50,7 @@ def check_inventory_writable(path: Path) -> None:
         raise UserError(f"--inventory {path} is a directory; give a file path such as "
                         f"{path / 'sandbox.yaml'}.")
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        _make_parents(path)
     except OSError as e:
         raise UserError(f"cannot write the inventory to {path}: {e.strerror}; pass another "
                         "--inventory PATH.") from None
@@ -127,12 +129,21 @@ def _registry_lines(sb: Sandbox) -> list[str]:
 
 
 def write_inventory(sb: Sandbox) -> Path:
+    """The inventory, written whole (never through a file planted at its temporary name);
+    under sudo it is the invoking user's, as are the directories made for it."""
     path = Path(sb.inventory_path or DEFAULT_INVENTORY)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(inventory_text(sb))
-    tmp.replace(path)
+    _make_parents(path)
+    write_atomic(path, inventory_text(sb), mode=0o644)
+    hand_over(path)
     return path
+
+
+def _make_parents(path: Path) -> None:
+    """Create the directories above ``path`` that are missing; under sudo they are the
+    invoking user's (``--inventory ~/lab/sandbox.yaml``)."""
+    missing = [p for p in (path.parent, *path.parent.parents) if not p.exists()]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    hand_over(*missing)
 
 
 def remove_inventory(path: Path, name: str) -> bool:

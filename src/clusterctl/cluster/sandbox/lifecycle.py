@@ -53,6 +53,7 @@ from clusterctl.cluster.sandbox.model import (
     state_base,
 )
 from clusterctl.core.errors import UserError
+from clusterctl.core.invoker import hand_over
 from clusterctl.core.tools import require_binaries
 
 _RATE_RE = re.compile(r"^[0-9]+(\.[0-9]+)?(bit|kbit|mbit|gbit|tbit|bps|kbps|mbps|gbps|tbps)\Z", re.I)
@@ -261,9 +262,12 @@ def _bring_up(sb: Sandbox, old: Sandbox | None) -> None:
 
 
 def _start_node(sb: Sandbox, node: SandboxNode) -> None:
-    """sshd and dockerd of one node (each kept when already running in the node's netns)."""
+    """sshd and dockerd of one node (each kept when already running in the node's netns);
+    under sudo the daemon's socket is the invoking user's (``sandbox status`` counts its
+    images without sudo), its group kept."""
     sshd.ensure_sshd(sb, node)
     processes.start_dockerd(node)
+    hand_over(node.daemon.socket, group=False)
 
 
 # --------------------------------------------------------------------------- down

@@ -45,6 +45,7 @@ import yaml
 from clusterctl.cluster.sandbox.model import Sandbox, registry_pidfile, state_base
 from clusterctl.cluster.sandbox.processes import processes_using, run, terminate
 from clusterctl.core.errors import EnvironmentProblem, UserError
+from clusterctl.core.invoker import hand_over
 from clusterctl.core.tools import require_binaries
 
 DEFAULT_PORT = 5000
@@ -240,6 +241,7 @@ def _ensure_auth(sb: Sandbox, p: _Paths) -> None:
         _write_private(p.password, secrets.token_urlsafe(24) + "\n")
         p.htpasswd.unlink(missing_ok=True)
     p.password.chmod(0o600)
+    hand_over(p.password)   # under sudo: the invoking user logs in without sudo
     if p.htpasswd.exists():
         return
     password = p.password.read_text().strip()

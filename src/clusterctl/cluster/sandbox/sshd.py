@@ -25,6 +25,7 @@ from clusterctl.cluster import dockerd
 from clusterctl.cluster.sandbox.model import Sandbox, SandboxNode, load, state_base
 from clusterctl.cluster.sandbox.processes import in_netns, run, stop_pid
 from clusterctl.core.errors import NodeError
+from clusterctl.core.invoker import hand_over
 
 
 def _keygen(path: Path, comment: str) -> None:
@@ -36,11 +37,15 @@ def _keygen(path: Path, comment: str) -> None:
 
 
 def ensure_keys(sb: Sandbox) -> None:
-    """The sandbox's client key (kept when present) and the authorized_keys every node uses."""
+    """The sandbox's client key (kept when present; under sudo the invoking user's, see
+    :mod:`clusterctl.core.invoker`) and the authorized_keys every node uses."""
     sb.dir.mkdir(parents=True, exist_ok=True)
     for d in (state_base(), sb.dir):  # sshd StrictModes: no group/world write on the key's path
         d.chmod(0o755)
     _keygen(sb.key_path, f"clusterctl-sandbox-{sb.name}")
+    # `sudo clusterctl sandbox up`: the key is the invoking user's, so that `clusterctl
+    # launch` and the rest work without sudo (root reads it all the same)
+    hand_over(sb.key_path, sb.key_path.with_suffix(".pub"))
     sb.authorized_keys.write_text(sb.key_path.with_suffix(".pub").read_text())
     sb.authorized_keys.chmod(0o644)
 
