@@ -77,6 +77,8 @@ BROKEN = [
     ("bad_defaults_port.yaml", 3, "defaults.port", '"22" is not a whole number', "from 1 to 65535"),
     ("bad_devices.yaml", 7, "nodes[0].devices[1]", '"dev/shm" is not an absolute device path',
      "absolute device paths"),
+    ("bad_code_dir_colon.yaml", 5, "nodes[0].code_dir", "holds ':', which a container mount",
+     "without ':'"),
 ]
 
 # files with more than one problem: every (line, field, words) must be reported

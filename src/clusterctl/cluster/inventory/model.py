@@ -101,6 +101,16 @@ def _node_path(value: str) -> str:
     return value
 
 
+def _mountable_node_path(value: str) -> str:
+    """A path on the nodes that is mounted into containers (``-v PATH:/workspace:ro``): a
+    ``:`` would split the mount there, and the container runtime would refuse it at start."""
+    _node_path(value)
+    if ":" in value:
+        raise _invalid("holds ':', which a container mount (-v PATH:/workspace:ro) cannot take; "
+                       "valid: an absolute path or ~/... without ':'")
+    return value
+
+
 def _device(value: str) -> str:
     _one_line(value)
     if not value.startswith("/") or _SPACE.search(value):
@@ -121,6 +131,7 @@ Interface = Annotated[str, AfterValidator(_matching(_IFACE_RE, "is not a network
 EnvName = Annotated[str, AfterValidator(_matching(_ENV_NAME_RE, "is not an environment variable name"))]
 UserPath = Annotated[Path, AfterValidator(_user_path)]
 NodePath = Annotated[str, AfterValidator(_node_path)]
+MountableNodePath = Annotated[str, AfterValidator(_mountable_node_path)]
 OneLine = Annotated[str, AfterValidator(_one_line)]
 FreeText = Annotated[str, AfterValidator(_free_text)]
 
@@ -168,7 +179,7 @@ class _NodeSettings(BaseModel):
         "exactly as written (`OMP_NUM_THREADS: 4` gives `\"4\"`); write `\"\"` for an empty "
         "value. A node's own env is added to that of `defaults` (a node's value wins); it "
         "wins over the target's and the job's env, `--set` wins over it."))
-    code_dir: NodePath = Field(DEFAULT_CODE_DIR, description=(
+    code_dir: MountableNodePath = Field(DEFAULT_CODE_DIR, description=(
         "Where the node keeps the copies of your project that `launch --workdir` ships (one "
         "read-only tree per content digest, mounted into the containers): an absolute path or "
         "`~/...` on the node, on its local disk. Unchanged files are shared between the "
