@@ -317,6 +317,22 @@ def test_stop_refuses_another_users_run_and_logs_and_runs_name_the_owner(runs_di
     assert json.loads(runner.invoke(app, ["runs", "--json"]).output)[0]["user"] == "nobody"
 
 
+def test_logs_of_another_users_run_never_read_through_a_link_they_planted(runs_dir, tmp_path):
+    """Root (or anyone) reading nobody's run: its merged.log links to a file only root may read."""
+    if os.geteuid() != 0:
+        pytest.skip("hands records to another uid with chown (root)")
+    secret = tmp_path / "root-only"
+    secret.write_text("root's secret\n")
+    secret.chmod(0o600)
+    done = make("theirs", 0, state="succeeded", exit_code=0)
+    (done.dir / records.MERGED_LOG).symlink_to(secret)
+    _give("theirs")
+    res = runner.invoke(app, ["logs", "theirs"])
+    assert res.exit_code == 2 and "root's secret" not in res.output, res.output
+    assert f"{done.dir / records.MERGED_LOG} (a symlink: clusterctl never follows one here" in res.output
+    assert "Traceback" not in res.output
+
+
 #: A process that waits for ``go`` to exist, then does its part (argv: runs dir, go file, ...).
 _WAIT = ("import os, sys, time\n"
          "os.environ['CLUSTERCTL_RUNS'] = sys.argv[1]\n"

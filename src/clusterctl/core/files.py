@@ -70,6 +70,20 @@ def read_regular(path: Path, *, limit: int = READ_LIMIT) -> tuple[str, os.stat_r
     return data.decode("utf-8", errors="replace"), st
 
 
+def open_text(path: Path) -> IO[str]:
+    """``path`` opened to read as text (bad bytes replaced), never through a symlink and only a
+    regular file: a log may be streamed whole, so it is not size-bounded.  UserError naming the
+    file otherwise."""
+    try:
+        fd = os.open(path, os.O_RDONLY | _NOFOLLOW)
+    except OSError as e:
+        raise denied(path, "read", e) from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise UserError(f"{path} is not a regular file; nothing was read from it.")
+    return os.fdopen(fd, encoding="utf-8", errors="replace")
+
+
 def open_append(path: Path, mode: int = 0o644) -> IO[str]:
     """``path`` opened to append text, created (with ``mode``) when missing, never through a
     symlink; ValueError when it is not a regular file, UserError when it is not ours to write."""

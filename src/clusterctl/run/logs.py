@@ -49,7 +49,7 @@ from clusterctl.cluster.containers import (
 )
 from clusterctl.core import console
 from clusterctl.core.deadline import bounded
-from clusterctl.core.files import open_append
+from clusterctl.core.files import open_append, open_text
 from clusterctl.run.plan import MASK, maskable
 from clusterctl.run.records import MERGED_LOG, RunRecord
 from clusterctl.run.spool import Spool
@@ -293,8 +293,8 @@ def lines_from_files(record: RunRecord, *, node: str | None = None,
     """
     def read() -> Iterator[tuple[str, str]]:
         merged = record.attempt_dir() / MERGED_LOG
-        if merged.is_file():
-            with open(merged, encoding="utf-8", errors="replace") as f:
+        if os.path.lexists(merged):     # a planted symlink is refused by name, never read
+            with open_text(merged) as f:
                 for raw in f:
                     parsed = parse_prefixed(raw.rstrip("\n"))
                     if parsed and (node is None or parsed[0] == node):
@@ -302,8 +302,8 @@ def lines_from_files(record: RunRecord, *, node: str | None = None,
             return
         # a run stopped with `clusterctl stop` before anything was merged: per-node files
         for n in record.nodes:
-            if (node is None or n.node == node) and record.log_path(n.node).is_file():
-                with open(record.log_path(n.node), encoding="utf-8", errors="replace") as f:
+            if (node is None or n.node == node) and os.path.lexists(record.log_path(n.node)):
+                with open_text(record.log_path(n.node)) as f:
                     for raw in f:
                         yield n.node, raw.rstrip("\n")
 
