@@ -491,6 +491,8 @@ def _read(path: Path) -> RunRecord:
     text, st = read_regular(path)
     record = RunRecord.model_validate_json(text)
     d = os.lstat(path.parent)
+    if not _RUN_ID.match(record.run_id):
+        raise RecordError(f"its run id {record.run_id[:80]!r} is not a valid one")
     if record.run_id != path.parent.name:
         raise RecordError(f"it names run {record.run_id!r} but is in directory {path.parent.name!r} "
                           "(renamed or copied)")
