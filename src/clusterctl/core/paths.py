@@ -49,7 +49,10 @@ def state_dir() -> Path:
 
 
 def runs_dir() -> Path:
-    """Run records (logs, run.json), relative to the working directory. CLUSTERCTL_RUNS overrides."""
+    """Run records (logs, run.json): ``./runs`` of the directory you launch from, yours alone;
+    CLUSTERCTL_RUNS overrides (e.g. a directory a group shares: ``clusterctl runs --share``).
+    The one place that says where records live; :func:`clusterctl.run.records.check_runs_dir`
+    refuses one others may write into without the sticky bit."""
     return Path(os.environ.get("CLUSTERCTL_RUNS", "runs"))
 
 
