@@ -50,6 +50,10 @@ DOCKER_ARGV = [
     ("stats", (["c1", "c2"],), {},  # new with clusterctl top: no argv before the seam
      ["docker", "stats", "--no-stream", "--no-trunc", "--format", "{{json .}}", "c1", "c2"]),
     ("exec", ("c1", ["python3", "-c", "x"]), {}, ["docker", "exec", "c1", "python3", "-c", "x"]),
+    ("exec_interactive", ("c1", ["sh"]), {}, ["docker", "exec", "--interactive", "--tty", "c1", "sh"]),
+    ("exec_interactive", ("c1", ["bash"]), {"env": [("TERM", "xterm-256color"), ("A", "b c")]},
+     ["docker", "exec", "--interactive", "--tty", "--env", "TERM=xterm-256color", "--env", "A=b c",
+      "c1", "bash"]),
     ("stop", (["c1"],), {"grace": 7}, ["docker", "stop", "--time", "7", "c1"]),
     ("stop", (["c1"],), {"grace": 9}, ["docker", "stop", "--time", "9", "c1"]),
     ("rm", (["c1"],), {}, ["docker", "rm", "--force", "c1"]),

@@ -2,7 +2,8 @@
 
 One module per group of sub-commands (build.py: targets/render/build; engine.py;
 nodes.py: nodes/check; sandbox.py; push.py; run.py: launch/logs/status/stop/runs;
-execute.py: exec; fault.py: fault injection; export.py: Kubernetes manifests).
+execute.py: exec; interactive.py: shell, port-forward; fault.py: fault injection;
+export.py: Kubernetes manifests).
 Errors derived from ClusterctlError are printed as one message, never a
 traceback, with their exit status (2 for bad input).
 """
@@ -22,6 +23,7 @@ from clusterctl.cli import (
     execute,
     export,
     fault,
+    interactive,
     nodes,
     push,
     run,
@@ -68,7 +70,7 @@ def _root(
     pass
 
 
-for _group in (build, engine, nodes, check, sandbox, push, run, execute, fault, export, top, clean, ui):
+for _group in (build, engine, nodes, check, sandbox, push, run, execute, interactive, fault, export, top, clean, ui):
     _group.register(app)
 
 

@@ -97,7 +97,8 @@ EXIT_STATUSES: tuple[ExitStatus, ...] = (
                "answering (15 s without an answer from its sshd).", ("launch", "attach")),
     ExitStatus(None, "the container's exit code", "Any other status: the exit code of the run's first "
                "failed container, by finish time on its node (`logs --follow` of a Slurm run "
-               "ends with the run's exit status).", ("launch", "logs", "attach")),
+               "ends with the run's exit status; `shell` ends with its shell's own exit status).",
+               ("launch", "logs", "attach", "shell")),
 )
 
 

@@ -12,6 +12,8 @@ node's connection and read its output; what they read is part of the contract:
   :meth:`logs` with ``timestamps`` starts each line with an RFC 3339 UTC time and a space;
 * :meth:`load` reads an image archive on stdin and prints ``Loaded image ID: sha256:...``;
   :meth:`image_inspect` with a Go-template format prints one line per image;
+* :meth:`exec_interactive` runs on a terminal the node's SSH channel has and exits with the
+  command's status;
 * :meth:`version` prints the engine's version and exits 0 only when the engine answers;
   :meth:`info` with ``DOCKER_INFO_FORMAT``-style templates prints those fields.
 
@@ -118,6 +120,14 @@ class ContainerRuntime(ABC):
     @abstractmethod
     def exec(self, container: str, argv: Sequence[str]) -> list[str]:
         """Run ``argv`` inside the running container."""
+
+    @abstractmethod
+    def exec_interactive(self, container: str, argv: Sequence[str], *,
+                         env: Sequence[tuple[str, str]] = ()) -> list[str]:
+        """Run ``argv`` inside the running container on a terminal (``clusterctl shell``):
+        stdin kept open and a pseudo-terminal of the container's own, the command's input
+        and output being the node's terminal (the SSH channel's); ``env`` (``NAME=value``
+        each) set for it only.  Its exit status is the command's."""
 
     @abstractmethod
     def stop(self, containers: Sequence[str], *, grace: int) -> list[str]:

@@ -65,6 +65,11 @@ class DockerRuntime(ContainerRuntime):
     def exec(self, container: str, argv: Sequence[str]) -> list[str]:
         return [self.binary, "exec", container, *argv]
 
+    def exec_interactive(self, container: str, argv: Sequence[str], *,
+                         env: Sequence[tuple[str, str]] = ()) -> list[str]:
+        return [self.binary, "exec", "--interactive", "--tty",
+                *(a for key, value in env for a in ("--env", f"{key}={value}")), container, *argv]
+
     def stop(self, containers: Sequence[str], *, grace: int) -> list[str]:
         return [self.binary, "stop", "--time", str(int(grace)), *containers]
 

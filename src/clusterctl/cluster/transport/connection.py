@@ -13,7 +13,8 @@ DEAD_PEER_TIMEOUT seconds; a command waiting on it then fails with a
 ``NodeError`` saying the connection was lost, instead of hanging forever.
 
 Contract: :class:`NodeConnection` (``open``, ``run``, ``stream``, ``exec_channel``,
-``wait_channel``, ``close``, ``target``, ``peer_address``, ``sshd_address``, ``transport``),
+``terminal_channel``, ``tcp_channel``, ``wait_channel``, ``close``, ``target``,
+``peer_address``, ``sshd_address``, ``transport``),
 :func:`send_signal`, :func:`sshd_answers` (a fresh TCP connection gets sshd's banner).
 """
 
@@ -309,6 +310,43 @@ class NodeConnection:
         """
         return self._channel([os.fspath(a) for a in argv], forward_agent, window_size=window_size)
 
+    def terminal_channel(self, argv: Sequence[str] | None, *, term: str, width: int,
+                         height: int) -> paramiko.Channel:
+        """Start argv (None: the login shell) on a pseudo-terminal of the node's sshd, of type
+        ``term`` and ``width`` x ``height`` characters, as ``ssh -t`` does (``clusterctl
+        shell``): its input and output are the terminal's, raw bytes both ways; resize it
+        with ``chan.resize_pty``, its exit status from ``chan.recv_exit_status()``."""
+        cmd = None if argv is None else command_line([os.fspath(a) for a in argv])
+        transport = self.transport
+        try:
+            chan = transport.open_session(window_size=STREAM_WINDOW_SIZE, timeout=self.connect_timeout)
+            chan.get_pty(term=term, width=width, height=height)
+            if cmd is None:
+                chan.invoke_shell()
+            else:
+                chan.exec_command(cmd)
+        except Exception as e:
+            what = "a login shell" if argv is None else f"`{short(argv)}`"
+            raise NodeError(self.name, f"cannot start {what} on a terminal: "
+                            + describe_error(e, target=self.target)) from None
+        return chan
+
+    def tcp_channel(self, host: str, port: int, *,
+                    origin: tuple[str, int] = ("127.0.0.1", 0)) -> paramiko.Channel:
+        """A TCP connection the node's sshd makes to ``host:port`` as seen from the node
+        (``direct-tcpip``, as ``ssh -L`` does), carried on this connection: raw bytes both
+        ways.  NodeError saying why when the sshd refuses it or nothing listens there."""
+        transport = self.transport
+        try:
+            return transport.open_channel("direct-tcpip", (host, port), origin,
+                                          window_size=STREAM_WINDOW_SIZE, timeout=self.connect_timeout)
+        except paramiko.ChannelException as e:
+            why = _OPEN_FAILURES.get(e.code, e.text or f"refused (code {e.code})")
+            raise NodeError(self.name, f"cannot connect to {host}:{port} there: {why}") from None
+        except Exception as e:
+            raise NodeError(self.name, f"cannot connect to {host}:{port} there: "
+                            + describe_error(e, target=self.target)) from None
+
     def wait_channel(self, chan: paramiko.Channel, argv: Sequence[str] = ("<channel>",), *,
                      timeout: float | None = None, check: bool = False) -> CommandResult:
         """Finish a channel from exec_channel: send EOF, collect output and exit status."""
@@ -390,6 +428,15 @@ class NodeConnection:
         if self._conn is not None:
             _close_fabric(self._conn)
             self._conn = None
+
+
+#: why a node's sshd refused a ``direct-tcpip`` channel, by RFC 4254's reason code
+_OPEN_FAILURES = {
+    1: "its sshd does not allow TCP forwarding (AllowTcpForwarding, PermitOpen in its sshd_config)",
+    2: "nothing accepts connections there (connection refused)",
+    3: "its sshd does not know TCP forwarding (unknown channel type)",
+    4: "its sshd has no resources left for another channel",
+}
 
 
 def send_signal(chan: paramiko.Channel, name: str = "TERM") -> None:
