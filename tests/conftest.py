@@ -7,10 +7,13 @@ engine.py (the local Docker engine, the debootstrapped base image), images.py
 running a real Slurm cluster). They are session-scoped and
 clean up after themselves, also on failure. workdir.py gives a test its own
 working directory (in_tmp). tiers.py marks a test docker or sandbox from the fixtures
-it uses, and gives `pytest --fast` (make test-fast: the tier without either).
+it uses, and gives `pytest --fast` (make test-fast: the tier without either). prefetch.py
+builds the base, cpu and ipex images in the background from the session's start, and runs
+the modules that need no engine first, meanwhile.
 """
 
 pytest_plugins = [
+    "tests.fixtures.prefetch",   # first: engine.py and images.py import it
     "tests.fixtures.engine",
     "tests.fixtures.images",
     "tests.fixtures.registry",
