@@ -178,4 +178,7 @@ def test_every_job_key_flag_is_a_launch_option_that_names_its_key():
                              "max_restarts": 0}) == {"workdir": "proj", "env": {"A": "1", "B": "x=y"},
                                                      "max_restarts": 0}
     with pytest.raises(UserError, match="--env: expected NAME=VALUE"):
-        jobs.flag_values({"env": ["novalue"]})
+        jobs.flag_values({"env": ["=novalue"]})
+    with pytest.raises(UserError, match="--env NONE_SET: NONE_SET is not set in clusterctl's environment"):
+        jobs.flag_values({"env": ["NONE_SET"]}, {})
+    assert jobs.flag_values({"env": ["HF_TOKEN"]}, {"HF_TOKEN": "hf_x"}) == {"env": {"HF_TOKEN": "hf_x"}}
