@@ -1,7 +1,7 @@
 """check --network across real network namespaces (the sandbox's nodes): with one pair
 blocked by a firewall rule inside a node's namespace (iptables, dropping new connections from
-node1 to node3's SSH port), the check names exactly that pair and no other, then passes
-again once the rule is gone."""
+node1 to node3's SSH port), the check names exactly that pair and no other (the check
+without a blocked pair passing is the network page's sandbox block)."""
 
 from __future__ import annotations
 
@@ -29,6 +29,4 @@ def test_network_check_names_the_blocked_pair(sandbox3):
     blocked = [line for line in r.output.splitlines() if " blocked " in line]
     assert blocked == [f"{src}: {src} -> {dst}:22 blocked (timeout): SSH between nodes (the push "
                        "relay and the tree)"], r.output
-    again = runner.invoke(app, ["check", "--nodes", str(sandbox3.inventory_path), "--network"])
-    assert again.exit_code == 0, again.output
-    assert "all 3 nodes ready" in again.output
+    assert "1 of 3 nodes not ready: " + src in r.output    # the others reached every peer
