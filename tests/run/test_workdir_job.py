@@ -129,6 +129,11 @@ def test_dry_run_names_the_credential_like_files_it_left_out(project, monkeypatc
     assert '# code: left out .envrc: direnv\'s environment file' in res.output
     assert '"!/keys/deploy.p12" in .clusterctlignore' in res.output
     assert "hf_secret" not in res.output
+    from clusterctl.run import workspace
+
+    job = inline_job({"command": ["python", "train.py"], "target": "cpu", "workdir": str(project)})
+    ws = workspace.prepare(job, "unused:base")          # no requirements: no engine asked
+    assert len(ws.left_out) == 2 and "2 credential-like files left out" in workspace.describe(ws)
     (project / ".clusterctlignore").write_text("!/.envrc\n")       # named: it ships after all
     res = dry("--target", "cpu", "--workdir", ".", "--", "python", "train.py")
     assert re.search(r"-> /workspace: 6 files", res.output) and "left out .envrc" not in res.output

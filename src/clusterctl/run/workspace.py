@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from clusterctl.code import gitinfo, snapshot, store
+from clusterctl.code.ignore import LeftOut
 from clusterctl.run import records
 from clusterctl.run.jobs import CODE_MOUNT, Job
 
@@ -41,6 +42,7 @@ class Workspace:
     requirements: Path | None = None
     requirements_digest: str | None = None
     image: str | None = None
+    left_out: tuple[LeftOut, ...] = ()   # credential-like files the snapshot did not take
 
 
 def prepare(job: Job, base_image: str, *, limit_bytes: int | None = None,
@@ -57,7 +59,7 @@ def prepare(job: Job, base_image: str, *, limit_bytes: int | None = None,
         from clusterctl.image import deps
         built = deps.requirements_image(base_image, job.requirements, client=engine.client(), log=log)
         image, req_digest = built.ref, built.requirements_digest
-    return Workspace(tree, job.workdir, git, job.requirements, req_digest, image)
+    return Workspace(tree, job.workdir, git, job.requirements, req_digest, image, snap.left_out)
 
 
 def rerun(code: records.CodeRecord) -> Workspace:
@@ -77,7 +79,7 @@ def describe(ws: Workspace) -> str:
         what += f" (git {ws.git.commit[:7]}{', dirty' if ws.git.dirty else ''})"
     if ws.image:
         what += f"; requirements layer {ws.image}"
-    if n := len(ws.tree.left_out):
+    if n := len(ws.left_out):
         what += (f"; {n} credential-like file{'s' if n != 1 else ''} left out (--dry-run names "
                  f"{'them' if n != 1 else 'it'})")
     return what
