@@ -115,12 +115,14 @@ def test_the_dashboard_follows_a_real_run_in_a_real_browser(clean_nodes, cpu_ima
             assert [t.split()[0] for t in nodes] == list(clean_nodes.nodes), nodes
             assert "3 nodes" in page.inner_text("#run-facts")
 
-            # the merged output grows while the run goes
-            first = wait_for_more(page, "#log", "data-lines", 0)
-            more = wait_for_more(page, "#log", "data-lines", first)
-            assert more > first
-            text = page.inner_text("#log")
-            assert re.search(r"node\d\[\d\]\| rank \d step \d+/60", text), text[-2000:]
+            # the merged output grows while the run goes: the training's step lines come, then more
+            step = re.compile(r"node\d\[\d\]\| rank \d step \d+/60")
+            deadline = time.monotonic() + 180
+            while not step.search(text := page.inner_text("#log")) and time.monotonic() < deadline:
+                time.sleep(0.5)
+            assert step.search(text), text[-2000:]
+            first = number(page, "#log", "data-lines")
+            assert wait_for_more(page, "#log", "data-lines", first) > first
             # the curves are drawn from the metrics lines and grow too
             loss = wait_for_more(page, "#loss-chart", "data-points", 3)
             rate = wait_for_more(page, "#rate-chart", "data-points", 3)
