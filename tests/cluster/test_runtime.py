@@ -109,14 +109,14 @@ def test_the_table_covers_every_operation_of_the_seam():
 
 
 def test_docker_is_the_default_and_a_node_without_a_runtime_gets_it():
-    assert runtime.DEFAULT_RUNTIME == "docker" and set(runtime.RUNTIMES) == {"docker"}
+    assert runtime.DEFAULT_RUNTIME == "docker" and set(runtime.RUNTIMES) == {"docker", "podman"}
     assert type(runtime_for()) is DockerRuntime and runtime_for().binary == "docker"
     assert type(runtime.node_runtime(object())) is DockerRuntime
 
 
 def test_an_unknown_runtime_is_a_user_error_naming_the_known_ones():
     with pytest.raises(UserError, match=r"container runtime 'dockr' is not known \(did you mean "
-                                        r"\"docker\"\?\); valid: docker"):
+                                        r"\"docker\"\?\); valid: docker or podman"):
         runtime_for("dockr")
 
 

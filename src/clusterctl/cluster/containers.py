@@ -57,7 +57,12 @@ ATTEMPT_LABEL = f"{LABEL_PREFIX}attempt"  # which attempt of the run (0: the fir
 
 _DOCKER_TIME = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d+))?(Z|[+-]\d\d:\d\d)\Z")
 _TIMESTAMPED = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d+))?Z ?(.*)\Z", re.S)
-_NO_SUCH = "No such container"
+_NO_SUCH = "no such container"   # docker: "No such container: X"; Podman: "... no such container"
+
+
+def _gone(stderr: str) -> bool:
+    """True when a runtime's ``stderr`` says the container does not exist (either runtime)."""
+    return _NO_SUCH in stderr.lower()
 
 
 # --------------------------------------------------------------------------- states
@@ -183,7 +188,7 @@ def wait_container(conn: NodeConnection, name: str) -> int | None:
     res = conn.run(runtime_of(conn).wait(name))
     if res.exit_code == 0 and res.stdout.strip():
         return int(res.stdout.split()[-1])
-    if _NO_SUCH in res.stderr:
+    if _gone(res.stderr):
         raise ContainerGone(name)
     return None
 
@@ -419,7 +424,7 @@ def stop_containers(cluster: Cluster, containers: dict[str, str], *, grace: int 
         def call():
             if node in sent:
                 res = sent[node].result(timeout=timeout / 2)
-                if res is not None and (res.exit_code == 0 or _NO_SUCH in res.stderr):
+                if res is not None and (res.exit_code == 0 or _gone(res.stderr)):
                     return res
             conn = cluster.connection(node)
             runtime = runtime_of(conn)
@@ -429,7 +434,7 @@ def stop_containers(cluster: Cluster, containers: dict[str, str], *, grace: int 
             return conn.run(argv, timeout=timeout)
 
         res = bounded(call, timeout, name=f"stop-{node}")
-        if res.exit_code != 0 and _NO_SUCH not in res.stderr:
+        if res.exit_code != 0 and not _gone(res.stderr):
             return _last_line(res)
         return None
 
@@ -460,7 +465,7 @@ def _stop_containers_through_tree(cluster: Cluster, containers: dict[str, str], 
     for node, r in got.items():
         if not isinstance(r, list):
             problems[node] = getattr(r, "reason", str(r))
-        elif r[0].exit_code != 0 and _NO_SUCH not in r[0].stderr:
+        elif r[0].exit_code != 0 and not _gone(r[0].stderr):
             problems[node] = _last_line(r[0])
     return problems
 
@@ -556,8 +561,9 @@ class _StopReader:
         return result
 
 
-def _stop_argv(run_id: str, token: str, grace: int) -> list[str]:
-    return ["sh", "-c", _STOP_RUN_SCRIPT, "sh", token, f"label={RUN_LABEL}={run_id}", str(grace)]
+def _stop_argv(run_id: str, token: str, grace: int, runtime: ContainerRuntime | None = None) -> list[str]:
+    script = (runtime or runtime_for()).script(_STOP_RUN_SCRIPT)
+    return ["sh", "-c", script, "sh", token, f"label={RUN_LABEL}={run_id}", str(grace)]
 
 
 def stop_node(conn: NodeConnection, run_id: str, *, grace: int = 3, timeout: float = 30.0,
@@ -568,7 +574,7 @@ def stop_node(conn: NodeConnection, run_id: str, *, grace: int = 3, timeout: flo
     never held whole)."""
     token = secrets.token_hex(8)
     reader = _StopReader(conn.name, token, on_line)
-    code = conn.stream(_stop_argv(run_id, token, grace), reader.line,
+    code = conn.stream(_stop_argv(run_id, token, grace, runtime_of(conn)), reader.line,
                        on_stderr_line=reader.errors.append, timeout=timeout * 2 + grace)
     return reader.finish(code)
 
@@ -603,7 +609,9 @@ def stop_nodes(cluster: Cluster, run_id: str, nodes: Sequence[str], *, grace: in
 def _stop_through_tree(cluster: Cluster, run_id, nodes, grace, timeout,
                        take) -> dict[str, NodeStop | NodeError]:
     token = secrets.token_hex(8)
-    command = [tree.Command(tuple(_stop_argv(run_id, token, grace)))]
+    inventory_nodes = {n.name: n for n in cluster.nodes}
+    commands = {n: [tree.Command(tuple(_stop_argv(run_id, token, grace, node_runtime(inventory_nodes[n]))))]
+                for n in nodes}
     with tempfile.TemporaryDirectory(prefix="clusterctl-stop-") as scratch:
         files: dict[str, BinaryIO] = {}
         errs: dict[str, bytearray] = {}
@@ -618,7 +626,7 @@ def _stop_through_tree(cluster: Cluster, run_id, nodes, grace, timeout,
                 err.extend(data[:max(0, 64 * 1024 - len(err))])   # its words: the first 64 KiB
 
         try:
-            ran = tree.run_through_tree(cluster, {n: command for n in nodes}, sink,
+            ran = tree.run_through_tree(cluster, commands, sink,
                                         timeout=timeout * 2 + grace)
         except NodeError as e:   # the first node cannot be reached: named once, the others direct
             return {e.node: e}

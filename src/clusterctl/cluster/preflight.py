@@ -42,7 +42,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from clusterctl.cluster import accelprobe, consistency, engine
-from clusterctl.cluster.runtime import node_runtime, runtime_of
+from clusterctl.cluster.runtime import (
+    DEFAULT_RUNTIME,
+    RUNTIMES,
+    ContainerRuntime,
+    node_runtime,
+    runtime_for,
+    runtime_of,
+)
 from clusterctl.cluster.transport import (
     Cluster,
     CommandResult,
@@ -137,23 +144,31 @@ _NODE_SCRIPT = (
     'if [ "$ports" = 1 ]; then sec tcp cat /proc/net/tcp /proc/net/tcp6; [ -n "$o" ] || sec ss ss -Hltn; fi\n'
     'exit 0\n')
 
-#: One channel for Docker: $1 token, $2 the image ref to look up ("" for none).  Version,
-#: then (when the daemon answered) info, df at its root and the init binary; the image.
-_DOCKER_SCRIPT = (
-    't=$1 ref=$2\n' + _SECTION +
-    "sec version docker version --format '{{.Server.Version}}'\n"
-    'if [ "$r" = 0 ] && [ -n "$o" ]; then\n'
-    f'  sec info docker info --format {shlex.quote(DOCKER_INFO_FORMAT)}\n'
-    '  if [ "$r" = 0 ]; then\n'
-    "    nl='\n'\n"
-    '    root=${o%%"$nl"*}\n'
-    '    case $o in *"$nl"*) init=${o#*"$nl"};; *) init=;; esac\n'
-    '    case $root in /*) sec df df -Pk -- "$root";; esac\n'
-    f'    sec init sh -c {shlex.quote(_INIT_SCRIPT)} sh "$init"\n'
-    '  fi\n'
-    'fi\n'
-    "[ -z \"$ref\" ] || sec image docker image inspect --format '{{.Id}}' \"$ref\"\n"
-    'exit 0\n')
+def _engine_script(runtime: ContainerRuntime) -> str:
+    """One channel for the node's container runtime: $1 token, $2 the image ref to look up
+    ("" for none).  Version, then (when the runtime answered) info, df at its root and the
+    init binary; the image.  Each command the runtime's own (``docker``, ``podman``), the
+    values positional parameters.  Pure."""
+    q = shlex.join
+    return (
+        't=$1 ref=$2\n' + _SECTION +
+        f"sec version {q(runtime.version())}\n"
+        'if [ "$r" = 0 ] && [ -n "$o" ]; then\n'
+        f'  sec info {q(runtime.info(DOCKER_INFO_FORMAT))}\n'
+        '  if [ "$r" = 0 ]; then\n'
+        "    nl='\n'\n"
+        '    root=${o%%"$nl"*}\n'
+        '    case $o in *"$nl"*) init=${o#*"$nl"};; *) init=;; esac\n'
+        '    case $root in /*) sec df df -Pk -- "$root";; esac\n'
+        f'    sec init sh -c {shlex.quote(_INIT_SCRIPT)} sh "$init"\n'
+        '  fi\n'
+        'fi\n'
+        f"[ -z \"$ref\" ] || sec image {q(runtime.image_inspect([], format='{{.Id}}'))} \"$ref\"\n"
+        'exit 0\n')
+
+
+#: The engine channel of a Docker node (:func:`_engine_script`)
+_DOCKER_SCRIPT = _engine_script(runtime_for("docker"))
 
 
 @dataclass
@@ -219,19 +234,43 @@ def _run(conn: NodeConnection, argv: Sequence[str], what: str, timeout: float | 
     return r
 
 
+#: Prints the container runtimes the node has a command for, one a line
+_RUNTIMES_SCRIPT = 'for r in "$@"; do command -v "$r" > /dev/null 2>&1 && echo "$r"; done; exit 0'
+
+
 def docker_server_version(conn: NodeConnection, timeout: float | None = 30) -> str:
-    """The version of the Docker daemon the node's own `docker` CLI talks to."""
-    r = conn.run(runtime_of(conn).version(), timeout=timeout)
+    """The version of the container runtime the node's inventory names (docker, the
+    default: its daemon's, which the node's own `docker` CLI talks to); a Podman node's as
+    ``podman VERSION``, so that check's table says which runtime each node has.  When it
+    does not answer, the message names the runtimes the node does have (a node that names
+    none and runs Podman, one that names podman and has only docker)."""
+    runtime = runtime_of(conn)
+    r = conn.run(runtime.version(), timeout=timeout)
     version = r.stdout.strip()
     if r.exit_code == 0 and version:
-        return version
+        return version if runtime.name == DEFAULT_RUNTIME else f"{runtime.name} {version}"
+    named = getattr(conn.node, "runtime", None)
+    said = f"runtime: {named}" if named else f"no runtime: ({DEFAULT_RUNTIME}, the default)"
+    others = [o for o in _runtimes_found(conn, timeout) if o != runtime.name]
+    hint = (f"; the node has {' and '.join(others)}: set `runtime: {others[0]}` for it in the "
+            "inventory" if others else "")
     if r.exit_code == 127:
-        raise NodeError(conn.name, "docker is not installed (no `docker` command for "
-                        "the SSH user)")
+        raise NodeError(conn.name, f"{runtime.binary} is not installed (no `{runtime.binary}` "
+                        f"command for the SSH user; the inventory says {said}){hint}")
     reason = r.stderr.strip().splitlines()[-1] if r.stderr.strip() else f"exit {r.exit_code}"
-    if "permission denied" in reason.lower():
+    if "permission denied" in reason.lower() and runtime.name == "docker":
         reason += " (add the SSH user to the docker group)"
-    raise NodeError(conn.name, f"Docker daemon not answering: {reason}")
+    what = "Docker daemon" if runtime.name == "docker" else runtime.name
+    raise NodeError(conn.name, f"{what} not answering: {reason}{hint}")
+
+
+def _runtimes_found(conn: NodeConnection, timeout: float | None) -> list[str]:
+    """The container runtimes clusterctl knows that the node has a command for."""
+    try:
+        r = conn.run(["sh", "-c", _RUNTIMES_SCRIPT, "sh", *sorted(RUNTIMES)], timeout=timeout)
+    except NodeError:
+        return []
+    return [w for w in r.stdout.split() if w in RUNTIMES] if r.exit_code == 0 else []
 
 
 def architecture(conn: NodeConnection, timeout: float | None = 30) -> str:
@@ -550,13 +589,13 @@ class _Replay:
         docker_argv = {"version": runtime.version(), "info": runtime.info(DOCKER_INFO_FORMAT),
                        "image": runtime.image_inspect([image_ref or ""], format="{{.Id}}")}
         return [(_NODE_SCRIPT, [mode, "1" if ports else "0", *devices], node_argv),
-                (_DOCKER_SCRIPT, [image_ref or ""], docker_argv)]
+                (_engine_script(runtime), [image_ref or ""], docker_argv)]
 
     def absorb(self, script: str, token: str, argv_of: dict, r: CommandResult | NodeError,
                slow: float | None, window: tuple[float, float]) -> None:
         """Keep what one script found (or why it failed) for the checks to read."""
         if isinstance(r, NodeError):   # a timeout, named by what the script checks
-            what = "preflight's docker checks" if script is _DOCKER_SCRIPT else "preflight's node checks"
+            what = "preflight's node checks" if script is _NODE_SCRIPT else "preflight's docker checks"
             why = (f"timed out after {slow:g}s" if "timed out" in r.reason and slow is not None
                    else r.reason)   # not the script's text, which says nothing to a user
             self._errors.append(NodeError(self._conn.name, f"{what} ({', '.join(argv_of)}): {why}"))

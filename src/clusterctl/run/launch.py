@@ -241,10 +241,11 @@ def preflight(cluster: Cluster, devices: Mapping[str, Sequence[str]], *,
 
 #: ``docker run -d ...`` (the arguments), then ``docker inspect`` of the container it started,
 #: in one SSH channel (a channel costs this machine ~2 ms of CPU: issue 12).  A constant: the
-#: argv arrives as positional parameters; stdin (``--env-file /dev/stdin``) reaches docker run.
+#: argv arrives as positional parameters, its first the node's runtime (``docker``,
+#: ``podman``), which inspects too; stdin (``--env-file /dev/stdin``) reaches docker run.
 #: The inspect prints only name, state and labels: never the env (secrets), which would
 #: otherwise cross every node of a tree on the way back.
-_START_SCRIPT = ('c=$("$@") || exit; printf "%s\\n" "$c"; docker inspect --type container --format '
+_START_SCRIPT = ('c=$("$@") || exit; printf "%s\\n" "$c"; "$1" inspect --type container --format '
                  '\'[{"Name":{{json .Name}},"State":{{json .State}},"Config":{"Labels":{{json .Config.Labels}}}}]\' "$c"')
 
 

@@ -36,6 +36,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 
 from clusterctl.cluster.containers import ContainerState, split_timestamp, state_from_inspect
+from clusterctl.cluster.runtime import ContainerRuntime, node_runtime, runtime_for
 from clusterctl.cluster.transport import STREAM_WINDOW_SIZE, Cluster, tree
 from clusterctl.core.errors import NodeError
 from clusterctl.core.lines import LineSplitter
@@ -50,10 +51,10 @@ _STATE_FORMAT = ('{"Name":{{json .Name}},"State":{{json .State}},'
 #: it comes, on the tree's fd 3 (:mod:`~clusterctl.cluster.transport.tree`), a line longer
 #: than 3000 bytes in pieces (each written whole: a pipe keeps writes under 4 KiB apart);
 #: then on stderr its final state (one JSON line), then REMOVED.
-_FOLLOW_SCRIPT = ('docker logs --follow --timestamps "$1" 2>&1 | LC_ALL=C sed -u "s/.\\{3000\\}/&\\n/g" |'
+_FOLLOW_SCRIPT = ('"$RT" logs --follow --timestamps "$1" 2>&1 | LC_ALL=C sed -u "s/.\\{3000\\}/&\\n/g" |'
                   ' LC_ALL=C sed -u "s/^/$4/; s/\\$/ ./" >&3; '
-                  'docker inspect --type container --format "$3" "$1" >&2 2>/dev/null; '
-                  '[ "$2" != rm ] || { docker rm --force "$1" > /dev/null 2>&1 && echo ' + REMOVED + ' >&2; }')
+                  '"$RT" inspect --type container --format "$3" "$1" >&2 2>/dev/null; '
+                  '[ "$2" != rm ] || { "$RT" rm --force "$1" > /dev/null 2>&1 && echo ' + REMOVED + ' >&2; }')
 _ERR_KEEP = 64 * 1024   # what is kept of a command's stderr: its final state is one line
 
 
@@ -61,15 +62,18 @@ _ERR_KEEP = 64 * 1024   # what is kept of a command's stderr: its final state is
 #: stdout), and while it waits a sign of life every period on the tree's fd 3 (the sleep
 #: holds neither pipe: the node's part ends the moment docker wait does)
 _WAIT_SCRIPT = ('( while printf "%s\\n" "$2" >&3; do sleep "$3" < /dev/null > /dev/null 2>&1 3>&-; done ) '
-                '< /dev/null > /dev/null 2>&1 & h=$!; docker wait "$1"; rc=$?; kill "$h" 2>/dev/null; exit "$rc"')
+                '< /dev/null > /dev/null 2>&1 & h=$!; "$RT" wait "$1"; rc=$?; kill "$h" 2>/dev/null; exit "$rc"')
 
 
-def follow_commands(node: str, container: str, *, remove: bool, heartbeat: float = 2.0) -> list[tree.Command]:
+def follow_commands(node: str, container: str, *, remove: bool, heartbeat: float = 2.0,
+                    runtime: ContainerRuntime | None = None) -> list[tree.Command]:
     """The two commands each node runs for the follow (see the module docstring), the
-    second with a sign of life every ``heartbeat`` seconds.  Pure."""
-    return [tree.Command(("sh", "-c", _FOLLOW_SCRIPT, "sh", container, "rm" if remove else "keep",
+    second with a sign of life every ``heartbeat`` seconds; ``runtime``: the node's
+    (default: docker).  Pure."""
+    runtime = runtime or runtime_for()
+    return [tree.Command(("sh", "-c", runtime.script(_FOLLOW_SCRIPT), "sh", container, "rm" if remove else "keep",
                           _STATE_FORMAT, f"clusterctl-tree-l {node} 1 ")),
-            tree.Command(("sh", "-c", _WAIT_SCRIPT, "sh", container, f"clusterctl-tree-l {node} 2 .",
+            tree.Command(("sh", "-c", runtime.script(_WAIT_SCRIPT), "sh", container, f"clusterctl-tree-l {node} 2 .",
                           f"{heartbeat:g}"))]
 
 
@@ -118,7 +122,9 @@ class TreeFollow:
         self.put = put
         self.keep_whole = tuple(keep_whole)
         self.on_exit, self.on_state, self.on_fallback = on_exit, on_state, on_fallback
-        self.commands = {n: follow_commands(n, c, remove=remove, heartbeat=heartbeat)
+        runtimes = {n.name: node_runtime(n) for n in getattr(cluster, "nodes", ())}
+        self.commands = {n: follow_commands(n, c, remove=remove, heartbeat=heartbeat,
+                                            runtime=runtimes.get(n))
                          for n, c in self.containers.items()}
         self.nodes = {n: _Node() for n in self.containers}
         now = time.time()

@@ -130,7 +130,7 @@ def node_has_image(conn: NodeConnection, image_id: str) -> bool:
     r = conn.run(runtime_of(conn).image_inspect([image_id], format="{{.Id}}"), timeout=120)
     if r.ok:
         return r.stdout.strip() == image_id
-    if "no such image" in r.stderr.lower():
+    if runtime_of(conn).is_missing_image(r.stderr):
         return False
     r.check()  # docker missing, daemon down: a NodeError with the node's own words
     return False
@@ -164,7 +164,7 @@ def node_state(conn: NodeConnection, image: SourceImage) -> tuple[set[str] | Non
     """(None when the node has the image (then it is tagged too), else its layer chain IDs;
     whether the node has ``zstd``, which a compressed relay needs on every node)."""
     tag = "" if _is_id(image.ref, image.id) else image.ref
-    r = conn.run(["sh", "-c", PLAN_SCRIPT, "clusterctl-push-plan", image.id, tag],
+    r = conn.run(["sh", "-c", runtime_of(conn).script(PLAN_SCRIPT), "clusterctl-push-plan", image.id, tag],
                  timeout=120, check=True)
     first, _, rest = r.stdout.partition("\n")
     if first.strip() == "have":
@@ -190,7 +190,7 @@ def confirm_on_node(conn: NodeConnection, image: SourceImage) -> None:
     r = conn.run(runtime_of(conn).tag(image.id, image.ref), timeout=120)
     if r.ok:
         return
-    if "no such image" in r.stderr.lower():
+    if runtime_of(conn).is_missing_image(r.stderr):
         raise NodeError(conn.name, f"image {image.id} is not on the node after docker load")
     r.check()
 
@@ -258,7 +258,7 @@ def load_failure(conn: NodeConnection, exit_code: int, stderr: str) -> NodeError
 
 
 def _loaded_id(stdout: str) -> str | None:
-    m = re.search(r"Loaded image ID: (sha256:[0-9a-f]{64})", stdout)
+    m = re.search(r"Loaded image(?: ID)?: (sha256:[0-9a-f]{64})", stdout)  # Podman: no "ID"
     return m.group(1) if m else None
 
 

@@ -95,6 +95,7 @@ from clusterctl.cluster.distribute.relayplan import (
 from clusterctl.cluster.distribute.savestream import SharedSave
 from clusterctl.cluster.distribute.source import SourceImage
 from clusterctl.cluster.distribute.tarstream import StreamError
+from clusterctl.cluster.runtime import runtime_of
 from clusterctl.cluster.transport.agent import HopAgent, host_key_blobs, load_key
 from clusterctl.cluster.transport.hopssh import HOP_KEX
 from clusterctl.core.errors import NodeError
@@ -150,7 +151,7 @@ _BYTES = re.compile(r"^(?:clusterctl-alive )?(\d+) bytes")
 _HOP = re.compile(r"^clusterctl-hop (\d+) (\d+)\Z")
 _CONFIRM = re.compile(r"^clusterctl-confirm (\d+)\Z")
 _MARK = re.compile(r"^clusterctl-mark (\S+)\Z")
-_LOADED = re.compile(r"Loaded image ID: (sha256:[0-9a-f]{64})")
+_LOADED = re.compile(r"Loaded image(?: ID)?: (sha256:[0-9a-f]{64})")  # Podman: no "ID"
 
 
 @dataclass
@@ -378,7 +379,7 @@ def _start(run: _NodeRun, runs: dict[str, _NodeRun], fed: bool, agents: list[Hop
            zstd: bool, image: SourceImage) -> None:
     script = NODE_SCRIPT.replace("$STALL", str(int(STALL))).replace("$HOP_KEX", HOP_KEX).replace(
         "$TRACE", "1" if trace.enabled() else "0")
-    argv = ["sh", "-c", script, "clusterctl-relay",
+    argv = ["sh", "-c", runtime_of(run.conn).script(script), "clusterctl-relay",
             run.dir, "1" if zstd else "0", "1" if fed else "0", image.id, tag_for(image)]
     agent = None
     for child in run.children:

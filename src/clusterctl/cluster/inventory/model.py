@@ -27,6 +27,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PlainValidato
 from pydantic_core import PydanticCustomError
 
 from clusterctl.cluster.registry.reference import Registry
+from clusterctl.cluster.runtime import RUNTIMES
 from clusterctl.core.errors import UserError, did_you_mean, one_of
 from clusterctl.core.text import control_problem
 
@@ -123,6 +124,16 @@ def _user_path(path: Path) -> Path:
     return path.expanduser()
 
 
+def _runtime(value: object) -> str:
+    """A container runtime clusterctl knows (``docker``, ``podman``): the names of
+    :data:`clusterctl.cluster.runtime.RUNTIMES`."""
+    if isinstance(value, str) and value in RUNTIMES:
+        return value
+    what = ("is not a known container runtime" + did_you_mean(value, list(RUNTIMES))
+            if isinstance(value, str) else "is not a container runtime's name")
+    raise _invalid(f"{what}; valid: {one_of(sorted(RUNTIMES))}")
+
+
 NodeName = Annotated[str, AfterValidator(_matching(_NAME_RE, "is not a usable node name"))]
 Host = Annotated[str, AfterValidator(_host)]
 User = Annotated[str, AfterValidator(_argument_safe)]
@@ -139,6 +150,7 @@ FreeText = Annotated[str, AfterValidator(_free_text)]
 #: Where a node keeps the shipped copies of a project (``launch --workdir``), per login user.
 DEFAULT_CODE_DIR = "~/.cache/clusterctl/code"
 
+RuntimeName = Annotated[str, PlainValidator(_runtime)]
 
 class _NodeSettings(BaseModel):
     """What a node and the ``defaults:`` section both may set (same types, same checks).
@@ -189,6 +201,12 @@ class _NodeSettings(BaseModel):
 class Node(_NodeSettings):
     """One machine of the cluster (frozen: the inventory is read once per command)."""
 
+    runtime: RuntimeName | None = Field(None, description=(
+        "The node's container runtime: `docker` or `podman` (rootful or rootless: the login "
+        "user's own Podman). Every container and image command on the node is this "
+        "runtime's; nodes of one run may differ. Left out: `docker`. `clusterctl check` "
+        "shows each node's runtime and version, and a node whose runtime does not answer "
+        "is a problem naming the runtimes that node has."))
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     name: NodeName = Field(description=(

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from clusterctl.cluster.distribute.node import PushResult
 from clusterctl.cluster.registry.push import classify
+from clusterctl.cluster.runtime import ContainerRuntime, runtime_for, runtime_of
 from clusterctl.core.errors import NodeError
 from clusterctl.core.scripts import script_text
 
@@ -31,9 +32,10 @@ PULL_SCRIPT = script_text("clusterctl.cluster", "pull-image.sh")
 PULL_TIMEOUT = 1800.0  # seconds: a large image over a slow link
 
 
-def pull_argv(reference: str, with_auth: bool) -> list[str]:
-    """The node command (pure)."""
-    return ["sh", "-c", PULL_SCRIPT, "sh", reference, "1" if with_auth else "0"]
+def pull_argv(reference: str, with_auth: bool, runtime: ContainerRuntime | None = None) -> list[str]:
+    """The node command, in ``runtime``'s words (default: docker; pure)."""
+    return ["sh", "-c", (runtime or runtime_for()).script(PULL_SCRIPT), "sh", reference,
+            "1" if with_auth else "0"]
 
 
 def pull(cluster: Cluster, reference: str, image_id: str, *, registry: str, auth: dict | None = None,
@@ -48,7 +50,7 @@ def pull(cluster: Cluster, reference: str, image_id: str, *, registry: str, auth
         t0 = time.monotonic()
         if progress is not None:
             progress.started(conn.name, f"pull from {registry}")
-        r = conn.run(pull_argv(reference, auth is not None), stdin=stdin, timeout=timeout)
+        r = conn.run(pull_argv(reference, auth is not None, runtime_of(conn)), stdin=stdin, timeout=timeout)
         seconds = time.monotonic() - t0
         if not r.ok:
             why = classify(registry, r.stderr.strip() or r.stdout.strip() or f"exit {r.exit_code}",

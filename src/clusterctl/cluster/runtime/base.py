@@ -23,6 +23,7 @@ where its CLI is docker's) and one entry in :data:`clusterctl.cluster.runtime.RU
 
 from __future__ import annotations
 
+import shlex
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from typing import ClassVar
@@ -52,6 +53,19 @@ class ContainerRuntime(ABC):
     #: how the runtime takes GPUs: "flag" (docker's ``--gpus VALUE``) or "cdi" (only CDI
     #: device names, ``--device=nvidia.com/gpu=all``: Podman); see :meth:`gpu_options`
     gpu_style: ClassVar[str] = "flag"
+    #: what its stderr says (lowercased) when an image asked for is not there
+    missing_image: ClassVar[tuple[str, ...]] = ("no such image",)
+
+    def is_missing_image(self, stderr: str) -> bool:
+        """True when ``stderr`` (of an image command) says the image is not there."""
+        low = stderr.lower()
+        return any(words in low for words in self.missing_image)
+
+    def script(self, text: str) -> str:
+        """Shell script ``text`` (sent as ``sh -c TEXT``) with ``$RT`` set to this runtime's
+        command: the node scripts call the runtime as ``"$RT"`` (each starts with
+        ``: "${RT:=docker}"`` for the lint and for running it by hand).  Pure."""
+        return f"RT={shlex.quote(self.binary)}\n{text}"
 
     def gpu_options(self, options: Sequence[str], cdi_kind: str) -> list[str]:
         """``options`` (run flags as a target or job gives them, in docker's words) with each

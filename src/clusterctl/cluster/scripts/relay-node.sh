@@ -1,4 +1,6 @@
 #!/bin/sh
+# $RT: the node's container runtime (docker, podman), set by the head before the script
+: "${RT:=docker}"
 
 d=$1; z=$2; fed=$3; id=$4; ref=$5; shift 5
 case "$d" in /tmp/clusterctl-push.*) ;; *) exit 2 ;; esac
@@ -65,18 +67,18 @@ receive() {
 }
 if [ "$z" = 1 ]; then
   # shellcheck disable=SC2086 # $outs: the children's fifos (paths under $d, no blanks), one word each on purpose
-  receive | tee -p $outs | zstd -dcq | docker load
+  receive | tee -p $outs | zstd -dcq | "$RT" load
 else
   # shellcheck disable=SC2086 # $outs: the children's fifos (paths under $d, no blanks), one word each on purpose
-  receive | tee -p $outs | docker load
+  receive | tee -p $outs | "$RT" load
 fi
 rc=$?
 [ "$TRACE" = 1 ] && echo "clusterctl-mark load-end" >&2
 if [ "$rc" = 0 ]; then
   if [ -n "$ref" ]; then
-    docker tag "$id" "$ref" > /dev/null
+    "$RT" tag "$id" "$ref" > /dev/null
   else
-    docker image inspect --format . "$id" > /dev/null
+    "$RT" image inspect --format . "$id" > /dev/null
   fi
   echo "clusterctl-confirm $?" >&2
 fi

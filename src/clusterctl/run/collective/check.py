@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING
 
 from clusterctl.cluster import containers
 from clusterctl.cluster import preflight as pf
+from clusterctl.cluster.runtime import runtime_for
 from clusterctl.cluster.transport import Cluster, NodeConnection
 from clusterctl.core import accelerators
 from clusterctl.core.errors import NodeError, UserError
@@ -168,11 +169,12 @@ def probe_job(job: Job, n: int, backend: str, options: Options,
 
 def container_argv(p: plan.NodePlan) -> list[str]:
     """The plan's ``docker run`` made interactive and self-removing, secrets left out (the
-    probe needs none, so no env file on stdin: stdin carries the probe)."""
+    probe needs none, so no env file on stdin: stdin carries the probe), in the node's
+    runtime's words (the plan's argv starts with it: a runtime's name is its command)."""
     env = {k: v for k, v in p.env.items() if k not in p.secrets}
     argv = plan.docker_run_argv(name=p.container, labels=p.labels, options=[*p.hosts, *p.options],
                                 env=env, secrets=(), image=p.image, command=p.command,
-                                detach=False)
+                                detach=False, runtime=runtime_for(p.argv[0]))
     return [*argv[:2], "-i", "--rm", *argv[2:]]
 
 
