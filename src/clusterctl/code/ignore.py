@@ -81,6 +81,7 @@ from pathspec import GitIgnoreSpec, PathSpec
 
 from clusterctl.code import gitinfo
 from clusterctl.core.errors import UserError
+from clusterctl.core.files import read_input
 from clusterctl.core.text import control_problem, escaped
 
 #: Directory entries seen before the walk stops (a home directory given by mistake).
@@ -254,9 +255,13 @@ def check_root(root: Path | str) -> Path:
 
 def _read_rules(path: Path, rel: str, base: str, kind: str, problems: dict[str, str]) -> _Layer | None:
     """The layer of one ignore file (``rel``: its path relative to the root, for messages)."""
-    try:
-        with open(path, "rb") as f:
-            data = f.read(MAX_IGNORE_FILE_BYTES + 1)
+    try:  # a regular file only: a FIFO planted as .gitignore is never waited on
+        data = read_input(path, "an ignore file", limit=MAX_IGNORE_FILE_BYTES + 1,
+                          valid="an ignore file you can read")
+    except UserError as e:
+        problems[rel] = (f"{shown(rel)}: {str(e).split(': ', 1)[-1].rstrip('.')}, so what it "
+                         "leaves out is unknown")
+        return None
     except OSError as e:
         problems[rel] = (f"{shown(rel)}: cannot be read ({e.strerror}), so what it leaves out "
                          "is unknown; valid: an ignore file you can read")

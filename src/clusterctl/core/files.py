@@ -70,6 +70,48 @@ def read_regular(path: Path, *, limit: int = READ_LIMIT) -> tuple[str, os.stat_r
     return data.decode("utf-8", errors="replace"), st
 
 
+class TooLarge(UserError):
+    """:func:`read_input`'s refusal of a file larger than its limit (a caller may say it its way)."""
+
+
+def read_input(path: str | os.PathLike, what: str, *, limit: int, valid: str) -> bytes:
+    """The bytes of the file ``path`` a user named or a tool left (a ``what`` such as "the
+    requirements file"), read the one way every such file is read: it must be a regular file
+    (a FIFO is never waited on, a directory or device never read), of at most ``limit`` bytes
+    (a huge file is never read whole).  A symlink is followed: the user named the path.
+    UserError naming the file, what is wrong and ``valid`` (what would be), otherwise;
+    FileNotFoundError passes through for the caller to say what a missing file means."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        raise
+    except OSError as e:
+        raise UserError(f"{path}: cannot read {what} ({e.strerror or e}); valid: {valid}.") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise UserError(f"{path}: {what} is {_kind(st.st_mode)}, not a regular file; nothing "
+                            f"was read from it; valid: {valid}.")
+        if st.st_size > limit:
+            raise TooLarge(f"{path}: {what} is {st.st_size} bytes, larger than {limit // 1024} KiB, "
+                           f"far more than it may hold (is this the right file?); valid: {valid}.")
+        with os.fdopen(os.dup(fd), "rb") as f:
+            data = f.read(limit + 1)
+    except OSError as e:
+        raise UserError(f"{path}: cannot read {what} ({e.strerror or e}); valid: {valid}.") from None
+    finally:
+        os.close(fd)
+    if len(data) > limit:
+        raise TooLarge(f"{path}: {what} grew past {limit} bytes while read; valid: {valid}.")
+    return data
+
+
+def _kind(mode: int) -> str:
+    return ("a directory" if stat.S_ISDIR(mode) else "a FIFO (named pipe)" if stat.S_ISFIFO(mode)
+            else "a socket" if stat.S_ISSOCK(mode) else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+            else "not a regular file")
+
+
 def open_text(path: Path) -> IO[str]:
     """``path`` opened to read as text (bad bytes replaced), never through a symlink and only a
     regular file: a log may be streamed whole, so it is not size-bounded.  UserError naming the

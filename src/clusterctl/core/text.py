@@ -14,6 +14,15 @@ Contract:
 ``escaped(value)``
     The value with every control character written as a Python escape (``\\x1b``), for
     messages that quote a value.
+``without_credentials(value)``
+    The value with the credential of a URL or a registry reference masked:
+    ``https://user:pass@host/x`` -> ``https://****@host/x``, ``user:pass@host:5000/x:1`` ->
+    ``****@host:5000/x:1``; a digest (``repo@sha256:...``) and ``user@host`` stay.
+``shown(value, limit=SHOWN_MAX)``
+    How a refusal quotes a value it was given or read back: credentials masked, control
+    characters escaped, quoted (``repr``), and cut at ``limit`` characters with the length
+    said, so no input, however long or hostile, reaches a terminal or a log whole.  Every
+    message quoting untrusted input goes through it.
 """
 
 from __future__ import annotations
@@ -43,3 +52,25 @@ def control_problem(value: str, *, multiline: bool = False) -> str | None:
 def escaped(value: str) -> str:
     """``value`` with control characters shown as escapes (safe to print)."""
     return _ANY.sub(lambda m: repr(m.group())[1:-1], value)
+
+
+#: The most characters of a value a message quotes; the rest is cut and its length said.
+SHOWN_MAX = 120
+# userinfo after a scheme (any: a token alone is a credential), or USER:PASS@ at the start
+# of a word; never a digest's '@sha256:' (``repo:tag@sha256:...``)
+_URL_USERINFO = re.compile(r"(?<=://)[^\s/@]+@")
+_REF_USERINFO = re.compile(r"(?:^|(?<=[\s'\"=,(\[]))[^\s/@:'\"=]*:[^\s/@'\"]*@(?!sha256:)")
+
+
+def without_credentials(value: str) -> str:
+    """``value`` with a URL's or a reference's ``user:password@`` shown as ``****@``."""
+    return _REF_USERINFO.sub("****@", _URL_USERINFO.sub("****@", value))
+
+
+def shown(value: object, limit: int = SHOWN_MAX, *, quoted: bool = True) -> str:
+    """``value`` quoted safe to print (see the module docstring); ``quoted=False``: not put in
+    quotes (a line of a file named by its number), its control characters escaped."""
+    text = without_credentials(str(value))
+    cut = text if len(text) <= limit else text[:limit]
+    out = repr(cut) if quoted else escaped(cut)
+    return out if cut is text else f"{out}... ({len(str(value))} characters)"

@@ -53,6 +53,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from clusterctl.core.errors import UserError
+from clusterctl.core.files import TooLarge, read_input
 from clusterctl.core.text import escaped
 
 #: Largest file read by default (bytes).  Jobs and target data are a few kilobytes; the
@@ -168,13 +169,14 @@ class Problems:
 
 def read_text(path: str | os.PathLike, what: str, *, limit: int = MAX_BYTES) -> str:
     """The text of ``path`` (a ``what`` such as "inventory"): UTF-8, at most ``limit`` bytes."""
-    try:
-        with open(path, "rb") as f:
-            data = f.read(limit + 1)
-    except OSError as e:
+    try:  # a regular file only (a FIFO is never waited on), never more than limit read
+        data = read_input(path, f"the {what}", limit=limit, valid="a readable UTF-8 text file")
+    except FileNotFoundError as e:
         raise UserError(f"{path}: cannot read the {what} ({e.strerror or e}); "
                         "valid: a readable UTF-8 text file") from None
-    if len(data) > limit:
+    except TooLarge:
+        data = None
+    if data is None:
         raise UserError(f"{path}: is larger than {limit // 1024} KiB, far more than any {what}; "
                         f"valid: a file of at most {limit // 1024} KiB (is this the right file?)")
     try:

@@ -71,8 +71,9 @@ from typing import TYPE_CHECKING
 
 from clusterctl import __version__
 from clusterctl.core.errors import ClusterctlError, UserError
-from clusterctl.core.files import one_at_a_time
+from clusterctl.core.files import one_at_a_time, read_input
 from clusterctl.core.paths import cache_dir
+from clusterctl.core.text import shown
 from clusterctl.image import imagebuild
 from clusterctl.image import wheelhouse as wh
 from clusterctl.image.labels import LABEL_PREFIX
@@ -170,16 +171,19 @@ def _line_problem(text: str) -> str | None:
     return None
 
 
+#: The most a requirements file may hold (a long lock file is ~100 KiB).
+MAX_REQUIREMENTS_BYTES = 4 << 20
+
+
 def read_requirements(path: Path | str) -> list[Requirement]:
     """The requirements of ``path``, checked: UserError naming the file and line otherwise."""
     path = Path(path)
-    try:
-        text = path.read_bytes().decode("utf-8")
+    try:  # a regular file of bounded size (a FIFO is never waited on, a huge file never read)
+        text = read_input(path, "the requirements file", limit=MAX_REQUIREMENTS_BYTES,
+                          valid="a pip requirements file").decode("utf-8")
     except FileNotFoundError:
         raise UserError(f"{path}: no such file; expected a pip requirements file "
                         f"({VALID_LINE}).") from None
-    except IsADirectoryError:
-        raise UserError(f"{path} is a directory; expected a pip requirements file.") from None
     except UnicodeDecodeError as e:
         raise UserError(f"{path}: is not UTF-8 text (byte {e.start}); expected a pip "
                         "requirements file.") from None
@@ -192,10 +196,10 @@ def read_requirements(path: Path | str) -> list[Requirement]:
             continue
         problem = _line_problem(line)
         if problem:
-            raise UserError(f"{path}:{n}: {line}: {problem}; valid: {VALID_LINE}.")
+            raise UserError(f"{path}:{n}: {shown(line, quoted=False)}: {problem}; valid: {VALID_LINE}.")
         name = canonical(_NAME.match(line).group(0))
         if name in seen:
-            raise UserError(f"{path}:{n}: {line}: {name} is already required on line {seen[name]}; "
+            raise UserError(f"{path}:{n}: {shown(line, quoted=False)}: {name} is already required on line {seen[name]}; "
                             "valid: each package on one line (pip refuses double requirements).")
         seen[name] = n
         found.append(Requirement(n, line, name))

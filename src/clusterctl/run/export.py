@@ -87,10 +87,12 @@ from dataclasses import dataclass, field
 import yaml
 
 from clusterctl.cluster.containers import JOB_LABEL
+from clusterctl.cluster.inventory.model import MAX_SLOTS
 from clusterctl.cluster.registry.reference import digest_of
 from clusterctl.core import accelerators
 from clusterctl.core.errors import UserError, did_you_mean, one_of
 from clusterctl.core.secretnames import is_secret_name
+from clusterctl.core.text import shown, without_credentials
 from clusterctl.image import targets
 from clusterctl.run import mpi, recovery
 from clusterctl.run.jobs import (
@@ -224,6 +226,9 @@ def _quote(text: str) -> str:
 #: sets the target's environment up, then ``exec "$@"``.
 IMAGE_ENTRYPOINT = "/opt/clusterctl/entrypoint.sh"
 #: A Secret's name: a DNS-1123 subdomain (lower-case alphanumerics, '-', '.'), at most 253.
+#: The largest value of a Kubernetes int32 field (replicas, numNodes, backoffLimit, ports).
+INT32_MAX = 2**31 - 1
+_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?\Z")    # RFC 1123 label: a namespace
 _SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*\Z")
 
 DEFAULT_RDMA_RESOURCE = "rdma/hca"
@@ -352,27 +357,40 @@ def build_manifest(job: Job, *, kind: str, nnodes: int, slots: int = 1, image: s
     """
     if kind not in KINDS:
         raise UserError(f'--to {kind!r}: unknown kind{did_you_mean(kind, KINDS)}; valid: {one_of(KINDS)}.')
-    if nnodes < 1:
-        raise UserError(f"--nnodes {nnodes}: a job needs at least 1 node; valid: a whole number >= 1.")
-    if slots < 1:
-        raise UserError(f"--slots {slots}: valid: accelerators (processes) per node, a whole number >= 1.")
+    if not 1 <= nnodes <= INT32_MAX:
+        raise UserError(f"--nnodes {nnodes}: a job needs at least 1 node and a manifest holds at most "
+                        f"{INT32_MAX} (replicas and numNodes are Kubernetes int32 fields); valid: a "
+                        f"whole number from 1 to {INT32_MAX}.")
+    if not 1 <= slots <= MAX_SLOTS:
+        raise UserError(f"--slots {slots}: valid: accelerators (processes) per node, a whole number "
+                        f"from 1 to {MAX_SLOTS}.")
+    if namespace is not None and not (len(namespace) <= 63 and _LABEL.match(namespace)):
+        raise UserError(f"--namespace {shown(namespace)}: not a Kubernetes namespace; valid: at most 63 "
+                        "lower-case letters, digits and '-', starting and ending with a letter or digit "
+                        "(e.g. team-a).")
     target = targets.get_target(job.target) if job.target else None
     image = image or job.image or (targets.resolve(job.target).tag if job.target else None)
-    if not image or image.startswith("-") or any(c.isspace() for c in image):
-        raise UserError(f"job {job.name}: image {image!r} is not an image reference; valid: --image "
-                        "REGISTRY/REPO:TAG (the cluster's nodes pull it).")
+    if not image or image.startswith("-") or any(c.isspace() for c in image) \
+            or without_credentials(image) != image:
+        raise UserError(f"job {job.name}: image {shown(image)} is not an image reference"
+                        + (" (it holds a credential: `docker login` and --registry give the pods "
+                           "theirs)" if image and without_credentials(image) != image else "")
+                        + "; valid: --image REGISTRY/REPO:TAG (the cluster's nodes pull it).")
     name = _dns_name(job.name)
     if secret_name is not None and not (len(secret_name) <= 253 and _SUBDOMAIN.match(secret_name)):
-        raise UserError(f"--secret-name {secret_name!r}: not a Kubernetes Secret name; valid: lower-case "
+        raise UserError(f"--secret-name {shown(secret_name)}: not a Kubernetes Secret name; valid: lower-case "
                         "letters, digits, '-' and '.', starting and ending with a letter or digit, "
                         "at most 253 characters (e.g. bert-secrets).")
     secret_name = secret_name or f"{name}-secrets"
     if pull_secret is not None and not (len(pull_secret) <= 253 and _SUBDOMAIN.match(pull_secret)):
-        raise UserError(f"--pull-secret {pull_secret!r}: not a Kubernetes Secret name; valid: lower-case "
+        raise UserError(f"--pull-secret {shown(pull_secret)}: not a Kubernetes Secret name; valid: lower-case "
                         "letters, digits, '-' and '.', starting and ending with a letter or digit, "
                         f"at most 253 characters (e.g. {name}-registry).")
     params, env_sets = split_sets(job, overrides or {})
     nproc = nproc_for(job, slots, env_sets, "--set")
+    if nproc > MAX_SLOTS:
+        raise UserError(f"NPROC_PER_NODE={nproc}: valid: processes per node from 1 to {MAX_SLOTS} "
+                        "(nprocPerNode and numProcPerNode are Kubernetes int32 fields).")
     values = {"nnodes": str(nnodes), "nproc_per_node": str(nproc), "world_size": str(nnodes * nproc),
               "run_id": name, "backend": (target.backend or "") if target else "",
               "device": target.device if target else "cpu", **params}

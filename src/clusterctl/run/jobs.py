@@ -109,6 +109,7 @@ CODE_MOUNT = "/workspace"
 #: The file name a job's path has when the job comes from command-line flags alone.
 COMMAND_LINE = "(command line)"
 HANG_START_DEFAULT = 300.0  # seconds: the watchdog's allowance before the job has started, at least
+MAX_RESTARTS = 10000       # restarts a job may allow (a record read back is held to it too)
 HANG_LINE_MAX = 200         # characters of a hang_start_line
 
 #: A secret value shorter than this is never searched for in output (:func:`clusterctl.run.plan.maskable`).
@@ -390,7 +391,7 @@ class _Spec(BaseModel):
         "files. Default 100MiB."),
         **key(valid="a size such as 100MiB, 2GiB or 500M",
         flag=KeyFlag("--max-workdir-size", 'The most the shipped workdir may hold (default 100MiB), e.g. 500MiB.', metavar="SIZE"), doc_type="a size: `100MiB`, `2GiB`, `500M`; a number alone is bytes"))
-    max_restarts: int = Field(0, ge=0, le=10000, description=(
+    max_restarts: int = Field(0, ge=0, le=MAX_RESTARTS, description=(
         "How many times clusterctl starts the run again by itself after a failure (a rank "
         "exiting non-zero, a node lost, a hang): every container is stopped, the nodes are "
         "checked again, failed nodes are replaced by spares, and the job starts again as "
@@ -765,6 +766,9 @@ def _check_characters(spec: _Spec, problems: Problems) -> None:
 def _check_semantics(spec: _Spec, problems: Problems) -> None:
     """Rules a schema cannot say: names, characters, contract, target, reserved flags, mounts."""
     _check_characters(spec, problems)
+    if spec.command and not spec.command[0].strip():   # an empty argument later is an argument
+        _add(problems, ("command", 0), "the program to run (the command's first word) is empty",
+             "a program name or path first, e.g. [python, train.py]")
     if not spec.target and not spec.image:
         _add(problems, ("target",), "a job needs `target` (a target name) or `image` (an image tag), or both",
              f"target: {KEY_HELP['target']}; image: {KEY_HELP['image']}")

@@ -186,6 +186,7 @@ def dry_run(job: Job, inventory: Inventory, *, run_id: str | None = None, image:
     ``on_code``; each node's copy is shown at its ``code_dir`` (unexpanded)."""
     run_id = records.check_run_id(run_id) if run_id else records.new_run_id(job.name)
     inventory = with_job_port(job, inventory, overrides)
+    inventory = attempt_inventory(inventory, first_nodes(job, inventory)[0])   # as launch: no spare
     code = None
     if job.workdir is not None:
         snap = code_snapshot.take(job.workdir, limit_bytes=job.max_workdir_size
@@ -437,15 +438,10 @@ def launch(job: Job, inventory: Inventory, *, image: str | None = None,
         settings = replace(settings, **RECOVERY_PROBES)
     run_id = resume.run_id if resume is not None else _fresh_run_id(run_id, job)
     inventory = with_job_port(job, inventory, overrides)
-    try:
-        if resume is not None:
-            nodes_now, spares = resumed_nodes(resume), list(resume.spares)
-        else:
-            nodes_now, spares = recovery.initial_nodes([n.name for n in inventory.active],
-                                                       [n.name for n in inventory.spares],
-                                                       max_nodes=job.max_nodes, min_nodes=job.min_nodes)
-    except recovery.NotEnoughNodes as e:
-        raise UserError(f"{inventory.path}: {e}; nothing was started.") from None
+    if resume is not None:
+        nodes_now, spares = resumed_nodes(resume), list(resume.spares)
+    else:
+        nodes_now, spares = first_nodes(job, inventory)
     stop_event = stop_event or threading.Event()
     first = attempt_inventory(inventory, nodes_now)
     facts = local_facts(first)
@@ -607,6 +603,16 @@ class _Run:
 
     def mark(self, phase: str) -> None:
         self.times[phase] = time.time()
+
+
+def first_nodes(job: Job, inventory: Inventory) -> tuple[list[str], list[str]]:
+    """The nodes a fresh run starts on, in rank order, and its spares: the one choice launch
+    makes and ``--dry-run`` shows (spares and a job's ``nnodes`` MIN:MAX applied)."""
+    try:
+        return recovery.initial_nodes([n.name for n in inventory.active], [n.name for n in inventory.spares],
+                                      max_nodes=job.max_nodes, min_nodes=job.min_nodes)
+    except recovery.NotEnoughNodes as e:
+        raise UserError(f"{inventory.path}: {e}; nothing was started.") from None
 
 
 def attempt_inventory(inventory: Inventory, names: Sequence[str]):

@@ -52,11 +52,14 @@ from typing import TYPE_CHECKING
 from pydantic import BaseModel, Field, PrivateAttr, ValidationError
 
 from clusterctl.cluster.containers import ContainerState, find_containers
+from clusterctl.cluster.inventory.model import NODE_NAME_RE
 from clusterctl.core import exitcodes
 from clusterctl.core.deadline import bounded
 from clusterctl.core.errors import UserError, did_you_mean
 from clusterctl.core.files import denied, one_at_a_time, read_regular, write_atomic
 from clusterctl.core.paths import runs_dir
+from clusterctl.core.text import control_problem, shown
+from clusterctl.run.jobs import MAX_RESTARTS
 
 if TYPE_CHECKING:
     from clusterctl.cluster.transport import Cluster, NodeConnection
@@ -84,7 +87,7 @@ def check_run_id(run_id: str) -> str:
     """The run id itself, or UserError saying what a valid one looks like."""
     if not _RUN_ID.match(run_id):
         raise UserError(
-            f"--run-id {run_id!r} is not valid: use 1-63 letters, digits, '_', '.' or '-', "
+            f"--run-id {shown(run_id, 80)} is not valid: use 1-63 letters, digits, '_', '.' or '-', "
             "starting with a letter or digit (it becomes a directory name, a docker label "
             "and part of container names)."
         )
@@ -469,7 +472,7 @@ def load(run_id: str) -> RunRecord:
         known = [r.run_id for r in list_runs()]
         hint = did_you_mean(run_id, known)
         raise UserError(
-            f"no run {run_id!r} in {runs_dir()}{hint} (no {path}). `clusterctl runs` lists the "
+            f"no run {shown(run_id, 80)} in {runs_dir()}{hint} (no {path}). `clusterctl runs` lists the "
             "runs recorded there; CLUSTERCTL_RUNS points to another runs directory."
         )
     try:
@@ -493,6 +496,9 @@ def _read(path: Path) -> RunRecord:
     d = os.lstat(path.parent)
     if not _RUN_ID.match(record.run_id):
         raise RecordError(f"its run id {record.run_id[:80]!r} is not a valid one")
+    problem = read_back_problem(record)
+    if problem:
+        raise RecordError(problem)
     if record.run_id != path.parent.name:
         raise RecordError(f"it names run {record.run_id!r} but is in directory {path.parent.name!r} "
                           "(renamed or copied)")
@@ -506,6 +512,37 @@ def _read(path: Path) -> RunRecord:
     record.user = user_name(st.st_uid)  # the name shown is the owner's, whatever the file says
     record._on_disk = True
     return record
+
+
+_DIGEST = re.compile(r"sha256:[0-9a-f]{64}\Z")
+
+
+def read_back_problem(record: RunRecord) -> str | None:
+    """Why ``record`` holds a value that must not be used: a node name that would become a
+    file name (``<node>.log``, ``flight/<node>/``) or a path part (``..``, ``/``), a digest
+    that is not one, or a name, host, container or image holding a control character (it
+    would act on a terminal when printed).  None when every such value is usable.  Pure."""
+    nodes = [*record.nodes, *(n for a in record.attempts for n in a.nodes)]
+    names = [*(n.node for n in nodes), *record.spares, *record.next_nodes, *record.excluded,
+             *record.flight, *(k for a in record.attempts for k in (*a.excluded, *a.replaced.values()))]
+    for name in names:
+        if len(name) > 253 or not NODE_NAME_RE.fullmatch(name):
+            return (f"it names a node {shown(name, 40)}, which is not a node name (letters, digits, "
+                    "'.', '_', ':' and '-', starting with a letter or digit)")
+    if not 0 <= record.attempt <= MAX_RESTARTS or not 0 <= record.max_restarts <= MAX_RESTARTS:
+        return (f"its attempt ({record.attempt}) or max_restarts ({record.max_restarts}) is not "
+                f"from 0 to {MAX_RESTARTS}")
+    for digest in (record.image_digest,):
+        if digest is not None and not _DIGEST.match(digest):
+            return f"its image digest {shown(digest, 80)} is not sha256:<64 hex digits>"
+    texts = [("image", record.image), ("image_id", record.image_id), ("registry", record.registry),
+             ("job", record.job), ("master_addr", record.master_addr),
+             *((f"node {n.node} {k}", v) for n in nodes for k, v in (("host", n.host), ("container", n.container)))]
+    for field, value in texts:
+        problem = control_problem(value) if isinstance(value, str) else None
+        if problem:
+            return f"its {field} {problem}"
+    return None
 
 
 def _first_error(e: Exception) -> str:

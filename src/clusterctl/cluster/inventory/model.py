@@ -34,11 +34,16 @@ from clusterctl.core.text import control_problem
 DEFAULT_MASTER_PORT = 29500
 
 Port = Annotated[int, Field(strict=True, ge=1, le=65535)]
-Slots = Annotated[int, Field(strict=True, ge=1)]
+#: The most processes (accelerators) one node may have: a count past it is a typo, and a
+#: target's per-slot devices are listed one by one (inventory slots, export --slots).
+MAX_SLOTS = 1024
+Slots = Annotated[int, Field(strict=True, ge=1, le=MAX_SLOTS)]
 StrictBool = Annotated[bool, Field(strict=True)]
 
 _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]*")
 _ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+#: What a node name may be (fullmatch), wherever one is read: an inventory, a run record.
+NODE_NAME_RE = _NAME_RE
 _IFACE_RE = re.compile(r"[A-Za-z0-9._@-]{1,15}")  # Linux: at most 15 characters (IFNAMSIZ - 1)
 
 

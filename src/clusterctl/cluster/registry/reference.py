@@ -17,6 +17,7 @@ import re
 from dataclasses import dataclass
 
 from clusterctl.core.errors import UserError
+from clusterctl.core.text import shown
 
 #: ``HOST[:PORT][/NAMESPACE]``: a DNS name or IPv4 address, a port, lower-case path parts
 #: (the distribution spec's path component grammar).
@@ -58,7 +59,7 @@ class Registry:
     def by_digest(self, image: str, digest: str) -> str:
         """``repository(image)@DIGEST``: what a node pulls and an export names."""
         if not DIGEST.match(digest):
-            raise ValueError(f"{digest!r} is not a sha256 digest")
+            raise ValueError(f"{shown(digest)} is not a sha256 digest")
         return f"{self.repository(image)}@{digest}"
 
 
@@ -68,14 +69,16 @@ def parse_registry(text: str) -> Registry:
     if not isinstance(text, str) or not text:
         raise ValueError("is empty")
     if "://" in text:
-        raise ValueError(f"{text!r} has a scheme: write the address alone (TLS is always used "
+        raise ValueError(f"{shown(text)} has a scheme: write the address alone (TLS is always used "
                          "unless the host is 127.0.0.0/8)")
     m = _REGISTRY.match(text.rstrip("/"))
     if m is None:
-        raise ValueError(f"{text!r} is not a registry address")
+        raise ValueError(f"{shown(text)} is not a registry address"
+                         + (" (credentials never go in it: `docker login HOST` keeps them)"
+                            if "@" in text else ""))
     port = int(m.group("port")) if m.group("port") else None
     if port is not None and not 1 <= port <= 65535:
-        raise ValueError(f"{text!r}: port {port} is out of range (1-65535)")
+        raise ValueError(f"{shown(text)}: port {port} is out of range (1-65535)")
     return Registry(m.group("host").lower(), port, m.group("ns").strip("/"))
 
 

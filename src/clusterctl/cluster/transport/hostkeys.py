@@ -25,6 +25,7 @@ import base64
 import fcntl
 import hashlib
 import os
+import shlex
 import threading
 from pathlib import Path
 
@@ -278,8 +279,8 @@ def describe_host_key_error(exc: BaseException, known_hosts: Path | None = None)
         via_ca = (f" ({exc.known_hosts} line{'s' if len(ca) > 1 else ''} "
                   f"{', '.join(map(str, ca))} trust{'' if len(ca) > 1 else 's'} host certificates "
                   f"from a @cert-authority for it; clusterctl checks plain host keys only: add "
-                  f"the node's key, e.g. `ssh-keyscan -t ed25519 {exc.hostname} >> "
-                  f"{exc.known_hosts}` after checking its fingerprint)") if ca else ""
+                  f"the node's key, e.g. `ssh-keyscan -t ed25519 {shlex.quote(str(exc.hostname))} >> "
+                  f"{shlex.quote(str(exc.known_hosts))}` after checking its fingerprint)") if ca else ""
         return (f"host key unknown: {exc.hostname} offered {exc.key.get_name()} key "
                 f"{fingerprint(exc.key)}, which is not in {exc.known_hosts}{via_ca}. Check the "
                 "fingerprint on the node (ssh-keygen -lf /etc/ssh/ssh_host_*_key.pub), then "
@@ -292,6 +293,7 @@ def describe_host_key_error(exc: BaseException, known_hosts: Path | None = None)
         host = exc.hostname
         return (f"host key CHANGED for {host}: it offered {fingerprint(got)} but {kh} records "
                 f"{fingerprint(expected)}. This can be a man-in-the-middle attack; if the node "
-                f"was reinstalled, remove the old key with `ssh-keygen -R '{host}' -f {kh}` and "
+                f"was reinstalled, remove the old key with `ssh-keygen -R {shlex.quote(str(host))} -f "
+                f"{shlex.quote(str(kh))}` and "
                 "reconnect (accepting new host keys never replaces a changed one)")
     return None
