@@ -84,6 +84,8 @@ def test_every_node_command_calls_the_nodes_runtime(name):
     rt = runtime_for(name)
     scripts = [
         containers._stop_argv("r1", "tok", 3, rt)[2],
+        containers.StopChannel("c1").argv_for(rt)[2],
+        rt.script(containers._INSPECT_REMOVE),
         pull.pull_argv("reg:5000/x:1", True, rt)[2],
         *(c.argv[2] for c in treefollow.follow_commands("n1", "c1", remove=True, runtime=rt)),
         preflight._engine_script(rt),
@@ -162,3 +164,30 @@ def test_an_unknown_runtime_is_refused_naming_file_line_and_the_valid_ones(tmp_p
 def test_podman_leaves_out_shm_size_beside_host_ipc_which_docker_ignores(options, podman_gets):
     assert runtime_for("docker").run("img", ["x"], options=options) == ["docker", "run", *options, "img", "x"]
     assert PODMAN.run("img", ["x"], options=options) == ["podman", "run", *podman_gets, "img", "x"]
+
+
+# --------------------------------------------------------------------------- the sandbox's Podman
+
+
+def test_each_podman_sandbox_node_has_its_own_storage_named_by_its_sshd():
+    from clusterctl.cluster.sandbox import model, processes, sshd
+    from clusterctl.cluster.sandbox.inventory_file import inventory_text
+
+    sb = model.Sandbox(name="pq", subnet="10.9.9.0/24", node_count=2, runtime="podman")
+    confs = [processes.podman_confs(n) for n in sb.nodes]
+    for node, (conf, storage) in zip(sb.nodes, confs, strict=True):
+        assert f'graphroot = "{node.podman_root}"' in storage
+        assert f'runroot = "{node.dir / "podman-run"}"' in storage
+        assert f'tmp_dir = "{node.dir / "podman-tmp"}"' in conf and 'runtime = "runc"' in conf
+        assert f"CONTAINERS_CONF={node.podman_conf}" in sshd._sshd_config(sb, node)
+        assert f"CONTAINERS_STORAGE_CONF={node.podman_storage_conf}" in sshd._sshd_config(sb, node)
+    assert confs[0][1] != confs[1][1] and confs[0][0] != confs[1][0]   # nothing shared
+    assert yaml_defaults(inventory_text(sb))["runtime"] == "podman"
+    docker_sb = model.Sandbox(name="pq", subnet="10.9.9.0/24", node_count=2)
+    assert "CONTAINERS_CONF" not in sshd._sshd_config(docker_sb, docker_sb.nodes[0])
+    assert "runtime" not in yaml_defaults(inventory_text(docker_sb))
+
+
+def yaml_defaults(text: str) -> dict:
+    import yaml
+    return yaml.safe_load(text)["defaults"]

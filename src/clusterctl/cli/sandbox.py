@@ -47,11 +47,16 @@ def up(
                                             "--registry)."),
     registry_port: int = typer.Option(sandbox.REGISTRY_DEFAULT_PORT, "--registry-port", metavar="PORT",
                                       help="The registry's TCP port."),
+    runtime: str = typer.Option("docker", "--runtime", metavar="RUNTIME",
+                                help="The nodes' container runtime in the inventory: docker, or "
+                                     "podman (rootful, each node its own storage; Debian packages "
+                                     "podman, runc and catatonit). Each node runs its own dockerd "
+                                     "either way."),
 ) -> None:
     """Create (or complete) a sandbox of N nodes and write its inventory (idempotent)."""
     sb = sandbox.up(nodes, name=name, subnet=subnet, bandwidth=bandwidth, slots=slots,
                     inventory_path=inventory, with_slurm=slurm, with_registry=registry,
-                    registry_auth=registry_auth, registry_port=registry_port)
+                    registry_auth=registry_auth, registry_port=registry_port, runtime=runtime)
     _print_status(sandbox.status(sb.name))
     out.print(f"inventory: {sb.inventory_path}")
     out.print(f"try: clusterctl check --nodes {sb.inventory_path}")

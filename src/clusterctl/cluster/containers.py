@@ -149,7 +149,7 @@ def inspect_containers(conn: NodeConnection, names: list[str], *,
 
 #: ``docker inspect`` of the containers named after it, then their removal; ``REMOVED`` on
 #: stderr says the removal worked (the inspect's JSON is on stdout either way).
-_INSPECT_REMOVE = ('docker inspect --type container "$@"; docker rm --force "$@" >/dev/null 2>&1 '
+_INSPECT_REMOVE = ('"$RT" inspect --type container "$@"; "$RT" rm --force "$@" >/dev/null 2>&1 '
                    '&& echo @@clusterctl-removed >&2')
 
 
@@ -159,7 +159,7 @@ def inspect_and_remove(conn: NodeConnection, names: list[str], *, timeout: float
     (the end of a followed run): (states, whether they were removed)."""
     if not names:
         return [], True
-    res = conn.run(["sh", "-c", _INSPECT_REMOVE, "sh", *names], timeout=timeout)
+    res = conn.run(["sh", "-c", runtime_of(conn).script(_INSPECT_REMOVE), "sh", *names], timeout=timeout)
     try:
         data = json.loads(res.stdout or "[]")
     except ValueError:
@@ -301,7 +301,7 @@ def _last_line(res) -> str:
 #: directly from here, before the docker CLI starts, was measured too: no clear gain at 16
 #: nodes on 2 shared cores, so not kept.)
 _STOP_SCRIPT = ('IFS= read -r g || exit 97; case $g in ""|*[!0-9]*) exit 97;; esac; '
-                'exec docker stop --time "$g" "$1"')
+                'exec "$RT" stop --time "$g" "$1"')
 _NOT_STOPPED = 97
 _SEND_TIMEOUT = 2.0  # seconds one stop line may wait to be written (a stalled connection)
 
@@ -330,14 +330,18 @@ class StopChannel:
 
     @property
     def argv(self) -> list[str]:
-        return ["sh", "-c", _STOP_SCRIPT, "sh", self.container]
+        return self.argv_for(runtime_for())
+
+    def argv_for(self, runtime: ContainerRuntime) -> list[str]:
+        """The waiting shell's argv on a node of ``runtime``."""
+        return ["sh", "-c", runtime.script(_STOP_SCRIPT), "sh", self.container]
 
     def open(self, connect: Callable[[], object]) -> bool:
         """Start the waiting shell on the connection ``connect()`` gives; False when that
         failed or the stopper was used or closed meanwhile (its stop then uses a new channel)."""
         try:
             conn = connect()
-            chan = conn.exec_channel(self.argv)
+            chan = conn.exec_channel(self.argv_for(runtime_of(conn)))
         except Exception:  # noqa: BLE001 - no pre-opened channel: stop() says None
             return False
         with self._lock:

@@ -103,8 +103,12 @@ def inventory_text(sb: Sandbox) -> str:
         *_registry_lines(sb),
         "# Shared by all nodes: root with the sandbox's generated ed25519 key; eth0 is\n",
         "# the interface that holds each node's address (GLOO/NCCL_SOCKET_IFNAME).\n",
+        *(["# The nodes' containers run on Podman (rootful, each node's own storage); each\n",
+           "# node has its own dockerd too: `runtime: docker` on a node runs it on Docker.\n"]
+          if sb.runtime != "docker" else []),
         dump({"defaults": {"user": SSH_USER, "identity_file": str(sb.key_path),
-                           "slots": sb.slots, "interface": INTERFACE}}),
+                           "slots": sb.slots, "interface": INTERFACE,
+                           **({"runtime": sb.runtime} if sb.runtime != "docker" else {})}}),
         "\n",
         "# Rank order: node1 is the master. The nodes share this machine's files, so each\n",
         "# keeps the project copies of `launch --workdir` in a code_dir of its own.\n",

@@ -105,6 +105,18 @@ def check_slots(slots: int) -> None:
         raise UserError(f"invalid --slots {slots}: give a whole number of processes per node, 1 or more.")
 
 
+#: the runtimes a sandbox's nodes can have (and the Debian package each needs)
+SANDBOX_RUNTIMES = {"docker": "docker.io", "podman": "podman"}
+
+
+def check_runtime(runtime: str) -> None:
+    """``--runtime``: docker or podman, and podman's tools on this machine."""
+    if runtime not in SANDBOX_RUNTIMES:
+        raise UserError(f"--runtime {runtime!r}: valid: {' or '.join(SANDBOX_RUNTIMES)}")
+    if runtime == "podman":
+        require_binaries("podman", "runc", "catatonit", packages="podman runc catatonit")
+
+
 def check_bandwidth(rate: str | None) -> None:
     if rate is not None and not _RATE_RE.match(rate):
         raise UserError(
@@ -162,7 +174,7 @@ def up(n: int, *, name: str = DEFAULT_NAME, subnet: str = DEFAULT_SUBNET,
        bandwidth: str | None = None, slots: int = 2,
        inventory_path: str | Path = DEFAULT_INVENTORY, with_slurm: bool = False,
        with_registry: bool = False, registry_auth: bool = False,
-       registry_port: int = registry.DEFAULT_PORT) -> Sandbox:
+       registry_port: int = registry.DEFAULT_PORT, runtime: str = "docker") -> Sandbox:
     """Create (or complete) sandbox ``name`` with ``n`` nodes and write its inventory.
 
     Idempotent: parts already running are kept; a larger ``n`` adds nodes and a
@@ -177,12 +189,16 @@ def up(n: int, *, name: str = DEFAULT_NAME, subnet: str = DEFAULT_SUBNET,
     that has a registry keeps it as it is.  The returned sandbox's ``registry``,
     ``registry_ca`` and ``registry_password_file`` say how to reach it.  A sandbox
     that did not exist before and fails to come up is removed again, so nothing is
-    left half-made.
+    left half-made.  ``runtime`` ``podman``: each node has a Podman of its own too (its
+    storage and state, :func:`.processes.write_podman_confs`) and the inventory says
+    ``runtime: podman`` (each node keeps its dockerd: a node may be switched to
+    ``runtime: docker`` in an inventory, for mixed runs).
     """
     check_name(name)
     check_nodes(n)
     check_slots(slots)
     check_bandwidth(bandwidth)
+    check_runtime(runtime)
     parse_subnet(subnet, n)
     with_registry = with_registry or registry_auth
     if with_registry:
@@ -214,7 +230,7 @@ def up(n: int, *, name: str = DEFAULT_NAME, subnet: str = DEFAULT_SUBNET,
             registry.require_registry()
         sb = Sandbox(name=name, subnet=subnet, node_count=n, slots=slots, bandwidth=bandwidth,
                      inventory_path=str(inventory), slurm=with_slurm or keep_slurm,
-                     registry_port=reg_port, registry_auth=reg_auth)
+                     registry_port=reg_port, registry_auth=reg_auth, runtime=runtime)
         if old is None:
             _teardown(name)  # debris of a crash or a lost /run: start from a clean slate
         network.check_subnet_free(sb)
@@ -265,6 +281,8 @@ def _start_node(sb: Sandbox, node: SandboxNode) -> None:
     """sshd and dockerd of one node (each kept when already running in the node's netns);
     under sudo the daemon's socket is the invoking user's (``sandbox status`` counts its
     images without sudo), its group kept."""
+    if sb.runtime == "podman":
+        processes.write_podman_confs(node)
     sshd.ensure_sshd(sb, node)
     processes.start_dockerd(node)
     hand_over(node.daemon.socket, group=False)
@@ -274,7 +292,9 @@ def _start_node(sb: Sandbox, node: SandboxNode) -> None:
 
 
 def _remove_node(node: SandboxNode) -> None:
-    """Stop a node's daemons, kill what is left in its netns, delete netns and veth."""
+    """Stop a node's daemons (its Podman's containers first), kill what is left in its
+    netns, delete netns and veth."""
+    processes.remove_podman_containers(node)
     dockerd.stop(node.daemon)
     processes.stop_pid(node.sshd_pidfile)
     network.remove_node_network(node)
@@ -282,6 +302,7 @@ def _remove_node(node: SandboxNode) -> None:
     processes.remove_cgroups(node.cgroup)
     _remove_tree(node.dir)
     _remove_tree(node.daemon.data_root)  # unmounts a small data root (limit_data_root) first
+    _remove_tree(node.podman_root)       # its overlay mounts first
     storage.detach_loops(storage.image_file(node))
     storage.image_file(node).unlink(missing_ok=True)
 

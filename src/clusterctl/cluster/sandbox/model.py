@@ -107,6 +107,30 @@ class SandboxNode:
     def sshd_config(self) -> Path:
         return self.dir / "sshd_config"
 
+    # Podman (``up --runtime podman``): daemonless, so each node's own storage and state
+    # are its configuration files, which its sshd names (CONTAINERS_CONF, ..._STORAGE_CONF)
+
+    @property
+    def podman_conf(self) -> Path:
+        """containers.conf of the node's Podman (its runtime, tmp dir, limits, logs)."""
+        return self.dir / "containers.conf"
+
+    @property
+    def podman_storage_conf(self) -> Path:
+        """storage.conf of the node's Podman: its own graph root and run root."""
+        return self.dir / "storage.conf"
+
+    @property
+    def podman_root(self) -> Path:
+        """The node's Podman images and containers (disk, beside its dockerd's data root)."""
+        return data_base() / self.sandbox / f"{self.name}-podman"
+
+    @property
+    def podman_env(self) -> dict[str, str]:
+        """The environment that makes ``podman`` this node's (its sshd sets it)."""
+        return {"CONTAINERS_CONF": str(self.podman_conf),
+                "CONTAINERS_STORAGE_CONF": str(self.podman_storage_conf)}
+
     @property
     def home(self) -> Path:
         """The node user's $HOME over SSH: its own, empty, as on a fresh node (not this
@@ -135,6 +159,7 @@ class Sandbox:
     slurm: bool = False  # a Slurm cluster (munged, slurmctld, one slurmd per node) runs on it
     registry_port: int | None = None  # a registry (up --registry) listens on head_ip:registry_port
     registry_auth: bool = False       # ... and asks for a login (htpasswd, user "clusterctl")
+    runtime: str = "docker"  # the nodes' runtime in the inventory (podman: each has its own too)
 
     @property
     def network(self) -> ipaddress.IPv4Network:

@@ -70,7 +70,11 @@ def _sshd_config(sb: Sandbox, node: SandboxNode) -> str:
         "# `docker` run over SSH talks to this node's own daemon; $HOME is the node's own",
         "# (empty, as on a fresh node): bash runs ~/.bashrc before every command sshd",
         "# starts, and this machine's own could cost more than the command",
-        f"SetEnv DOCKER_HOST={node.docker_host} HOME={node.home}",
+        *(["# `podman` over SSH is this node's own (its storage.conf and containers.conf)"]
+          if sb.runtime == "podman" else []),
+        "SetEnv " + " ".join(f"{k}={v}" for k, v in {
+            "DOCKER_HOST": node.docker_host, "HOME": node.home,
+            **(node.podman_env if sb.runtime == "podman" else {})}.items()),
         "Subsystem sftp internal-sftp",
         "",
     ])

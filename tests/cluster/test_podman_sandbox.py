@@ -1,0 +1,123 @@
+"""Podman nodes on the sandbox (``sandbox up --runtime podman``): real rootful Podman 4.3 in
+each node's netns, each with its own storage, reached over the node's own sshd.  The core
+path as on Docker nodes: ``check`` names the runtime, ``launch`` pushes the cpu image (Podman
+gets the whole image: ``podman load``) and runs ddp-smoke followed to its end; a detached
+run read by ``status`` and ``logs`` and ended by ``stop``; and one run on a Docker node and a
+Podman node at once (each node keeps its own dockerd, so an inventory may switch one back).
+
+Costly (Podman loads the 1.2 GB image on each node), so ONE module, one sandbox of 2 nodes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from clusterctl.cluster.sandbox import processes
+from tests.fixtures.sandbox import held_sandbox, own_sandbox
+
+pytestmark = [pytest.mark.sandbox, pytest.mark.docker, pytest.mark.slow]
+
+NAME, SUBNET = own_sandbox("p", "o", 9)
+DETACHED = re.compile(r"run\s+(\S+)\s+is\s+\S+\s+detached")   # the console may wrap it
+OK = "ddp-smoke OK: 2 ranks on 2 nodes hold identical weights"
+
+
+@pytest.fixture(scope="module")
+def sandbox_podman():
+    if os.geteuid() != 0:
+        pytest.skip("the sandbox needs root (network namespaces, daemons)")
+    if not shutil.which("podman"):
+        pytest.fail("podman is missing (apt-get install podman runc catatonit; scripts/setup-host)")
+    with held_sandbox(NAME, SUBNET, 2, slots=1, runtime="podman") as sb:
+        yield sb
+
+
+def clusterctl(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "clusterctl", *args], capture_output=True,
+                          text=True, timeout=600, env={**os.environ, "CLUSTERCTL_PLAIN": "1"})
+
+
+def _podman_ps(sb, node: str) -> list[str]:
+    r = processes.node_podman(sb.node(node), "ps", "-a", "--format", "{{.Names}}")
+    assert r.returncode == 0, r.stderr
+    return r.stdout.split()
+
+
+def test_a_run_on_podman_nodes_from_push_to_stop(sandbox_podman, cpu_image, runs_dir):
+    sb = sandbox_podman
+    inv = sb.inventory_path
+    checked = clusterctl("check", "--nodes", inv)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert checked.stdout.count("│ podman 4.") == 2, checked.stdout
+
+    t0 = time.monotonic()
+    ran = clusterctl("launch", "ddp-smoke", "--nodes", inv, "--image", cpu_image, "--nproc-per-node", "1")
+    print(f"push + attached ddp-smoke on 2 Podman nodes: {time.monotonic() - t0:.1f}s")
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    said = ran.stdout + ran.stderr   # the output on stdout, the run's end on stderr
+    assert OK in said and "succeeded (exit 0)" in said, said
+    first = re.search(r"run (ddp-smoke-\S+) succeeded", said).group(1)
+    for node in ("node1", "node2"):   # each node's own Podman has the image; the run's end removed
+        images = processes.node_podman(sb.node(node), "image", "ls", "--format", "{{.Repository}}:{{.Tag}}")
+        assert f"localhost/{cpu_image}" in images.stdout.split(), images.stdout
+        assert f"{first}-{node}" not in _podman_ps(sb, node)
+    done = json.loads(clusterctl("status", first, "--json").stdout)
+    assert {(n["node"], n["exit_code"]) for n in done["nodes"]} == {("node1", 0), ("node2", 0)}, done
+
+    started = clusterctl("launch", "ddp-smoke", "--nodes", inv, "--image", cpu_image,
+                         "--nproc-per-node", "1", "--detach", "--set", "DDP_SMOKE_STEPS=600",
+                         "--set", "DDP_SMOKE_STEP_SECONDS=0.5", "--set", "DDP_SMOKE_PROGRESS=1")
+    assert started.returncode == 0, started.stdout + started.stderr
+    run_id = DETACHED.search(started.stdout + started.stderr).group(1)
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            status = clusterctl("status", run_id, "--json")
+            states = {r["node"]: r["state"] for r in json.loads(status.stdout or "{}").get("nodes", [])}
+            if states == {"node1": "running", "node2": "running"} or time.monotonic() > deadline:
+                break
+            time.sleep(2)
+        assert states == {"node1": "running", "node2": "running"}, status.stdout + status.stderr
+        for node in ("node1", "node2"):   # the container is on the node's Podman
+            assert f"{run_id}-{node}" in " ".join(_podman_ps(sb, node))
+        logs = clusterctl("logs", run_id)
+        assert logs.returncode == 0 and "rank 0/2" in logs.stdout + logs.stderr, logs.stdout + logs.stderr
+    finally:
+        stopped = clusterctl("stop", run_id)
+    assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+    for node in ("node1", "node2"):
+        assert not [c for c in _podman_ps(sb, node) if c.startswith(run_id)]
+    after = json.loads(clusterctl("status", run_id, "--json").stdout or "{}")
+    assert after.get("nodes") is not None, after
+    assert all(n["state"] != "running" for n in after["nodes"]), after
+
+
+def test_one_run_on_a_docker_node_and_a_podman_node(sandbox_podman, cpu_image, runs_dir, tmp_path):
+    sb = sandbox_podman
+    inv = yaml.safe_load(Path(sb.inventory_path).read_text())
+    inv["nodes"][0]["runtime"] = "docker"   # node1 on its dockerd, node2 on its Podman
+    mixed = tmp_path / "mixed.yaml"
+    mixed.write_text(yaml.safe_dump(inv))
+    checked = clusterctl("check", "--nodes", str(mixed))
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert checked.stdout.count("│ podman 4.") == 1, checked.stdout   # node1: docker's version
+    ran = clusterctl("launch", "ddp-smoke", "--nodes", str(mixed), "--image", cpu_image,
+                     "--nproc-per-node", "1")
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    said = ran.stdout + ran.stderr
+    assert OK in said, said
+    # the image went to node1's dockerd only (node2's never got it): each node its own runtime
+    def docker_images(node: str) -> list[str]:
+        return processes.node_docker(sb.name, node, "image", "ls", "--format",
+                                     "{{.Repository}}:{{.Tag}}").stdout.split()
+    assert cpu_image in docker_images("node1") and cpu_image not in docker_images("node2")
