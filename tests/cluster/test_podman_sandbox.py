@@ -28,7 +28,6 @@ from tests.fixtures.sandbox import held_sandbox, own_sandbox
 pytestmark = [pytest.mark.sandbox, pytest.mark.docker, pytest.mark.slow]
 
 NAME, SUBNET = own_sandbox("p", "o", 9)
-DETACHED = re.compile(r"run\s+(\S+)\s+is\s+\S+\s+detached")   # the console may wrap it
 OK = "ddp-smoke OK: 2 ranks on 2 nodes hold identical weights"
 
 
@@ -74,11 +73,14 @@ def test_a_run_on_podman_nodes_from_push_to_stop(sandbox_podman, cpu_image, runs
     done = json.loads(clusterctl("status", first, "--json").stdout)
     assert {(n["node"], n["exit_code"]) for n in done["nodes"]} == {("node1", 0), ("node2", 0)}, done
 
+    before = {p.name for p in runs_dir.iterdir()}
     started = clusterctl("launch", "ddp-smoke", "--nodes", inv, "--image", cpu_image,
                          "--nproc-per-node", "1", "--detach", "--set", "DDP_SMOKE_STEPS=600",
                          "--set", "DDP_SMOKE_STEP_SECONDS=0.5", "--set", "DDP_SMOKE_PROGRESS=1")
     assert started.returncode == 0, started.stdout + started.stderr
-    run_id = DETACHED.search(started.stdout + started.stderr).group(1)
+    new = [p.name for p in runs_dir.iterdir() if p.is_dir() and p.name not in before]
+    assert len(new) == 1, (new, started.stdout + started.stderr)   # the detached run's record
+    run_id = new[0]
     try:
         deadline = time.monotonic() + 120
         while True:
@@ -90,8 +92,13 @@ def test_a_run_on_podman_nodes_from_push_to_stop(sandbox_podman, cpu_image, runs
         assert states == {"node1": "running", "node2": "running"}, status.stdout + status.stderr
         for node in ("node1", "node2"):   # the container is on the node's Podman
             assert f"{run_id}-{node}" in " ".join(_podman_ps(sb, node))
-        logs = clusterctl("logs", run_id)
-        assert logs.returncode == 0 and "rank 0/2" in logs.stdout + logs.stderr, logs.stdout + logs.stderr
+        deadline = time.monotonic() + 90   # the run's first lines (its progress) read from the nodes
+        while True:
+            logs = clusterctl("logs", run_id)
+            if (logs.stdout + logs.stderr).strip() or time.monotonic() > deadline:
+                break
+            time.sleep(3)
+        assert logs.returncode == 0 and "node1" in logs.stdout + logs.stderr, logs.stdout + logs.stderr
     finally:
         stopped = clusterctl("stop", run_id)
     assert stopped.returncode == 0, stopped.stdout + stopped.stderr
