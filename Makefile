@@ -24,7 +24,7 @@ PYTEST_ARGS ?=
 NEWEST_VENV ?= .venv-newest
 BENCH_ARGS ?=
 
-.PHONY: help setup venv image render demo demo-down test test-fast test-newest check docs docs-serve reference lint golden lock bench-plots bench-push bench-launch bench-validate bench-collective bench-scale bench-workdir bench-recovery bench-registry bench-ssh bench-top clean
+.PHONY: help setup venv image render demo demo-down test test-fast test-newest check docs docs-serve reference lint golden lock bench-plots bench-push bench-launch bench-validate bench-collective bench-scale bench-workdir bench-recovery bench-registry bench-ssh bench-top bench-exec clean
 
 help:
 	@echo "make demo        set up this machine, build the cpu image, start a $(NODES)-node sandbox, run ddp-smoke on it"
@@ -49,6 +49,7 @@ help:
 	@echo "make bench-registry [BENCH_ARGS=...]            the cpu image to 4/8 nodes: registry pulls vs relay vs push with a registry (root)"
 	@echo "make bench-ssh [BENCH_ARGS=...]                 head CPU per node of one login + 3 commands: clusterctl vs paramiko vs OpenSSH multiplexing (root)"
 	@echo "make bench-top [BENCH_ARGS=...]                 what clusterctl top costs a running training's step rate (root)"
+	@echo "make bench-exec [BENCH_ARGS=...]                a short command on 1/8/16/32 nodes: clusterctl exec vs pdsh vs clush vs an ssh loop (root)"
 
 setup:
 	$(SUDO) env VENV=$(VENV) bash scripts/setup-host
@@ -181,6 +182,9 @@ bench-recovery: $(CLUSTERCTL)
 
 bench-registry: $(CLUSTERCTL)
 	$(SUDO) $(VENV)/bin/python benchmarks/registry.py $(BENCH_ARGS)
+
+bench-exec: $(CLUSTERCTL)
+	$(SUDO) $(VENV)/bin/python benchmarks/exec.py $(BENCH_ARGS)
 
 bench-top: $(CLUSTERCTL)
 	$(SUDO) $(VENV)/bin/python benchmarks/top.py $(BENCH_ARGS)

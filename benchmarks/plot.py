@@ -134,6 +134,15 @@ SHAPES: dict[str, dict[str, tuple[str, ...]]] = {
         # the issue's goals: limit (seconds or bytes), value measured (null: not measured), met
         "goals": ("what:str", "limit:num", "value?:num", "met?:bool"),
     },
+    "exec": {
+        "conditions": ("repeat:int", "command:str", "fanout:int", "pdsh?:str", "clush?:str",
+                       "openssh?:str"),
+        # one row per node count and way (clusterctl | clusterctl-tree | pdsh | clush | by-hand):
+        # head CPU s of one command on every node (the way's process tree), per node in ms,
+        # wall s, each round's CPU s, and CPU and wall over clusterctl's at the same count
+        "rows": ("nodes:int", "way:str", "cpu:num", "cpu_per_node_ms:num", "wall:num",
+                 "each_run?:list", "cpu_over_clusterctl?:num", "wall_over_clusterctl?:num"),
+    },
     "ssh_clients": {
         "conditions": ("repeat:int", "commands:int", "openssh?:str", "paramiko?:str"),
         # one row per node count and client (clusterctl | paramiko | openssh | openssh-kex):
@@ -772,10 +781,17 @@ def ssh_clients_table(doc: dict) -> str:
                         for r in doc["rows"]])
 
 
+def exec_table(doc: dict) -> str:
+    header = ["nodes", "way", "head CPU s", "x clusterctl's", "wall s", "x clusterctl's"]
+    return _md(header, [[str(r["nodes"]), r["way"], _f(r["cpu"], 3),
+                         _f(r.get("cpu_over_clusterctl"), 2, "x"), _f(r["wall"], 2),
+                         _f(r.get("wall_over_clusterctl"), 2, "x")] for r in doc["rows"]])
+
+
 TABLES = {"push": push_table, "launch": launch_table, "collective": collective_table,
           "validate": validate_table, "scale": scale_table, "workdir": workdir_table,
           "recovery": recovery_table, "registry": registry_table,
-          "ssh_clients": ssh_clients_table}
+          "ssh_clients": ssh_clients_table, "exec": exec_table}
 
 
 def table(doc: dict) -> str:
@@ -791,7 +807,8 @@ COLORS = {"by-hand": "#7f7f7f", "star": "#1f77b4", "relay": "#2ca02c", "relay+zs
           "followed default-each": "#8c564b",
           "before": "#7f7f7f", "now": "#1f77b4", "new": "#1f77b4", "channel": "#ff7f0e",
           "hostfile": "#1f77b4", "yaml": "#2ca02c", "slurm": "#9467bd",
-          "clusterctl": "#1f77b4", "paramiko": "#2ca02c", "openssh": "#d62728", "openssh-kex": "#ff7f0e"}
+          "clusterctl": "#1f77b4", "paramiko": "#2ca02c", "openssh": "#d62728", "openssh-kex": "#ff7f0e",
+          "clusterctl-tree": "#17becf", "pdsh": "#d62728", "clush": "#ff7f0e"}
 
 
 def _pyplot():
@@ -1201,6 +1218,30 @@ def _ssh_clients(plt, doc: dict):
     return fig
 
 
+EXEC_WAYS = ("clusterctl", "clusterctl-tree", "pdsh", "clush", "by-hand")
+
+
+def _exec(plt, doc: dict):
+    rows, c = doc["rows"], doc["conditions"]
+    fig, (cpu, wall) = plt.subplots(1, 2, figsize=(SIZE[0] * 1.5, SIZE[1]), dpi=DPI)
+    counts = sorted({r["nodes"] for r in rows})
+    for way in _ordered([r["way"] for r in rows], EXEC_WAYS):
+        mine = sorted((r for r in rows if r["way"] == way), key=lambda r: r["nodes"])
+        for ax, key in ((cpu, "cpu"), (wall, "wall")):
+            ax.plot([r["nodes"] for r in mine], [r[key] for r in mine], marker="o",
+                    color=COLORS.get(way), label=way, linestyle="--" if way == "by-hand" else "-")
+    for ax, what in ((cpu, "head CPU s"), (wall, "wall s")):
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(counts, [str(n) for n in counts])
+        ax.set_yscale("log")
+        ax.set_xlabel("nodes")
+        ax.set_ylabel(f"{what} (log)")
+        ax.grid(alpha=0.3, which="both")
+    cpu.legend(loc="upper left", fontsize=8)
+    fig.suptitle(f"`{c['command']}` on every node, as typed ({_subtitle(doc)})")
+    return fig
+
+
 def figure(doc: dict):
     """The matplotlib figure of a checked document."""
     plt = _pyplot()
@@ -1209,7 +1250,7 @@ def figure(doc: dict):
         return (_push_phases if _phases_only(doc) else _push_nodes)(plt, doc)
     return {"launch": _launch, "collective": _collective, "validate": _validate,
             "scale": _scale, "workdir": _workdir, "recovery": _recovery,
-            "registry": _registry, "ssh_clients": _ssh_clients}[kind](plt, doc)
+            "registry": _registry, "ssh_clients": _ssh_clients, "exec": _exec}[kind](plt, doc)
 
 
 def draw(doc: dict, out: str | os.PathLike) -> Path:

@@ -29,6 +29,9 @@ from benchmarks import (
     validate,
     workdir,
 )
+from benchmarks import (
+    exec as exec_bench,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 PAGES = REPO / "docs" / "benchmarks"
@@ -245,6 +248,26 @@ def test_ssh_clients_rows_round_trip():
     assert by[(8, "openssh-kex")]["cpu_per_node_ms"] == 36.25 and by[(8, "paramiko")]["over_clusterctl"] == 0.53
     table = plot.table(back)
     assert "| 8 | openssh-kex | 36.2 | 3.15x | 0.290 | 0.55 |" in table
+
+
+def test_exec_rows_round_trip_and_outputs_are_checked():
+    results = {(8, "pdsh"): [(0.30, 0.9), (0.34, 1.1)], (8, "clusterctl"): [(0.60, 0.8), (0.64, 0.7)],
+               (8, "by-hand"): [(0.9, 3.0)], (1, "clusterctl"): [(0.5, 0.6)], (1, "clush"): [(0.25, 0.4)]}
+    rows = exec_bench.rows_for(results)
+    assert [(r["nodes"], r["way"]) for r in rows] == [
+        (1, "clusterctl"), (1, "clush"), (8, "clusterctl"), (8, "pdsh"), (8, "by-hand")]
+    doc = plot.document("exec", "python benchmarks/exec.py",
+                        {**COND, "repeat": 2, "command": "uname -r", "fanout": 64}, rows=rows)
+    back = roundtrip(doc)
+    by = {(r["nodes"], r["way"]): r for r in back["rows"]}
+    assert by[(8, "pdsh")]["cpu_over_clusterctl"] == 0.52 and by[(8, "by-hand")]["wall_over_clusterctl"] == 4.0
+    assert by[(1, "clush")]["cpu_per_node_ms"] == 250.0
+    assert "| 8 | by-hand | 0.900 | 1.45x | 3.00 | 4.00x |" in plot.table(back)
+    # every node must answer: once per node (pdsh, the loop), once under all nodes (folded)
+    assert exec_bench.answered("pdsh", "10.0.0.1: 6.1\n10.0.0.2: 6.1\n", 2, "6.1")
+    assert not exec_bench.answered("pdsh", "10.0.0.1: 6.1\n", 2, "6.1")
+    assert exec_bench.answered("clush", "---------------\n10.0.0.[1-2] (2)\n---------------\n6.1\n", 2, "6.1")
+    assert not exec_bench.answered("clush", "a\n6.1\nb\n6.1\n", 2, "6.1")
 
 
 # --------------------------------------------------------------------------- bad data
