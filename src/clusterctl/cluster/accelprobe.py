@@ -117,7 +117,7 @@ class Findings:
 def parse_parts(token: str, text: str) -> dict[str, tuple[int, str]]:
     """The probe's parts: ``TOKEN part NAME`` ... ``TOKEN rc NAME STATUS`` -> {NAME: (STATUS, text)}."""
     t = re.escape(token)
-    pattern = re.compile(rf"^{t} part (\w+)\n(.*?)\n{t} rc \1 (-?\d+)$", re.S | re.M)
+    pattern = re.compile(rf"^{t} part (\w+)\n(.*?)\n{t} rc \1 (-?\d+)(?=\n|\Z)", re.S | re.M)
     return {m.group(1): (int(m.group(3)), m.group(2).strip("\n")) for m in pattern.finditer(text)}
 
 
@@ -253,7 +253,7 @@ def parse_cnmon_info(text: str) -> list[MluCard]:
                                  _int(values.get("uncorrected error") or values.get("uncorrect error"))))
 
     for line in text.splitlines():
-        m = re.match(r"\s*Card\s*(?:No\.)?\s*(\d+)\s*$", line)
+        m = re.match(r"\s*Card\s*(?:No\.)?\s*(\d+)\s*\Z", line)
         if m:
             close()
             index, values = int(m.group(1)), {}

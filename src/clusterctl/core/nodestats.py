@@ -37,7 +37,7 @@ CNMON_QUERY = (("cnmon", "info", "-u"), ("cnmon", "info", "-m"))
 MIB = 1 << 20
 _UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12, "pb": 10**15,
           "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40, "pib": 1 << 50}
-_SIZE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*$")
+_SIZE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*\Z")
 
 
 @dataclass(frozen=True)
@@ -130,8 +130,8 @@ def parse_nvidia_smi(text: str) -> list[GpuUse]:
     return gpus
 
 
-_CARD = re.compile(r"^\s*Card\s*:?\s*(\d+)\s*$")
-_FIELD = re.compile(r"^\s*([A-Za-z][A-Za-z ]*?)\s*:\s*(.*?)\s*$")
+_CARD = re.compile(r"^\s*Card\s*:?\s*(\d+)\s*\Z")
+_FIELD = re.compile(r"^\s*([A-Za-z][A-Za-z ]*?)\s*:\s*(.*?)\s*\Z")
 
 
 def parse_cnmon(text: str) -> list[GpuUse]:
