@@ -201,17 +201,17 @@ class _NodeSettings(BaseModel):
         "read-only tree per content digest, mounted into the containers): an absolute path or "
         "`~/...` on the node, on its local disk. Unchanged files are shared between the "
         "copies by hard links."))
-
-
-class Node(_NodeSettings):
-    """One machine of the cluster (frozen: the inventory is read once per command)."""
-
     runtime: RuntimeName | None = Field(None, description=(
         "The node's container runtime: `docker` or `podman` (rootful or rootless: the login "
         "user's own Podman). Every container and image command on the node is this "
         "runtime's; nodes of one run may differ. Left out: `docker`. `clusterctl check` "
         "shows each node's runtime and version, and a node whose runtime does not answer "
         "is a problem naming the runtimes that node has."))
+
+
+class Node(_NodeSettings):
+    """One machine of the cluster (frozen: the inventory is read once per command)."""
+
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     name: NodeName = Field(description=(
