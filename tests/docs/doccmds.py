@@ -735,7 +735,9 @@ def source_patterns(src: Path) -> list[SourceString]:
 class _Matcher:
     def __init__(self, patterns: list[SourceString]):
         self.patterns = patterns
-        self.memo: dict[str, int | None] = {}
+        self.memo: dict[tuple[str, int], int | None] = {}   # (string, depth): a depth cuts the search
+        self.active: set[str] = set()   # strings being read now (a cycle back to one is cut)
+        self.cut = False                # a cycle was cut while reading the current string
 
     def literal_cover(self, s: str, depth: int = 0) -> int | None:
         """How many words of ``s`` are source text (the best way to read it), or None when
@@ -743,9 +745,13 @@ class _Matcher:
         VALUE_WORDS words, or a `...` the doc leaves out) or, recursively, other source
         strings; at every level at least MIN_LITERAL_SHARE of the words must be source text."""
         s = " ".join(s.split())
-        if s in self.memo:
-            return self.memo[s]
-        self.memo[s] = None       # no cycles
+        if (s, depth) in self.memo:
+            return self.memo[(s, depth)]
+        if s in self.active:      # no cycles; what was read under a cut cycle is not memoised
+            self.cut = True
+            return None
+        self.active.add(s)
+        outer_cut, self.cut = self.cut, False
         words = len(s.split())
         best: int | None = None
         if depth < 6:
@@ -769,7 +775,10 @@ class _Matcher:
                 if literal is not None and literal >= MIN_LITERAL_SHARE * words and \
                         (best is None or literal > best):
                     best = literal
-        self.memo[s] = best
+        self.active.discard(s)
+        if not self.cut:
+            self.memo[(s, depth)] = best
+        self.cut = outer_cut or self.cut
         return best
 
 

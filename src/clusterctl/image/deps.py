@@ -195,11 +195,12 @@ def read_requirements(path: Path | str) -> list[Requirement]:
         if not line:
             continue
         problem = _line_problem(line)
+        said = shown(line, quoted=False)     # bounded and escaped: the line is untrusted
         if problem:
-            raise UserError(f"{path}:{n}: {shown(line, quoted=False)}: {problem}; valid: {VALID_LINE}.")
+            raise UserError(f"{path}:{n}: {said}: {problem}; valid: {VALID_LINE}.")
         name = canonical(_NAME.match(line).group(0))
         if name in seen:
-            raise UserError(f"{path}:{n}: {shown(line, quoted=False)}: {name} is already required on line {seen[name]}; "
+            raise UserError(f"{path}:{n}: {said}: {name} is already required on line {seen[name]}; "
                             "valid: each package on one line (pip refuses double requirements).")
         seen[name] = n
         found.append(Requirement(n, line, name))
