@@ -20,6 +20,9 @@ wanted = int(sys.argv[3]) if len(sys.argv) > 3 else None
 
 def listen(port):
     s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    # as torch.distributed'"'"'s store does: a run that just ended leaves its connections to
+    # MASTER_PORT in TIME_WAIT, which would make the port look "busy" (then refused)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     s.bind(("0.0.0.0", port))
     s.listen(128)
     return s
