@@ -115,6 +115,7 @@ def test_in_a_run_each_container_runs_the_command(loopback_sshd, docker_client, 
     inv = sshd.write_inventory(nodes=2)
     tag = uuid.uuid4().hex[:8]
     containers = [docker_client.containers.run(base_image, ["sleep", "300"], detach=True, remove=True,
+                                               network_mode="none",  # docker0 may be gone
                                                name=f"clusterctl-exec-test-{tag}-{r}",
                                                hostname=f"box{r}", labels={"io.clusterctl.test": tag})
                   for r in range(2)]

@@ -26,6 +26,7 @@ from typer.testing import CliRunner
 from clusterctl.cli import app
 from clusterctl.cluster import containers
 from clusterctl.cluster.inventory import load_inventory
+from clusterctl.cluster.runtime import runtime_for
 from clusterctl.cluster.transport import Cluster
 from clusterctl.run import launch, records, supervise
 from clusterctl.run.jobs import load_job
@@ -263,7 +264,9 @@ def test_fail_fast_writes_each_stop_on_the_channel_opened_while_the_run_started(
     out = result.outcome
     print(f"teardown {out.teardown_seconds:.2f}s")
     assert result.exit_code == 3 and out.first_failure.node == "node3", supervise.summary_lines(out)
-    stop_channels = [n for n, argv in opened if argv[:3] == ["sh", "-c", containers._STOP_SCRIPT]]
+    stop_argv = containers.StopChannel("c").argv_for(runtime_for("docker"))[:3]   # the sandbox's nodes run docker
+    assert stop_argv[2] == f"RT=docker\n{containers._STOP_SCRIPT}", stop_argv
+    stop_channels = [n for n, argv in opened if argv[:3] == stop_argv]
     assert sorted(stop_channels) == ["node1", "node2", "node3"], opened
     assert [a for _, a in opened if a[:2] == ["docker", "stop"]] == [], opened   # no new session
     assert len(waiting) == 1 and len(waiting[0]) == 3, waiting   # one shell per node, waiting

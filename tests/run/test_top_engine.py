@@ -36,6 +36,7 @@ def test_top_once_on_real_containers(loopback_sshd, docker_client, base_image, t
     inv = sshd.write_inventory(nodes=["node1", "node2", sshd.node("node3", 2, port=free_port())])
     tag = uuid.uuid4().hex[:8]
     containers = [docker_client.containers.run(base_image, ["sh", "-c", script], detach=True, remove=True,
+                                               network_mode="none",  # docker0 may be gone
                                                name=f"clusterctl-top-test-{tag}-{r}",
                                                labels={"io.clusterctl.test": tag})
                   for r, script in enumerate((BUSY, QUIET, "exec sleep 300"))]

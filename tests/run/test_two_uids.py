@@ -21,6 +21,7 @@ import sys
 import tempfile
 import textwrap
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -61,17 +62,28 @@ _END = "\nprint('@@' + json.dumps(results))\n"
 
 
 @pytest.fixture(scope="session")
-def two_users() -> dict[str, pwd.struct_passwd]:
-    """``ccalice`` and ``ccbob``, both in group ``ccshare`` (made once; kept for the next run)."""
+def two_users() -> Iterator[dict[str, pwd.struct_passwd]]:
+    """``ccalice`` and ``ccbob``, both in group ``ccshare``: made here and removed at the end
+    of the session (only what this fixture made: an account of that name found already is
+    used and left alone)."""
     if os.geteuid() != 0 or not (shutil.which("useradd") and shutil.which("setpriv")):
         pytest.skip("needs root, useradd and setpriv to act as two real users")
-    subprocess.run(["groupadd", "-f", GROUP], check=True)
-    for user in (ALICE, BOB):
-        if subprocess.run(["id", "-u", user], capture_output=True).returncode != 0:
-            res = subprocess.run(["useradd", "-M", "-N", "-g", GROUP, "-d", "/nonexistent",
-                                  "-s", "/usr/sbin/nologin", user], capture_output=True, text=True)
-            assert res.returncode in (0, 9), res.stderr   # 9: made at the same moment elsewhere
-    return {u: pwd.getpwnam(u) for u in (ALICE, BOB)}
+    made_group = subprocess.run(["getent", "group", GROUP], capture_output=True).returncode != 0
+    made: list[str] = []
+    try:
+        subprocess.run(["groupadd", "-f", GROUP], check=True)
+        for user in (ALICE, BOB):
+            if subprocess.run(["id", "-u", user], capture_output=True).returncode != 0:
+                res = subprocess.run(["useradd", "-M", "-N", "-g", GROUP, "-d", "/nonexistent",
+                                      "-s", "/usr/sbin/nologin", user], capture_output=True, text=True)
+                assert res.returncode == 0, res.stderr
+                made.append(user)
+        yield {u: pwd.getpwnam(u) for u in (ALICE, BOB)}
+    finally:
+        for user in made:
+            subprocess.run(["userdel", user], capture_output=True)
+        if made_group:
+            subprocess.run(["groupdel", GROUP], capture_output=True)
 
 
 @pytest.fixture
