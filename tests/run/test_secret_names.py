@@ -166,20 +166,64 @@ def test_the_record_says_which_variables_were_masked(hf_plans):
 
 
 def test_stop_reads_the_containers_env_with_their_states_and_never_shows_it():
+    """The stop script's inspect section as it sends it: a JSON object line per container
+    (name, state, labels), then a JSON string line per secret variable it let through."""
     token, got = "t0k", []
     reader = containers._StopReader("n1", token, lambda key, text: got.append(text))
-    inspect = [{"Name": "/r-n1", "State": {"Status": "running"}, "Config": {
-        "Labels": {}, "Env": ["HF_TOKEN=hf_real_token_value", "PIN=1234", "EQ=a=b", "PATH=/bin"]}}]
-    for line in [f"@@{token} before", json.dumps(inspect), f"@@{token} logs abc",
-                 "2026-01-01T00:00:01.000000000Z token hf_real_token_value",
-                 f"@@{token} after", json.dumps([{**inspect[0], "State": {"Status": "exited"}}]),
+    head = {"Name": "/r-n1", "State": {"Status": "running"}, "Config": {"Labels": {}}}
+    env = ["HF_TOKEN=hf_real_token_value", "PIN=1234", "EQ=a=b"]
+    for line in [f"@@{token} before", json.dumps(head), *map(json.dumps, env), "not json {",
+                 f"@@{token} logs abc", "2026-01-01T00:00:01.000000000Z token hf_real_token_value",
+                 f"@@{token} after", json.dumps({**head, "State": {"Status": "exited"}}),
                  f"@@{token} removed"]:
         reader.line(line)
     result = reader.finish(0)
-    assert result.env == {"HF_TOKEN": "hf_real_token_value", "PIN": "1234", "EQ": "a=b", "PATH": "/bin"}
+    assert result.env == {"HF_TOKEN": "hf_real_token_value", "PIN": "1234", "EQ": "a=b"}
+    assert result.was_running == ["r-n1"] and [c.status for c in result.containers] == ["exited"]
     assert "hf_real_token_value" not in repr(result)
-    assert containers.env_from_inspect(inspect[0]) == result.env
     assert got == ["token hf_real_token_value"]     # the raw line: masked where it is saved
+
+
+@pytest.mark.docker
+def test_the_stop_script_sends_only_state_labels_and_the_secret_variables(docker_client, base_image):
+    """The real stop script (what `clusterctl stop` runs on a node, through tree parents too)
+    against a real container: of its environment only the run's secret names leave the node;
+    a setting's value, the command and the mounts never do."""
+    import os
+    import subprocess
+    import uuid
+
+    from docker.errors import NotFound
+
+    from clusterctl.cluster import engine
+
+    run_id = f"secret-stop-{uuid.uuid4().hex[:8]}"
+    box = docker_client.containers.run(
+        base_image, ["sh", "-c", "echo token hf_secret_value_123; exec sleep 300"], detach=True,
+        network_mode="none", name=f"{run_id}-node1", labels={containers.RUN_LABEL: run_id},
+        environment={"HF_TOKEN": "hf_secret_value_123", "OTHER_SETTING": "not_for_the_head_42"})
+    try:
+        argv = containers._stop_argv(run_id, "t0k", 1, secret_names={"HF_TOKEN", "bad name|.*"})
+        assert argv[-1] == "HF_TOKEN"       # a name that is no identifier never reaches grep
+        res = subprocess.run(argv, capture_output=True, text=True, timeout=60,
+                             env={**os.environ, "DOCKER_HOST": engine.engine_url()})
+        assert res.returncode == 0, res.stderr
+        for hidden in ("not_for_the_head_42", "OTHER_SETTING", "sleep 300", '"Mounts"', '"Image"'):
+            assert hidden not in res.stdout, (hidden, res.stdout)
+        reader = containers._StopReader("node1", "t0k", None)
+        for line in res.stdout.splitlines():
+            reader.line(line)
+        result = reader.finish(res.returncode)
+        assert result.env == {"HF_TOKEN": "hf_secret_value_123"}
+        assert result.was_running == [f"{run_id}-node1"] and result.error is None
+        (state,) = result.containers
+        assert state.status == "exited" and state.exit_code == 137 and state.name == f"{run_id}-node1"
+        assert [text for _, text in result.lines] == ["token hf_secret_value_123"]
+    finally:
+        try:
+            box.remove(force=True)
+        except NotFound:
+            pass    # the script removed it
 
 
 def test_output_saved_by_stop_is_masked_as_followed_output(tmp_path, monkeypatch):

@@ -33,7 +33,7 @@ import secrets
 import tempfile
 import threading
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -120,18 +120,23 @@ def env_from_inspect(data: dict) -> dict[str, str]:
     return {k: v for k, _, v in (str(item).partition("=") for item in items)}
 
 
-def container_env(conn: NodeConnection, names: list[str], *, timeout: float | None = 20.0
-                  ) -> dict[str, str]:
-    """The environment of containers ``names`` on ``conn``'s node, merged (:func:`env_from_inspect`);
-    empty when none is there.  Over the node's own connection, as its output is."""
+def container_env(conn: NodeConnection, names: list[str], *, timeout: float | None = 20.0,
+                  only: Collection[str] | None = None) -> dict[str, str]:
+    """The environment of containers ``names`` on ``conn``'s node, merged (:func:`env_from_inspect`),
+    only the variables ``only`` names when given; empty when none is there.  Over the node's
+    own connection, as its output is; of the containers, only their environment is read."""
     if not names:
         return {}
-    res = conn.run(runtime_of(conn).inspect(names), timeout=timeout)
-    try:
-        data = json.loads(res.stdout or "[]")
-    except ValueError:
-        data = []
-    return {k: v for d in data for k, v in env_from_inspect(d).items()}
+    res = conn.run(runtime_of(conn).inspect(names, format="{{json .Config.Env}}"), timeout=timeout)
+    env: dict[str, str] = {}
+    for line in (res.stdout or "").splitlines():
+        try:
+            items = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(items, list):
+            env.update(env_from_inspect({"Config": {"Env": items}}))
+    return env if only is None else {k: v for k, v in env.items() if k in only}
 
 
 def inspect_containers(conn: NodeConnection, names: list[str], *,
@@ -565,27 +570,36 @@ class _StopReader:
         return result
 
 
-def _stop_argv(run_id: str, token: str, grace: int, runtime: ContainerRuntime | None = None) -> list[str]:
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+
+def _stop_argv(run_id: str, token: str, grace: int, runtime: ContainerRuntime | None = None,
+               secret_names: Collection[str] = ()) -> list[str]:
+    """The stop script's argv; of the containers' environment only ``secret_names`` (the
+    run's masked variables: their values mask the output) leave the node (names that are
+    not identifiers are dropped: they go into the node's ``grep -E``)."""
     script = (runtime or runtime_for()).script(_STOP_RUN_SCRIPT)
-    return ["sh", "-c", script, "sh", token, f"label={RUN_LABEL}={run_id}", str(grace)]
+    names = "|".join(sorted(n for n in secret_names if _ENV_NAME.match(n)))
+    return ["sh", "-c", script, "sh", token, f"label={RUN_LABEL}={run_id}", str(grace), names]
 
 
 def stop_node(conn: NodeConnection, run_id: str, *, grace: int = 3, timeout: float = 30.0,
-              on_line: Callable[[str, str], None] | None = None) -> NodeStop:
+              on_line: Callable[[str, str], None] | None = None,
+              secret_names: Collection[str] = ()) -> NodeStop:
     """On one node: find the run's containers by label, stop them, read their output (to
     ``on_line`` as it comes, else into ``lines``) and final states, remove them; one
     command (:data:`_STOP_RUN_SCRIPT`), its output read as it comes (a long run's output is
     never held whole)."""
     token = secrets.token_hex(8)
     reader = _StopReader(conn.name, token, on_line)
-    code = conn.stream(_stop_argv(run_id, token, grace, runtime_of(conn)), reader.line,
+    code = conn.stream(_stop_argv(run_id, token, grace, runtime_of(conn), secret_names), reader.line,
                        on_stderr_line=reader.errors.append, timeout=timeout * 2 + grace)
     return reader.finish(code)
 
 
 def stop_nodes(cluster: Cluster, run_id: str, nodes: Sequence[str], *, grace: int = 3, timeout: float = 30.0,
-               writer: Callable[[str], Callable[[str, str], None]] | None = None
-               ) -> dict[str, NodeStop | NodeError]:
+               writer: Callable[[str], Callable[[str, str], None]] | None = None,
+               secret_names: Collection[str] = ()) -> dict[str, NodeStop | NodeError]:
     """:func:`stop_node` on every node of ``nodes`` at once: through the tree when it is on
     (:func:`clusterctl.cluster.transport.tree.enabled`: one connection from this machine,
     whatever the node count), else, and for each node the tree did not bring back whole, on
@@ -597,11 +611,11 @@ def stop_nodes(cluster: Cluster, run_id: str, nodes: Sequence[str], *, grace: in
     results: dict[str, NodeStop | NodeError] = {}
     take = writer or (lambda node: None)
     if tree.enabled(cluster) and len(nodes) > 1:
-        results.update(_stop_through_tree(cluster, run_id, nodes, grace, timeout, take))
+        results.update(_stop_through_tree(cluster, run_id, nodes, grace, timeout, take, secret_names))
 
     def one(conn: NodeConnection) -> NodeStop:
         return bounded(lambda: stop_node(conn, run_id, grace=grace, timeout=timeout,
-                                         on_line=take(conn.name)),
+                                         on_line=take(conn.name), secret_names=secret_names),
                        timeout * 2 + grace, name=f"stop-{conn.name}")
 
     rest = [n for n in nodes if n not in results]
@@ -611,10 +625,11 @@ def stop_nodes(cluster: Cluster, run_id: str, nodes: Sequence[str], *, grace: in
 
 
 def _stop_through_tree(cluster: Cluster, run_id, nodes, grace, timeout,
-                       take) -> dict[str, NodeStop | NodeError]:
+                       take, secret_names: Collection[str] = ()) -> dict[str, NodeStop | NodeError]:
     token = secrets.token_hex(8)
     inventory_nodes = {n.name: n for n in cluster.nodes}
-    commands = {n: [tree.Command(tuple(_stop_argv(run_id, token, grace, node_runtime(inventory_nodes[n]))))]
+    commands = {n: [tree.Command(tuple(_stop_argv(run_id, token, grace, node_runtime(inventory_nodes[n]),
+                                                  secret_names)))]
                 for n in nodes}
     with tempfile.TemporaryDirectory(prefix="clusterctl-stop-") as scratch:
         files: dict[str, BinaryIO] = {}
@@ -658,10 +673,21 @@ def _stop_through_tree(cluster: Cluster, run_id, nodes, grace, timeout,
 
 
 def _inspected(lines: list[str]) -> list[dict]:
-    try:
-        data = json.loads("\n".join(lines) or "[]")
-    except ValueError:
-        data = []
+    """:data:`_STOP_RUN_SCRIPT`'s inspect section -> ``docker inspect``-shaped dicts (Name,
+    State, Config.Labels, Config.Env): a JSON object line per container, then a JSON string
+    line per variable of it the script let through (the secret names'); anything else is
+    skipped."""
+    data: list[dict] = []
+    for line in lines:
+        try:
+            value = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(value, dict):
+            config = value.get("Config") if isinstance(value.get("Config"), dict) else {}
+            data.append({**value, "Config": {**config, "Env": []}})
+        elif isinstance(value, str) and data:
+            data[-1]["Config"]["Env"].append(value)
     return data
 
 

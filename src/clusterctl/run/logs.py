@@ -409,7 +409,7 @@ def live_containers(cluster: Cluster, record: RunRecord, *, node: str | None = N
         found = bounded(lambda: find_containers(conn, record.run_id, timeout=timeout), timeout)
         if hidden and found:
             envs[conn.name] = bounded(lambda: container_env(conn, [c.name for c in found],
-                                                            timeout=timeout), timeout)
+                                                            timeout=timeout, only=hidden), timeout)
         return found
 
     answers = cluster.map(ask, nodes=targets) if targets else {}

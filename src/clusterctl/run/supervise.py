@@ -84,6 +84,7 @@ from clusterctl.run.logs import (
     Merger,
     Source,
     keep_stopped_output,
+    secret_names,
     start_followers,
     stop_redact,
 )
@@ -737,7 +738,7 @@ def stop_run(cluster: Cluster, record: records.RunRecord, *, grace: int = 3, tim
     with Spool() as spool:      # the containers' output, on disk while it is merged
         results: dict[str, NodeStop] = {}
         stopped = stop_nodes(cluster, record.run_id, targets, grace=grace, timeout=timeout,
-                             writer=spool.writer) if targets else {}
+                             writer=spool.writer, secret_names=secret_names(record)) if targets else {}
         for node, r in stopped.items():
             results[node] = r if isinstance(r, NodeStop) else NodeStop(node, error=getattr(r, "reason", str(r)))
         for n in record.nodes:
