@@ -18,6 +18,7 @@ import pytest
 
 from clusterctl.cluster.transport.commands import CommandResult
 from clusterctl.code import snapshot, store, sync
+from clusterctl.core.errors import NodeError
 
 
 @dataclass
@@ -154,3 +155,71 @@ def test_payload_of_a_one_line_edit_in_2000_files_is_small(tmp_path, cache):
     assert len(data) < 64 * 1024, len(data)
     drop, add = sync.delta(base.entries, new.entries)
     assert drop == ["pkg7/mod7.py"] and [e.path for e in add] == ["pkg7/mod7.py"]
+
+
+# --------------------------------------------------------------------------- whose trees
+# (issue 41, item 5) a tree is found by its digest's name: a code_dir another user can
+# write into could hold a planted tree under the name of the next launch's; and a tree a
+# run's container mounts stays, however long the run.
+
+def test_a_trees_directory_that_is_a_link_is_refused_naming_it_and_the_fix(tmp_path, cache):
+    proj, node = tmp_path / "proj", Node("n1", str(tmp_path / "node"))
+    write(proj, {"a.py": "x = 1\n"})
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "node").mkdir()
+    (tmp_path / "node" / "trees").symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(NodeError) as e:
+        ship(proj, node, LocalConnection())
+    assert e.value.node == "local"      # the connection's node
+    assert f"{tmp_path}/node/trees is not a directory of this user's" in str(e.value)
+    assert "set the inventory's code_dir to a directory of your own" in str(e.value)
+    assert list((tmp_path / "elsewhere").iterdir()) == []      # nothing written through it
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="making a directory another user's needs root")
+def test_a_trees_directory_of_another_user_is_refused_and_a_group_writable_own_one_is_closed(tmp_path, cache):
+    proj, node = tmp_path / "proj", Node("n1", str(tmp_path / "node"))
+    write(proj, {"a.py": "x = 1\n"})
+    trees = tmp_path / "node" / "trees"
+    trees.mkdir(parents=True)
+    os.chown(trees, 65534, 65534)          # nobody's
+    with pytest.raises(NodeError, match="is not a directory of this user's"):
+        ship(proj, node, LocalConnection())
+    assert list(trees.iterdir()) == []
+    os.chown(trees, 0, 0)
+    trees.chmod(0o777)
+    ship(proj, node, LocalConnection())
+    assert trees.stat().st_mode & 0o777 == 0o755 and len(list(trees.iterdir())) == 1
+
+
+@pytest.mark.docker
+def test_an_old_tree_a_container_mounts_is_kept_when_older_ones_go(tmp_path, cache, docker_client, base_image,
+                                                                     monkeypatch):
+    """Past the newest KEEP trees, those unused for a day go, except one that a container
+    (running or not yet removed) mounts: a run launched days ago keeps its code. The real
+    APPLY program with the real `docker ps --filter volume=` of this machine's engine."""
+    import time
+    import uuid
+
+    from clusterctl.cluster import engine
+
+    monkeypatch.setenv("DOCKER_HOST", engine.engine_url())
+    trees = tmp_path / "node" / "trees"
+    old = [trees / (f"{i:02d}" + uuid.uuid4().hex * 2)[:64] for i in range(sync.KEEP + 2)]
+    for i, t in enumerate(old):          # 18 trees 2 days old, old[-1] the oldest
+        (t / "pkg").mkdir(parents=True)
+        (t / "pkg" / "v.py").write_text(f"V = {i}\n")
+        when = time.time() - 2 * 86400 - i * 60
+        os.utime(t, (when, when))
+    holder = docker_client.containers.create(base_image, ["true"], network_mode="none",
+                                             volumes={str(old[-1]): {"bind": "/workspace", "mode": "ro"}})
+    try:
+        proj = tmp_path / "proj"
+        write(proj, {"a.py": "x = 1\n"})
+        ship(proj, Node("n1", str(tmp_path / "node")), LocalConnection())
+    finally:
+        holder.remove(force=True)
+    left = {p.name for p in trees.iterdir()}
+    assert old[-1].name in left                                  # mounted: kept
+    assert old[-2].name not in left and old[-3].name not in left  # past the newest KEEP, a day old: gone
+    assert {t.name for t in old[:-3]} <= left and len(left) == sync.KEEP + 1

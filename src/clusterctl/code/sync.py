@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from clusterctl.cluster.runtime import node_runtime
 from clusterctl.code import store
 from clusterctl.code.snapshot import Entry, write_tar
 from clusterctl.core.errors import NodeError
@@ -58,14 +59,19 @@ MIN_RATE = 1 << 20
 
 _HEX = re.compile(r"^[0-9a-f]{64}\Z")
 
+#: The start of both: CODE_DIR's trees/ made, and refused (exit 4, the reason on stderr)
+#: unless it is a directory of the connecting user's that no one else may write.
+_CODE_DIR = script_text("clusterctl.code", "sync-dir.sh")
+
 #: ``sh -c APPLY sh CODE_DIR DIGEST BASE NREMOVE``: stdin holds NREMOVE bytes of NUL-separated
 #: paths to drop from the copy of BASE, then a gzip'd tar of the new files.  Prints
-#: ``present PATH`` / ``added PATH``; exit 3 ``nobase`` when BASE is not on the node.
-APPLY = script_text("clusterctl.code", "sync-apply.sh").replace("$FIRST_UNKEPT", str(KEEP + 1))
+#: ``present PATH`` / ``added PATH``; exit 3 ``nobase`` when BASE is not on the node.  Sent
+#: with the node's runtime as ``$RT`` (a tree a container mounts is never dropped).
+APPLY = _CODE_DIR + script_text("clusterctl.code", "sync-apply.sh").replace("$FIRST_UNKEPT", str(KEEP + 1))
 
 #: ``sh -c PROBE sh CODE_DIR DIGEST``: ``present PATH``, or ``absent`` and the trees the node
 #: has, newest first (at most :data:`KEEP`).
-PROBE = script_text("clusterctl.code", "sync-probe.sh").replace("$KEEP", str(KEEP))
+PROBE = _CODE_DIR + script_text("clusterctl.code", "sync-probe.sh").replace("$KEEP", str(KEEP))
 
 
 @dataclass(frozen=True)
@@ -171,9 +177,10 @@ def _answer(result, word: str) -> str | None:
     return None
 
 
-def _apply(conn: NodeConnection, code_dir: str, tree, payloads: _Payloads, base: str | None):
+def _apply(conn: NodeConnection, node: Node, tree, payloads: _Payloads, base: str | None):
+    code_dir, runtime = node.code_dir, node_runtime(node)
     data, ndrop = payloads.get(base)
-    argv = ["sh", "-c", APPLY, "sh", code_dir, _hex(tree.digest), base or "", str(ndrop)]
+    argv = ["sh", "-c", runtime.script(APPLY), "sh", code_dir, _hex(tree.digest), base or "", str(ndrop)]
     r = conn.run(argv, stdin=data, timeout=_timeout(len(data)))
     if r.exit_code == 3 and "nobase" in r.stdout:
         return None, len(data)
@@ -193,7 +200,7 @@ def _one(conn: NodeConnection, node: Node, tree: store.StoredTree, payloads: _Pa
     code_dir, want = node.code_dir, _hex(tree.digest)
     sent, trips = 0, 0
     if known and known != want and _HEX.match(known) and store.has("sha256:" + known):
-        done, n = _apply(conn, code_dir, tree, payloads, known)   # the usual edit: one command
+        done, n = _apply(conn, node, tree, payloads, known)   # the usual edit: one command
         sent, trips = sent + n, trips + 1
         if done is not None:
             return NodeSync(conn.name, done[1], done[0], sent if done[0] != "present" else 0, trips, known)
@@ -204,10 +211,10 @@ def _one(conn: NodeConnection, node: Node, tree: store.StoredTree, payloads: _Pa
         return NodeSync(conn.name, path, "present", sent, trips)
     has = [x for x in r.stdout.split() if _HEX.match(x)]
     base = next((x for x in has if store.has("sha256:" + x)), None)
-    done, n = _apply(conn, code_dir, tree, payloads, base)
+    done, n = _apply(conn, node, tree, payloads, base)
     sent, trips = sent + n, trips + 1
     if done is None:   # the base went away between the two commands: send it all
-        done, n = _apply(conn, code_dir, tree, payloads, None)
+        done, n = _apply(conn, node, tree, payloads, None)
         sent, trips = sent + n, trips + 1
     return NodeSync(conn.name, done[1], done[0], sent, trips, base if done[0] == "delta" else None)
 

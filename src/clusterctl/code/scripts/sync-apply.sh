@@ -1,10 +1,8 @@
 #!/bin/sh
+# After sync-dir.sh (in the code directory's trees/). $RT: the node's container runtime.
 set -eu
-d=$1 h=$2 b=$3 n=$4
-# shellcheck disable=SC2088 # a literal ~/ from the inventory, expanded here by hand
-case $d in "~/"*) d=$HOME/${d#"~/"};; esac
-mkdir -p -- "$d/trees"
-cd -- "$d/trees"
+: "${RT:=docker}"
+h=$2 b=$3 n=$4
 if [ -d "$h" ]; then touch -- "$h"; cat >/dev/null; echo "present $(pwd -P)/$h"; exit 0; fi
 if [ -n "$b" ] && [ ! -d "$b" ]; then cat >/dev/null; echo nobase; exit 3; fi
 t=.tmp.$h.$$
@@ -18,7 +16,16 @@ fi
 gzip -dc | tar -x -p --no-same-owner -C "$t" -f -
 mv -T -- "$t" "$h" 2>/dev/null || [ -d "$h" ]
 echo "added $(pwd -P)/$h"
+# Past the newest $FIRST_UNKEPT - 1, a tree unused for a day goes, unless a container mounts
+# it (a run launched more than a day ago may still run; a runtime that cannot answer keeps it).
+here=$(pwd -P)
 # shellcheck disable=SC2010,SC2086 # only the trees' 64-hex names are listed, newest first; $FIRST_UNKEPT: a number sync.py puts here
 ls -t | grep -E '^[0-9a-f]{64}$' | tail -n +$FIRST_UNKEPT | while read -r x; do
-  find "$x" -maxdepth 0 -mmin +1440 -exec rm -rf -- {} + ; done || true
+  [ -n "$(find "$x" -maxdepth 0 -mmin +1440)" ] || continue
+  if command -v "$RT" >/dev/null 2>&1; then
+    used=$("$RT" ps -a -q --filter "volume=$here/$x" 2>/dev/null) || continue
+    [ -z "$used" ] || continue
+  fi
+  rm -rf -- "$x"
+done || true
 find . -maxdepth 1 -name '.tmp.*' -mmin +60 -exec rm -rf -- {} + || true
