@@ -143,6 +143,28 @@ SHAPES: dict[str, dict[str, tuple[str, ...]]] = {
         "rows": ("nodes:int", "way:str", "cpu:num", "cpu_per_node_ms:num", "wall:num",
                  "each_run?:list", "cpu_over_clusterctl?:num", "wall_over_clusterctl?:num"),
     },
+    "peers": {
+        "conditions": ("repeat:int", "steps:int", "image?:str", "venv_install_s?:num",
+                       "venv_mb?:num", "ray?:str", "torchx?:str", "torch?:str",
+                       "sandbox_up_s?:num", "image_push_s?:num", "note?:str"),
+        # one row per node count and way (clusterctl | by-hand | ray): needs (what every node
+        # holds); setup_s (nothing of the project on the nodes -> every rank of the first run
+        # running; ray: ray start on every node included, cluster_up_s of it); edit_s (a
+        # one-line edit -> every rank running it, median of edit_runs); fail_stop_s (a rank's
+        # exit -> every process of the job gone), fail_exit_s (-> the user's command returned),
+        # fail_rc (its exit status); head_cpu_s, head_mb (the user's command's process tree,
+        # an edit run); ray_head_*: the Ray head node's daemons; lines_ok of lines_expected
+        # metrics lines arrived whole, lines_mixed not; x_FIGURE: over clusterctl's
+        "rows": ("nodes:int", "way:str", "result:str", "needs?:str", "setup_s?:num",
+                 "cluster_up_s?:num", "edit_s?:num", "edit_runs?:list", "fail_stop_s?:num",
+                 "fail_exit_s?:num", "fail_rc?:int", "fail_note?:str", "head_cpu_s?:num",
+                 "head_mb?:num", "ray_head_mb?:num", "ray_head_procs?:int", "ray_worker_mb?:num",
+                 "ray_head_cpu_s?:num", "lines_expected?:int", "lines_ok?:int", "lines_mixed?:int",
+                 "x_setup_s?:num", "x_edit_s?:num", "x_fail_stop_s?:num", "x_head_cpu_s?:num",
+                 "x_head_mb?:num"),
+        # published figures of the peers that cannot set up here, transcribed
+        "published": ("what:str", "seconds:num", "source?:str"),
+    },
     "ssh_clients": {
         "conditions": ("repeat:int", "commands:int", "openssh?:str", "paramiko?:str"),
         # one row per node count and client (clusterctl | paramiko | openssh | openssh-kex):
@@ -788,10 +810,54 @@ def exec_table(doc: dict) -> str:
                          _f(r.get("wall_over_clusterctl"), 2, "x")] for r in doc["rows"]])
 
 
+PEER_WAYS = ("clusterctl", "by-hand", "ray", "torchx")
+
+
+def peers_table(doc: dict) -> str:
+    """One row per node count and way (ratios over clusterctl's beside), then what each node
+    needs, then the published figures of the peers that cannot set up here."""
+    def x(r: dict, key: str) -> str:
+        return "" if r.get(f"x_{key}") is None or r["way"] == "clusterctl" else f" ({r[f'x_{key}']:.2f}x)"
+
+    def rc(r: dict) -> str:
+        if r.get("fail_rc") is None:
+            return "-" if not r.get("fail_note") else "killed"
+        return str(r["fail_rc"])
+
+    rows = sorted(doc.get("rows") or [], key=lambda r: (r["nodes"], _rank(r["way"], PEER_WAYS)))
+    tables = [_md(
+        ["nodes", "way", "set-up -> first run s", "one-line edit -> every rank s",
+         "rank fails -> every process gone s", "-> command returns s", "exit status",
+         "head CPU s", "head MB", "metrics lines whole", "result"],
+        [[str(r["nodes"]), r["way"], _f(r.get("setup_s"), 1) + x(r, "setup_s"),
+          _f(r.get("edit_s"), 1) + x(r, "edit_s"), _f(r.get("fail_stop_s"), 1) + x(r, "fail_stop_s"),
+          _f(r.get("fail_exit_s"), 1), rc(r), _f(r.get("head_cpu_s"), 1) + x(r, "head_cpu_s"),
+          _f(r.get("head_mb"), 0) + x(r, "head_mb"),
+          "-" if r.get("lines_ok") is None else f"{r['lines_ok']:,} of {r.get('lines_expected') or 0:,}",
+          (r.get("result") or "-").replace("|", "/")[:80]] for r in rows])]
+    ray = [r for r in rows if r.get("ray_head_mb") is not None]
+    if ray:
+        tables.append(_md(
+            ["nodes", "Ray's head node: processes", "MB", "CPU s during one job", "a worker node's Ray MB",
+             "ray start on every node -> cluster up s"],
+            [[str(r["nodes"]), str(r.get("ray_head_procs") or "-"), _f(r["ray_head_mb"], 0),
+              _f(r.get("ray_head_cpu_s"), 1), _f(r.get("ray_worker_mb"), 0), _f(r.get("cluster_up_s"), 1)]
+             for r in ray]))
+    needs = {r["way"]: r["needs"] for r in rows if r.get("needs")}
+    if needs:
+        tables.append(_md(["way", "what every node needs"],
+                          [[w, needs[w]] for w in _ordered(list(needs), PEER_WAYS)]))
+    pub = doc.get("published") or []
+    if pub:
+        tables.append(_md(["peer (published or tried by hand, not measured in this run)", "seconds", "source"],
+                          [[p["what"], _f(p["seconds"], 1), p.get("source") or "-"] for p in pub]))
+    return "\n\n".join(tables)
+
+
 TABLES = {"push": push_table, "launch": launch_table, "collective": collective_table,
           "validate": validate_table, "scale": scale_table, "workdir": workdir_table,
           "recovery": recovery_table, "registry": registry_table,
-          "ssh_clients": ssh_clients_table, "exec": exec_table}
+          "ssh_clients": ssh_clients_table, "exec": exec_table, "peers": peers_table}
 
 
 def table(doc: dict) -> str:
@@ -1242,6 +1308,37 @@ def _exec(plt, doc: dict):
     return fig
 
 
+PEER_COLORS = {"clusterctl": "#1f77b4", "by-hand": "#7f7f7f", "ray": "#ff7f0e", "torchx": "#9467bd"}
+
+
+def _peers(plt, doc: dict):
+    rows = [r for r in doc["rows"] if (r.get("result") or "ok") == "ok"]
+    panels = (("setup_s", "set-up -> first run s"), ("edit_s", "one-line edit -> every rank s"),
+              ("fail_stop_s", "rank fails -> all gone s"), ("head_mb", "head MB (Ray: + head node)"))
+    fig, axes = plt.subplots(1, len(panels), figsize=SIZE, dpi=DPI)
+    counts = sorted({r["nodes"] for r in doc["rows"]})
+    ways = _ordered([r["way"] for r in doc["rows"]], PEER_WAYS)
+    width = 0.8 / max(len(ways), 1)
+    for ax, (key, title) in zip(axes, panels, strict=True):
+        for i, way in enumerate(ways):
+            xs, ys = [], []
+            for j, n in enumerate(counts):
+                r = next((r for r in rows if r["way"] == way and r["nodes"] == n), None)
+                if r is None or r.get(key) is None:
+                    continue
+                value = r[key] + (r.get("ray_head_mb") or 0 if key == "head_mb" else 0)
+                xs.append(j + (i - (len(ways) - 1) / 2) * width)
+                ys.append(value)
+            ax.bar(xs, ys, width=width, color=PEER_COLORS.get(way), label=way)
+        ax.set_xticks(range(len(counts)), [f"{n} nodes" for n in counts])
+        ax.set_title(title, fontsize=8)
+        ax.grid(axis="y", alpha=0.3)
+    axes[0].legend(loc="upper left", fontsize=7)
+    fig.suptitle(f"own-project DDP through clusterctl and its peers, same nodes, one run ({_subtitle(doc)})",
+                 fontsize=9)
+    return fig
+
+
 def figure(doc: dict):
     """The matplotlib figure of a checked document."""
     plt = _pyplot()
@@ -1250,7 +1347,8 @@ def figure(doc: dict):
         return (_push_phases if _phases_only(doc) else _push_nodes)(plt, doc)
     return {"launch": _launch, "collective": _collective, "validate": _validate,
             "scale": _scale, "workdir": _workdir, "recovery": _recovery,
-            "registry": _registry, "ssh_clients": _ssh_clients, "exec": _exec}[kind](plt, doc)
+            "registry": _registry, "ssh_clients": _ssh_clients, "exec": _exec,
+            "peers": _peers}[kind](plt, doc)
 
 
 def draw(doc: dict, out: str | os.PathLike) -> Path:

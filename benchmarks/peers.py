@@ -1,0 +1,783 @@
+"""Benchmark: the own-project DDP training through clusterctl and through the peers users
+would pick instead, on the same sandbox nodes, in one run (issue 44: "Against the peers").
+
+The job is examples/own-project (train.py: a DDP regression with gloo, its model package,
+config.toml, tomli as its one requirement), copied to a scratch directory with three lines
+added that every way runs alike: ``VALUE = "..."`` (what the one-line edit changes, printed
+by every rank as ``peers-bench value=V rank=R`` once its process group is up), ``FAIL_RANK =
+-1`` (the failure edit: that rank ends itself with exit status 3 at step 3, printing the
+time), and process-group set-up/teardown skipped when one exists already (Ray Train makes
+it).  The ways, each with the peer's own documented tooling:
+
+* ``clusterctl``: ``clusterctl launch --target cpu --workdir DIR --nodes INV -- python
+  train.py --steps S`` (the image pushed once with ``clusterctl push``);
+* ``by-hand``: what users type today: the project tar'ed over ``ssh`` to every node
+  (tomli vendored into it with ``pip install --target``), then ``pdsh -w HOSTS docker run
+  --rm --net=host -v ~/proj:/workspace IMAGE torchrun --rdzv-backend=c10d ...`` (the same
+  image, pushed the same way);
+* ``ray``: Ray on every node (``ray start --head`` on node1, ``ray start --address`` on the
+  rest, over ssh, with the flags this sandbox needs: --node-ip-address, a --temp-dir per
+  node, --num-cpus=1, --object-store-memory), then ``ray job submit --working-dir DIR --
+  python ray_train.py N``: a ``TorchTrainer`` of N workers with ``FailureConfig`` whose loop
+  runs train.py's ``main()``.  Every node runs the peers' scratch venv
+  (requirements/bench-peers.txt, made by this script: --cache), which the sandbox's nodes
+  share with this machine: on real nodes each needs its own copy (the install time and size
+  are printed).
+
+Per way and node count (--nodes, default 2,4; one rank per node), in one run:
+
+* ``setup_s``: nothing of the project on the nodes to every rank of the first run running
+  (clusterctl: the first launch, its requirements layer built and shipped; by-hand: pip
+  --target, the tar to every node, pdsh; ray: ``ray start`` on every node until the cluster
+  counts N nodes, then the first submit); ``image_push_s`` (clusterctl, by-hand) and
+  ``venv_install_s`` (ray) are the node-level installs before that, printed beside it;
+* ``edit_s``: a one-line edit of train.py to every rank printing the new value (median of
+  --repeat);
+* ``fail_stop_s``: FAIL_RANK's exit to every process of the job on the sandbox gone (found
+  by network namespace in /proc), ``fail_exit_s`` to the user's command returning, and
+  ``fail_rc`` (the exit status the user sees); a job still running --stop-wait s after the
+  failure is recorded as such and killed;
+* ``head_cpu_s``/``head_mb``: CPU seconds and peak memory of the user's command's process
+  tree on this machine during an edit run; for ray also its head node's daemons
+  (``ray_head_mb``, ``ray_head_cpu_s``: the processes of node1's Ray, which the cluster
+  keeps running between jobs) and a worker node's (``ray_worker_mb``);
+* ``lines``: of the N x S metrics lines the ranks print (one per rank per step), how many
+  arrived whole (``lines_ok``) in the user's terminal, and how many came mixed (a
+  metrics line that does not parse).
+
+Not measured here (the page says why): TorchX (its Slurm scheduler names nodes that must
+resolve by host name; the sandbox's do not), mpirun, a node lost mid-run and the final
+weights after recovery (benchmarks/recovery.py measures clusterctl's).
+
+Run as root with the local engine up and the cpu image built::
+
+    sudo make bench-peers        # or: sudo .venv/bin/python benchmarks/peers.py
+        [--nodes 2,4] [--repeat 1] [--steps 200] [--ways clusterctl,by-hand,ray]
+        [--cache /var/lib/clusterctl/bench-peers] [--stop-wait 90] [--json FILE] [--plot FILE.png]
+    .venv/bin/python benchmarks/peers.py --setup-only      # only the peers' venv (no root)
+
+It creates its own sandbox ("bpeer", 10.213.81.0/24; --name/--subnet), one rank per node,
+and removes it at the end, also on failure or Ctrl-C; the Ray daemons it started are
+stopped by their process ids (``ray stop`` would end every Ray process of this machine).
+Bad input (--repeat below 1, bad --nodes or --ways, a malformed --name or --subnet, an
+output in a directory that does not exist, not root, no pdsh, no engine or no cpu image) is
+one message saying what is valid and exit status 2, before the sandbox is made.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import resource
+import selectors
+import shlex
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from clusterctl.cluster import distribute, engine, sandbox
+from clusterctl.cluster.inventory import load_inventory
+from clusterctl.core.errors import UserError
+from clusterctl.core.tools import require_binaries
+from clusterctl.image import targets
+
+if __package__:                 # imported as benchmarks.peers (the tests)
+    from . import plot as benchplot
+else:                           # run as a script: benchmarks/ is sys.path[0]
+    import plot as benchplot
+
+REPO = Path(__file__).resolve().parent.parent
+EXAMPLE = REPO / "examples" / "own-project"
+REQUIREMENTS = REPO / "requirements" / "bench-peers.txt"
+WAYS = ("clusterctl", "by-hand", "ray")
+RUN_TIMEOUT = 300.0
+FAIL_STEP = 3
+OBJECT_STORE = 150_000_000
+RAY_PORT, DASHBOARD_PORT, RDZV_PORT = 6379, 8265, 29400
+
+# --------------------------------------------------------------------------- the project
+
+RAY_TRAIN = '''"""The own-project training as a Ray Train job: a TorchTrainer of N workers, each running
+train.py's main() (Ray Train makes the gloo process group; train.py keeps it)."""
+import sys
+
+from ray.train import FailureConfig, RunConfig, ScalingConfig
+from ray.train.torch import TorchTrainer
+
+
+def loop(config):
+    sys.argv = ["train.py", *config["argv"]]
+    import train
+    train.main()
+
+
+if __name__ == "__main__":
+    workers, argv = int(sys.argv[1]), sys.argv[2:]
+    trainer = TorchTrainer(
+        loop, train_loop_config={"argv": argv},
+        scaling_config=ScalingConfig(num_workers=workers, use_gpu=False,
+                                     resources_per_worker={"CPU": 1}),
+        run_config=RunConfig(name="peers-bench", storage_path="/tmp/ray-peers-bench-results",
+                             failure_config=FailureConfig(max_failures=0)))
+    trainer.fit()
+'''
+
+
+def make_project(dst: Path) -> None:
+    """examples/own-project copied to ``dst``, with the benchmark's three additions (the VALUE
+    and FAIL_RANK lines and an existing process group kept) and ray_train.py."""
+    shutil.copytree(EXAMPLE, dst, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    path = dst / "train.py"
+    text = path.read_text()
+    swaps = [
+        ("from torch.nn.parallel import DistributedDataParallel\n",
+         "from torch.nn.parallel import DistributedDataParallel\n\n"
+         'VALUE = "start"\nFAIL_RANK = -1\n'),
+        ('    dist.init_process_group("gloo")\n',
+         '    owned = not dist.is_initialized()\n    if owned:\n        dist.init_process_group("gloo")\n'),
+        ("    rank, world = dist.get_rank(), dist.get_world_size()\n",
+         "    rank, world = dist.get_rank(), dist.get_world_size()\n"
+         '    print(f"peers-bench value={VALUE} rank={rank} ", flush=True)\n'),
+        ("        x = torch.randn(",
+         f"        if rank == FAIL_RANK and step == {FAIL_STEP}:\n"
+         '            print(f"peers-bench failing rank={rank} t={time.time():.3f}", flush=True)\n'
+         "            os._exit(3)\n"
+         "        x = torch.randn("),
+        ("    dist.destroy_process_group()\n",
+         "    if owned:\n        dist.destroy_process_group()\n"),
+    ]
+    for old, new in swaps:
+        if text.count(old) != 1:
+            raise UserError(f"{EXAMPLE / 'train.py'}: the line {old.strip()!r} the benchmark "
+                            "edits is not there once; update benchmarks/peers.py's make_project")
+        text = text.replace(old, new)
+    path.write_text(text)
+    (dst / "ray_train.py").write_text(RAY_TRAIN)
+    with open(dst / ".gitignore", "a") as f:         # by-hand's vendored tomli ships by hand only
+        f.write(".deps/\n")
+
+
+def edit(project: Path, name: str, value: str) -> None:
+    """The one-line edit: train.py's ``NAME = ...`` line gets ``value`` (a Python literal)."""
+    path = project / "train.py"
+    new, count = re.subn(rf"^{name} = .*$", f"{name} = {value}", path.read_text(), flags=re.MULTILINE)
+    assert count == 1, f"train.py lost its {name} line"
+    path.write_text(new)
+
+
+# --------------------------------------------------------------------------- the peers' venv
+
+def venv_dir(cache: Path) -> Path:
+    return cache / "venv"
+
+
+def ensure_venv(cache: Path, log=print) -> dict:
+    """The peers' scratch venv (requirements/bench-peers.txt), made once under ``cache``: its
+    install time (from its record), size and versions.  A half-made one is made again."""
+    venv = venv_dir(cache)
+    record = venv / "peers-bench-install.json"
+    if not record.is_file():
+        shutil.rmtree(venv, ignore_errors=True)
+        cache.mkdir(parents=True, exist_ok=True)
+        log(f"installing the peers ({REQUIREMENTS.relative_to(REPO)}) into {venv} ...")
+        t = time.monotonic()
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        r = subprocess.run([str(venv / "bin" / "pip"), "install", "-q", "-r", str(REQUIREMENTS)],
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            raise UserError(f"pip install -r {REQUIREMENTS} into {venv} failed:\n{r.stderr[-2000:]}")
+        took = time.monotonic() - t
+        size = sum(f.stat().st_size for f in venv.rglob("*") if f.is_file() and not f.is_symlink())
+        record.write_text(json.dumps({"install_s": round(took, 1), "mb": round(size / 1e6),
+                                      "date": time.strftime("%Y-%m-%d %H:%M:%S %Z")}))
+    info = json.loads(record.read_text())
+    r = subprocess.run([str(venv / "bin" / "python"), "-c",
+                        "import ray, torchx, torch; print(ray.__version__, torchx.__version__, torch.__version__)"],
+                       capture_output=True, text=True)
+    if r.returncode == 0:
+        info["ray"], info["torchx"], info["torch"] = r.stdout.split()
+    return info
+
+
+# --------------------------------------------------------------------------- watching a command
+
+def tree_pids(root: int) -> list[int]:
+    """``root`` and its descendants (from /proc's parent ids)."""
+    parents: dict[int, list[int]] = {}
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            parents.setdefault(ppid, []).append(int(d.name))
+    out, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        out.append(pid)
+        todo.extend(parents.get(pid, []))
+    return out
+
+
+def rss_mb(pids: list[int]) -> float:
+    total = 0
+    for pid in pids:
+        try:
+            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1])
+        except OSError:
+            pass
+    return total / 1024
+
+
+def cpu_s(pids: list[int]) -> float:
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for pid in pids:
+        try:
+            f = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            total += int(f[11]) + int(f[12])
+        except (OSError, IndexError, ValueError):
+            pass
+    return total / tick
+
+
+@dataclass
+class Timed:
+    """One command, its output stamped against its start."""
+
+    rc: int = -1
+    exit_s: float = 0.0
+    ranks_s: float | None = None     # every rank printed value=VALUE
+    fail_at: float | None = None     # the failing rank's time.time()
+    cpu_s: float = 0.0               # the command's process tree, this machine
+    peak_mb: float = 0.0
+    lines_ok: int = 0
+    lines_mixed: int = 0
+    out: list[str] = field(default_factory=list)
+    killed: bool = False
+
+
+METRICS = re.compile(r"clusterctl-metrics (\{.*)$")
+
+
+def watch(argv: list[str], env: dict[str, str], ranks: int, value: str | None = None,
+          stop_at: float | None = None, timeout: float = RUN_TIMEOUT) -> Timed:
+    """Run ``argv`` (in its own process group); the time every one of ``ranks`` printed
+    ``value=VALUE``, the failure line's time, its tree's CPU and peak memory, the metrics
+    lines that arrived whole or mixed.  ``stop_at``: the wait after a failure line before
+    the command is killed (a job that does not stop)."""
+    t0, wall0 = time.monotonic(), time.time()
+    c0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
+                         stdin=subprocess.DEVNULL, start_new_session=True)
+    res = Timed()
+    peak = [0.0]
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.wait(0.25):
+            peak[0] = max(peak[0], rss_mb(tree_pids(p.pid)))
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    sel = selectors.DefaultSelector()
+    sel.register(p.stdout, selectors.EVENT_READ)
+    seen: set[str] = set()
+    want = re.compile(rf"value={re.escape(value)} rank=(\d+) ") if value else None
+    buf = b""
+    deadline = t0 + timeout
+    while True:
+        now = time.monotonic()
+        limit = deadline if res.fail_at is None or stop_at is None else \
+            min(deadline, t0 + (res.fail_at - wall0) + stop_at)
+        if now >= limit:
+            os.killpg(p.pid, signal.SIGKILL)
+            res.killed = True
+            break
+        if not sel.select(timeout=min(limit - now, 1.0)):
+            continue
+        data = os.read(p.stdout.fileno(), 65536)
+        if not data:
+            break
+        buf += data
+        while b"\n" in buf:
+            raw, buf = buf.split(b"\n", 1)
+            line = raw.decode(errors="replace")
+            res.out.append(line)
+            if want is not None and res.ranks_s is None:
+                seen.update(want.findall(line))
+                if len(seen) >= ranks:
+                    res.ranks_s = time.monotonic() - t0
+            m = re.search(r"peers-bench failing rank=\d+ t=([0-9.]+)", line)
+            if m and res.fail_at is None:
+                res.fail_at = float(m.group(1))
+            m = METRICS.search(line)
+            if m:
+                try:
+                    json.loads(m.group(1))
+                    res.lines_ok += 1
+                except ValueError:
+                    res.lines_mixed += 1
+            elif "clusterctl-metrics" in line:
+                res.lines_mixed += 1
+    res.rc = p.wait()
+    res.exit_s = time.monotonic() - t0
+    done.set()
+    sampler.join()
+    c1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    res.cpu_s = (c1.ru_utime + c1.ru_stime) - (c0.ru_utime + c0.ru_stime)
+    res.peak_mb = peak[0]
+    return res
+
+
+# --------------------------------------------------------------------------- the sandbox's processes
+
+def netns_inodes(sb: sandbox.Sandbox, n: int) -> set[int]:
+    return {os.stat(f"/run/netns/{node.netns}").st_ino for node in sb.nodes[:n]}
+
+
+def job_pids(inodes: set[int], patterns=("train.py", "RayTrainWorker", "ray_train.py")) -> list[int]:
+    """Processes of the job on the sandbox's nodes: in one of their network namespaces, with
+    one of ``patterns`` in the command line."""
+    out = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            if os.stat(d / "ns" / "net").st_ino not in inodes:
+                continue
+            cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if any(pat in cmd for pat in patterns):
+            out.append(int(d.name))
+    return out
+
+
+def wait_gone(inodes: set[int], limit: float) -> float | None:
+    """time.time() when the last job process was gone (None: still there after ``limit`` s)."""
+    end = time.monotonic() + limit
+    while time.monotonic() < end:
+        if not job_pids(inodes):
+            return time.time()
+        time.sleep(0.1)
+    return None
+
+
+# --------------------------------------------------------------------------- the ways
+
+class Way:
+    name = ""
+    needs = ""                       # what every node must hold
+
+    def __init__(self, bench: Bench) -> None:
+        self.b = bench
+
+    def setup(self, n: int) -> dict:          # what to do once per node count before the first run
+        return {}
+
+    def argv(self, n: int) -> tuple[list[str], dict[str, str]]:
+        raise NotImplementedError
+
+    def prepare(self, n: int) -> float:       # per run, before the command (by-hand's copy): wall s
+        return 0.0
+
+    def teardown(self, n: int) -> None:
+        pass
+
+    def extra(self, n: int) -> dict:
+        return {}
+
+
+class Clusterctl(Way):
+    name = "clusterctl"
+    needs = "sshd, a container engine, the cpu image (clusterctl push); nothing of clusterctl"
+
+    def argv(self, n):
+        return ([sys.executable, "-m", "clusterctl", "launch", "--target", "cpu", "--workdir",
+                 str(self.b.project), "--nodes", str(self.b.inventory(n)), "--",
+                 "python", "train.py", "--steps", str(self.b.args.steps)], self.b.cli_env)
+
+
+class ByHand(Way):
+    name = "by-hand"
+    needs = "sshd, a container engine, the image (pushed); pdsh on the head; tomli vendored in the tree"
+
+    def setup(self, n):
+        deps = self.b.project / ".deps"
+        if not deps.is_dir():
+            subprocess.run([str(venv_dir(self.b.cache) / "bin" / "pip"), "install", "-q", "--target",
+                            str(deps), "tomli==2.0.1"], check=True, capture_output=True)
+        return {}
+
+    def prepare(self, n):
+        """The tree to every node: tar over ssh, in parallel (one ssh per node)."""
+        t = time.monotonic()
+        pairs = []
+        for ip in self.b.ips[:n]:
+            tar = subprocess.Popen(["tar", "-C", str(self.b.project), "-cf", "-", "."], stdout=subprocess.PIPE)
+            ssh = subprocess.Popen([*self.b.ssh, ip, "rm -rf proj && mkdir proj && tar -C proj -xf -"],
+                                   stdin=tar.stdout)
+            tar.stdout.close()
+            pairs.append((tar, ssh))
+        if any(tar.wait() or ssh.wait() for tar, ssh in pairs):
+            raise RuntimeError("by-hand: the tar to a node failed")
+        return time.monotonic() - t
+
+    def argv(self, n):
+        self.b.run_id += 1
+        cmd = (f"docker run --rm --name peers-bench-{self.b.run_id} --net=host "
+               "-v $HOME/proj:/workspace:ro -w /workspace -e PYTHONPATH=/workspace/.deps "
+               f"-e GLOO_SOCKET_IFNAME=eth0 {self.b.image} torchrun --nnodes={n} --nproc-per-node=1 "
+               f"--rdzv-backend=c10d --rdzv-endpoint={self.b.ips[0]}:{RDZV_PORT} "
+               f"--rdzv-id=peers-{self.b.run_id} --max-restarts=0 train.py --steps {self.b.args.steps}")
+        env = {**os.environ, "PDSH_RCMD_TYPE": "ssh", "PDSH_SSH_ARGS": f"-F {self.b.ssh_config} %h"}
+        return ["pdsh", "-w", ",".join(self.b.ips[:n]), cmd], env
+
+    def teardown(self, n):
+        for node in self.b.sb.nodes[:n]:       # a by-hand job that did not stop: its containers
+            subprocess.run(["docker", "-H", node.docker_host, "rm", "-f", *self._containers(node)],
+                           capture_output=True)
+
+    def _containers(self, node) -> list[str]:
+        r = subprocess.run(["docker", "-H", node.docker_host, "ps", "-aq", "--filter", "name=peers-bench-"],
+                           capture_output=True, text=True)
+        return r.stdout.split() or ["peers-bench-none"]
+
+
+class Ray(Way):
+    name = "ray"
+    needs = "Python and ray[default,train], torch, tomli (the venv) on every node; Ray's daemons running"
+
+    def __init__(self, bench):
+        super().__init__(bench)
+        self.started: list[int] = []
+
+    def _ray(self) -> str:
+        return str(venv_dir(self.b.cache) / "bin" / "ray")
+
+    def setup(self, n):
+        """``ray start`` on every node over ssh, until the cluster counts n nodes: wall s."""
+        t = time.monotonic()
+        head = self.b.ips[0]
+        common = f"--num-cpus=1 --object-store-memory={OBJECT_STORE} --disable-usage-stats"
+        cmds = [f"{self._ray()} start --head --node-ip-address={head} --port={RAY_PORT} "
+                f"--dashboard-host={head} --dashboard-port={DASHBOARD_PORT} --include-dashboard=true "
+                f"--temp-dir=/tmp/ray-{self.b.args.name}-1 {common}"]
+        cmds += [f"{self._ray()} start --address={head}:{RAY_PORT} --node-ip-address={ip} "
+                 f"--temp-dir=/tmp/ray-{self.b.args.name}-{i} {common}"
+                 for i, ip in enumerate(self.b.ips[1:n], start=2)]
+        self._ssh(head, cmds[0])
+        procs = [subprocess.Popen([*self.b.ssh, ip, c + " >/dev/null 2>&1 </dev/null"])
+                 for ip, c in zip(self.b.ips[1:n], cmds[1:], strict=True)]
+        for p in procs:
+            p.wait()
+        script = "import ray; ray.init(address='auto'); print(sum(1 for x in ray.nodes() if x['Alive']))"
+        while time.monotonic() - t < 120:
+            r = subprocess.run([*self.b.ssh, head, f"RAY_ADDRESS={head}:{RAY_PORT} "
+                                f"{venv_dir(self.b.cache)}/bin/python -c {shlex.quote(script)}"],
+                               capture_output=True, text=True)
+            if r.stdout.strip().splitlines()[-1:] == [str(n)]:
+                break
+            time.sleep(0.5)
+        else:
+            raise RuntimeError(f"ray: {n} nodes did not join within 120 s")
+        self.started = self._pids(n)
+        return {"cluster_up_s": round(time.monotonic() - t, 2)}
+
+    def _ssh(self, ip: str, cmd: str) -> None:
+        r = subprocess.run([*self.b.ssh, ip, cmd + " >/dev/null 2>&1 </dev/null"],
+                           capture_output=True, text=True, timeout=180)
+        if r.returncode:
+            raise RuntimeError(f"ray start on {ip} exited {r.returncode}: {r.stderr[-500:]}")
+
+    def _pids(self, n: int, node: int | None = None) -> list[int]:
+        """Ray's processes (the venv's, in the sandbox's namespaces; ``node``: that one's)."""
+        nodes = self.b.sb.nodes[:n] if node is None else [self.b.sb.nodes[node]]
+        inodes = {os.stat(f"/run/netns/{x.netns}").st_ino for x in nodes}
+        mark = str(venv_dir(self.b.cache)).encode()
+        out = []
+        for d in Path("/proc").iterdir():
+            if not d.name.isdigit():
+                continue
+            try:
+                if os.stat(d / "ns" / "net").st_ino not in inodes:
+                    continue
+                cmd = (d / "cmdline").read_bytes()
+            except OSError:
+                continue
+            if mark in cmd or b"ray::" in cmd or b"/ray/" in cmd:
+                out.append(int(d.name))
+        return out
+
+    def argv(self, n):
+        env = {**os.environ, "RAY_ADDRESS": f"http://{self.b.ips[0]}:{DASHBOARD_PORT}"}
+        runtime = {"env_vars": {"GLOO_SOCKET_IFNAME": "eth0", "RAY_DEDUP_LOGS": "0"},
+                   "excludes": [".deps"]}
+        return ([self._ray(), "job", "submit", "--working-dir", str(self.b.project),
+                 "--runtime-env-json", json.dumps(runtime), "--",
+                 str(venv_dir(self.b.cache) / "bin" / "python"), "ray_train.py", str(n),
+                 "--steps", str(self.b.args.steps)], env)
+
+    def extra(self, n):
+        head = self._pids(n, 0)
+        worker = self._pids(n, 1) if n > 1 else []
+        return {"ray_head_mb": round(rss_mb(head)), "ray_head_procs": len(head),
+                "ray_worker_mb": round(rss_mb(worker)), "_head_pids": head}
+
+    def teardown(self, n):
+        pids = set(self.started) | set(self._pids(max(self.b.args.nodes)))
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except OSError:
+                pass
+        end = time.monotonic() + 10
+        while time.monotonic() < end and any(Path(f"/proc/{p}").exists() for p in pids):
+            time.sleep(0.2)
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        for i in range(1, n + 1):
+            shutil.rmtree(f"/tmp/ray-{self.b.args.name}-{i}", ignore_errors=True)
+        self.started = []
+
+
+WAY_CLASSES = {"clusterctl": Clusterctl, "by-hand": ByHand, "ray": Ray}
+
+
+# --------------------------------------------------------------------------- the bench
+
+class Bench:
+    def __init__(self, args, sb: sandbox.Sandbox, tmp: Path, inventory: Path) -> None:
+        self.args, self.sb, self.tmp = args, sb, tmp
+        self.cache = Path(args.cache)
+        self.project = tmp / "project"
+        self.data = yaml.safe_load(inventory.read_text())
+        self.ips = [node["host"] for node in self.data["nodes"]]
+        self.image = args.image
+        self.run_id = 0
+        self.cli_env = benchplot.cli_env(os.environ, DOCKER_HOST=engine.engine_url() or "",
+                                         CLUSTERCTL_RUNS=str(tmp / "runs"))
+        self.ssh_config = tmp / "ssh_config"
+        self.ssh_config.write_text(
+            "Host *\n  User root\n"
+            f"  IdentityFile {sb.key_path}\n  IdentitiesOnly yes\n  BatchMode yes\n"
+            f"  StrictHostKeyChecking yes\n  UserKnownHostsFile {sb.known_hosts_path}\n"
+            "  GlobalKnownHostsFile /dev/null\n  LogLevel ERROR\n")
+        self.ssh = ["ssh", "-F", str(self.ssh_config)]
+
+    def inventory(self, n: int) -> Path:
+        path = self.tmp / f"inventory-{n}.yaml"
+        if not path.exists():
+            path.write_text(yaml.safe_dump({**self.data, "nodes": self.data["nodes"][:n]}, sort_keys=False))
+        return path
+
+    def once(self, way: Way, n: int, value: str | None, stop_wait: float | None = None) -> tuple[Timed, float]:
+        prep = way.prepare(n)
+        argv, env = way.argv(n)
+        return watch(argv, env, n, value, stop_at=stop_wait), prep
+
+
+def run_way(bench: Bench, way: Way, n: int, log) -> dict:
+    """One way at ``n`` nodes: set-up and first run, --repeat edits, the failure."""
+    args = bench.args
+    row: dict = {"nodes": n, "way": way.name, "needs": way.needs}
+    inodes = netns_inodes(bench.sb, n)
+    try:
+        edit(bench.project, "VALUE", '"first"')
+        t = time.monotonic()
+        row.update(way.setup(n))
+        first, _ = bench.once(way, n, "first")
+        if first.ranks_s is None or first.rc != 0:
+            raise RuntimeError(f"first run exited {first.rc}: " + " / ".join(first.out[-6:]))
+        row["setup_s"] = round(time.monotonic() - t - first.exit_s + first.ranks_s, 2)
+        edits, cpu, mem, ok, mixed = [], [], [], [], []
+        for k in range(args.repeat):
+            value = f"v{n}-{k}-{int(time.time())}"
+            edit(bench.project, "VALUE", f'"{value}"')
+            t = time.monotonic()
+            r, prep = bench.once(way, n, value)
+            if r.ranks_s is None or r.rc != 0:
+                raise RuntimeError(f"edit run exited {r.rc}: " + " / ".join(r.out[-6:]))
+            edits.append(prep + r.ranks_s)
+            cpu.append(r.cpu_s)
+            mem.append(r.peak_mb)
+            ok.append(r.lines_ok)
+            mixed.append(r.lines_mixed)
+        row.update(edit_s=round(statistics.median(edits), 2), edit_runs=[round(e, 2) for e in edits],
+                   head_cpu_s=round(statistics.median(cpu), 2), head_mb=round(max(mem)),
+                   lines_expected=n * args.steps, lines_ok=min(ok), lines_mixed=max(mixed))
+        if isinstance(way, Ray):
+            extra = way.extra(n)
+            head = extra.pop("_head_pids")
+            c0 = cpu_s(head)
+            edit(bench.project, "VALUE", '"idle"')
+            r, _ = bench.once(way, n, "idle")
+            extra["ray_head_cpu_s"] = round(cpu_s(head) - c0, 2)
+            row.update(extra)
+        # the failure: rank 1 (rank 0 when alone) exits 3 at step FAIL_STEP
+        edit(bench.project, "FAIL_RANK", str(min(1, n - 1)))
+        edit(bench.project, "VALUE", '"fail"')
+        r, _ = bench.once(way, n, None, stop_wait=args.stop_wait)
+        edit(bench.project, "FAIL_RANK", "-1")
+        row["fail_rc"] = r.rc if not r.killed else None
+        if r.fail_at is None:
+            row["fail_note"] = "the failing rank's line never reached the user: " + " / ".join(r.out[-4:])
+        else:
+            end = time.time()
+            gone = wait_gone(inodes, max(0.0, args.stop_wait - (end - r.fail_at)))
+            row["fail_exit_s"] = None if r.killed else round(end - r.fail_at - 0.0, 2)
+            row["fail_stop_s"] = round(gone - r.fail_at, 2) if gone and not r.killed else None
+            if r.killed or gone is None:
+                row["fail_note"] = (f"still running {args.stop_wait:.0f} s after the rank failed: "
+                                    "killed by the benchmark")
+        row["result"] = "ok"
+    except (RuntimeError, OSError, subprocess.SubprocessError, UserError) as e:
+        row["result"] = f"failed: {e}"[:600]
+        log(f"  {way.name} at {n} nodes: {row['result']}")
+    finally:
+        edit(bench.project, "FAIL_RANK", "-1")
+        try:
+            way.teardown(n)
+        except (OSError, subprocess.SubprocessError) as e:
+            log(f"  {way.name} teardown: {e}")
+    return row
+
+
+def add_ratios(rows: list[dict]) -> list[dict]:
+    """Each figure over clusterctl's at the same node count (x_NAME)."""
+    base = {r["nodes"]: r for r in rows if r["way"] == "clusterctl"}
+    for r in rows:
+        b = base.get(r["nodes"])
+        for key in ("setup_s", "edit_s", "fail_stop_s", "head_cpu_s", "head_mb"):
+            if b and r.get(key) is not None and b.get(key):
+                r[f"x_{key}"] = round(r[key] / b[key], 2)
+    return rows
+
+
+def print_rows(rows: list[dict]) -> None:
+    def f(v, suffix=""):
+        return "-" if v is None else f"{v}{suffix}"
+    print(f"\n{'nodes':>5} {'way':<11} {'set-up s':>9} {'edit s':>7} {'fail->stop s':>13} {'rc':>4} "
+          f"{'head CPU s':>10} {'head MB':>8} {'lines ok/exp':>13}  result")
+    for r in rows:
+        print(f"{r['nodes']:>5} {r['way']:<11} {f(r.get('setup_s')):>9} {f(r.get('edit_s')):>7} "
+              f"{f(r.get('fail_stop_s')):>13} {f(r.get('fail_rc')):>4} {f(r.get('head_cpu_s')):>10} "
+              f"{f(r.get('head_mb')):>8} {f(r.get('lines_ok'))}/{f(r.get('lines_expected')):<6}  "
+              f"{r.get('result', '')[:60]}", flush=True)
+    print("\n(over clusterctl's at the same node count)")
+    for r in rows:
+        if r["way"] != "clusterctl":
+            bits = [f"{k[2:]} x{v:.2f}" for k, v in r.items() if k.startswith("x_")]
+            print(f"{r['nodes']:>3} nodes {r['way']:>8}: " + (", ".join(bits) or "-"))
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--nodes", type=benchplot.node_counts("2,4"), default=[2, 4],
+                    help="node counts (default 2,4)")
+    ap.add_argument("--repeat", type=benchplot.positive_int, default=1, help="edit runs per way and count")
+    ap.add_argument("--steps", type=benchplot.positive_int, default=200,
+                    help="training steps (one metrics line per rank per step)")
+    ap.add_argument("--ways", default=",".join(WAYS), help=f"ways, comma-separated (default {','.join(WAYS)})")
+    ap.add_argument("--image", default=targets.resolve("cpu").tag, help="the cpu target's image")
+    ap.add_argument("--cache", default="/var/lib/clusterctl/bench-peers",
+                    help="where the peers' scratch venv is made (once)")
+    ap.add_argument("--stop-wait", type=benchplot.positive_int, default=90,
+                    help="seconds after a rank's failure before a job still running is killed")
+    ap.add_argument("--setup-only", action="store_true", help="only make the peers' venv, then stop")
+    ap.add_argument("--name", default="bpeer", help="sandbox name")
+    ap.add_argument("--subnet", default="10.213.81.0/24", help="sandbox subnet")
+    ap.add_argument("--json", default=None, metavar="FILE", help="write the rows and conditions as JSON")
+    ap.add_argument("--plot", default=None, metavar="FILE.png", help="draw the figures per way")
+    return ap
+
+
+def check(args: argparse.Namespace) -> None:
+    """Every problem with the input or this machine, before the sandbox exists (exit 2)."""
+    ways = [w for w in args.ways.split(",") if w]
+    if not ways or any(w not in WAYS for w in ways) or len(set(ways)) != len(ways):
+        raise UserError(f'--ways "{args.ways}": give ways from {", ".join(WAYS)} separated by commas, '
+                        "each once, e.g. clusterctl,ray")
+    args.ways = ways
+    sandbox.check_name(args.name)
+    sandbox.parse_subnet(args.subnet, max(args.nodes))
+    benchplot.check_outputs(args.json, args.plot)
+    if not Path(args.cache).resolve().parent.is_dir():
+        raise UserError(f"--cache {args.cache}: its parent directory does not exist")
+    if args.setup_only:
+        return
+    sandbox.require_environment("benchmarks/peers.py")
+    require_binaries("ssh", packages="openssh-client")
+    if "by-hand" in ways:
+        require_binaries("pdsh", packages="pdsh")
+    distribute.source_image(engine.client(), args.image)   # no engine, or no such image
+
+
+def run(args: argparse.Namespace) -> int:
+    info = ensure_venv(Path(args.cache))
+    print(f"peers' venv: {info}", flush=True)
+    if args.setup_only:
+        return 0
+    tmp = Path(tempfile.mkdtemp(prefix="clusterctl-bench-peers-"))
+    loads = benchplot.Loads()
+    rows: list[dict] = []
+    extra: dict = {"venv_install_s": info.get("install_s"), "venv_mb": info.get("mb"),
+                   **{k: info[k] for k in ("ray", "torchx", "torch") if k in info}}
+    try:
+        t = time.monotonic()
+        inventory = tmp / "sandbox.yaml"
+        print(f"sandbox {args.name}: {max(args.nodes)} nodes, sharing this machine's "
+              f"{os.cpu_count()} cores ...", flush=True)
+        sb = sandbox.up(max(args.nodes), name=args.name, subnet=args.subnet, slots=1,
+                        inventory_path=inventory)
+        extra["sandbox_up_s"] = round(time.monotonic() - t, 1)
+        bench = Bench(args, sb, tmp, inventory)
+        make_project(bench.project)
+        if set(args.ways) & {"clusterctl", "by-hand"}:
+            t = time.monotonic()
+            results = distribute.push_image(args.image, load_inventory(inventory), strategy="relay")
+            failed = [f"{r.node}: {r.error}" for r in results if not r.ok]
+            if failed:
+                raise UserError(f"pushing {args.image} to the sandbox failed: " + "; ".join(failed))
+            extra["image_push_s"] = round(time.monotonic() - t, 1)
+            print(f"image {args.image} on {sb.node_count} nodes in {extra['image_push_s']:.0f} s", flush=True)
+        for n in args.nodes:
+            for name in args.ways:
+                print(f"{name} at {n} nodes ...", flush=True)
+                rows.append(run_way(bench, WAY_CLASSES[name](bench), n, lambda m: print(m, flush=True)))
+                loads.sample()
+        add_ratios(rows)
+        print_rows(rows)
+    finally:
+        if rows and (args.json or args.plot):
+            doc = benchplot.document("peers", benchplot.command_line(), {
+                **benchplot.conditions(loads), "repeat": args.repeat, "steps": args.steps,
+                "image": args.image, **extra}, rows=rows)
+            benchplot.save(doc, args.json, args.plot)
+        sandbox.down(args.name)
+        shutil.rmtree(tmp, ignore_errors=True)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return benchplot.run_main(parser, check, run, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
