@@ -24,7 +24,7 @@ PYTEST_ARGS ?=
 NEWEST_VENV ?= .venv-newest
 BENCH_ARGS ?=
 
-.PHONY: help setup venv image render demo demo-down test test-fast test-newest check docs docs-serve reference lint golden lock bench-plots bench-push bench-launch bench-validate bench-collective bench-scale bench-workdir bench-recovery bench-registry bench-ssh bench-top bench-exec clean
+.PHONY: help setup venv image render demo demo-down test test-fast test-newest check docs docs-serve reference lint golden lock bench-plots bench-push bench-launch bench-validate bench-collective bench-scale bench-workdir bench-recovery bench-registry bench-ssh bench-top bench-exec bench-peers clean
 
 help:
 	@echo "make demo        set up this machine, build the cpu image, start a $(NODES)-node sandbox, run ddp-smoke on it"
@@ -50,6 +50,7 @@ help:
 	@echo "make bench-ssh [BENCH_ARGS=...]                 head CPU per node of one login + 3 commands: clusterctl vs paramiko vs OpenSSH multiplexing (root)"
 	@echo "make bench-top [BENCH_ARGS=...]                 what clusterctl top costs a running training's step rate (root)"
 	@echo "make bench-exec [BENCH_ARGS=...]                a short command on 1/8/16/32 nodes: clusterctl exec vs pdsh vs clush vs an ssh loop (root)"
+	@echo "make bench-peers [BENCH_ARGS=...]               the own-project DDP through clusterctl, pdsh+docker and Ray, 2/4 nodes (root)"
 
 setup:
 	$(SUDO) env VENV=$(VENV) bash scripts/setup-host
@@ -187,6 +188,9 @@ bench-registry: $(CLUSTERCTL)
 
 bench-exec: $(CLUSTERCTL)
 	$(SUDO) $(VENV)/bin/python benchmarks/exec.py $(BENCH_ARGS)
+
+bench-peers: $(CLUSTERCTL)
+	$(SUDO) $(VENV)/bin/python benchmarks/peers.py $(BENCH_ARGS)
 
 bench-top: $(CLUSTERCTL)
 	$(SUDO) $(VENV)/bin/python benchmarks/top.py $(BENCH_ARGS)
