@@ -8,7 +8,8 @@ root, not under sudo, or when root itself ran sudo.  :func:`hand_over` gives pat
 user, never through a symbolic link (a link planted at a path has the link itself changed,
 not what it points to).
 
-Contract: :class:`Invoker`, :func:`invoker`, :func:`hand_over`.
+Contract: :class:`Invoker`, :func:`invoker`, :func:`hand_over`, :func:`owner_of_place`,
+:func:`hand_over_tree`.
 """
 
 from __future__ import annotations
@@ -57,3 +58,44 @@ def hand_over(*paths: Path, group: bool = True, to: Invoker | None = None) -> In
         except FileNotFoundError:
             continue
     return who
+
+
+def owner_of_place(dest: Path) -> tuple[Invoker, Path] | None:
+    """The invoker, and ``dest``'s nearest existing ancestor (``dest`` itself included),
+    when that ancestor is the invoker's: a place in their own space (their checkout), where
+    what a root command writes for them must be theirs afterwards.  None when no one ran
+    clusterctl through sudo or the place is someone else's (say, root's ``/opt``)."""
+    who = invoker()
+    if who is None:
+        return None
+    place = Path(dest).absolute()
+    while not os.path.lexists(place) and place != place.parent:
+        place = place.parent
+    try:
+        return (who, place) if os.lstat(place).st_uid == who.uid else None
+    except OSError:
+        return None
+
+
+def hand_over_tree(top: Path, below: Path, to: Invoker) -> None:
+    """Give ``top``, everything under it, and the directories between ``below`` (an
+    existing ancestor, left as it is) and ``top`` to ``to``.  Links are changed themselves,
+    never followed, and a file with other hard links (a wheel linked from a cache) keeps
+    its owner: the directory holding it is the user's, so they can still remove it."""
+    top = Path(top).absolute()
+    below = Path(below).absolute()
+    between = [p for p in top.parents if p != below and below in p.parents]
+    for path in [*between, top]:
+        hand_over(path, to=to)
+    if not top.is_dir() or top.is_symlink():
+        return
+    for root, dirs, files in os.walk(top):   # os.walk never descends into a linked directory
+        for name in dirs + files:
+            path = Path(root) / name
+            try:
+                st = os.lstat(path)
+            except FileNotFoundError:
+                continue
+            if not os.path.isdir(path) and st.st_nlink > 1 and not os.path.islink(path):
+                continue
+            hand_over(path, to=to)

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from clusterctl.core import paths
 from clusterctl.core.errors import UserError
+from clusterctl.core.invoker import hand_over_tree, owner_of_place
 from clusterctl.image import render
 from clusterctl.image import wheelhouse as wh
 from clusterctl.image.labels import sha256_text
@@ -144,9 +145,13 @@ def _replace_dir(tmp: Path, dest: Path) -> None:
 
 
 def write_context(resolved: Resolved, texts: Mapping[str, str], dest: Path, wheelhouse: Path | None) -> Path:
-    """Write the build context to ``dest`` atomically (temp dir next to it, then rename)."""
+    """Write the build context to ``dest`` atomically (temp dir next to it, then rename).
+    Under sudo, into a place of the invoking user's (their checkout's ``dockerfiles/``), what
+    is written becomes theirs, so that a later ``clusterctl render`` without sudo can
+    replace it."""
     dest = Path(dest)
     _check_destination(dest)
+    theirs = owner_of_place(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.tmp-", dir=dest.parent))
     try:
@@ -156,6 +161,8 @@ def write_context(resolved: Resolved, texts: Mapping[str, str], dest: Path, whee
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
+    if theirs is not None:
+        hand_over_tree(dest, below=theirs[1], to=theirs[0])
     return dest
 
 
