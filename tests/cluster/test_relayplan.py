@@ -96,13 +96,13 @@ def _bind(host: paramiko.PKey, session_id: bytes, *, forwarding: bool = False,
     return m.asbytes()
 
 
-def _login(session_id: bytes, key: paramiko.PKey) -> bytes:
+def _login(session_id: bytes, key: paramiko.PKey, user: str = "root", service: str = "ssh-connection") -> bytes:
     """The userauth data an ssh asks the agent to sign (RFC 4252 section 7)."""
     m = paramiko.Message()
     m.add_string(session_id)
     m.add_byte(bytes([50]))
-    m.add_string("root")
-    m.add_string("ssh-connection")
+    m.add_string(user)
+    m.add_string(service)
     m.add_string("publickey")
     m.add_boolean(True)
     m.add_string(key.get_name())
@@ -113,7 +113,7 @@ def _login(session_id: bytes, key: paramiko.PKey) -> bytes:
 def test_push_agent_signs_within_its_budget_and_nothing_after_close():
     key, node = _ed25519(), _ed25519()
     public = paramiko.Ed25519Key(data=key.asbytes())
-    agent = HopAgent(key, budget=2, destinations={node.asbytes()})
+    agent = HopAgent(key, budget=2, destinations={node.asbytes(): {"root"}})
     answer = paramiko.Message(agent._answer(bytes([11]), []))
     assert answer.get_byte() == bytes([12]) and answer.get_int() == 1
     assert answer.get_binary() == key.asbytes()
@@ -127,7 +127,7 @@ def test_push_agent_signs_within_its_budget_and_nothing_after_close():
     binds = []
     agent._answer(_bind(node, b"session-3"), binds)
     assert agent._answer(_sign_request(key, _login(b"session-3", key)), binds) == bytes([5])  # over budget
-    other = HopAgent(key, budget=5, destinations={node.asbytes()})
+    other = HopAgent(key, budget=5, destinations={node.asbytes(): {"root"}})
     other.close()
     binds = []
     other._answer(_bind(node, b"x"), binds)
@@ -140,7 +140,7 @@ def test_the_agent_signs_only_a_login_bound_to_a_planned_node():
     """Destination constraints (issue 24: the tree safe by default), with real keys and
     signatures: what a node holding the forwarded socket can and cannot get signed."""
     key, planned, stranger = _ed25519(), _ed25519(), _ed25519()
-    agent = HopAgent(key, budget=10, destinations={planned.asbytes()})
+    agent = HopAgent(key, budget=10, destinations={planned.asbytes(): {"root"}})
 
     def sign(sid, binds, data=None):
         return agent._answer(_sign_request(key, data or _login(sid, key)), binds)[0]
@@ -162,6 +162,14 @@ def test_the_agent_signs_only_a_login_bound_to_a_planned_node():
     assert agent._answer(_bind(planned, b"s6", forwarding=True), b) == bytes([6])
     assert sign(b"s6", b) == 5                                      # only forwarded through s6
     assert agent._answer(_bind(planned, b"s7"), b) == bytes([6])    # then bound for a login: ok
+    b = []
+    assert agent._answer(_bind(planned, b"s8"), b) == bytes([6])
+    assert sign(b"s8", b, _login(b"s8", key, user="admin")) == 5    # the planned host, another user
+    assert "not the user planned for the bound node" in agent.refused[-1]
+    assert sign(b"s8", b, _login(b"s8", key, service="other")) == 5  # another service
+    assert "not ssh-connection" in agent.refused[-1]
+    b = []
+    assert agent._answer(_bind(planned, b"s7"), b) == bytes([6])
     assert sign(b"s7", b) == 14
     assert agent._answer(bytes([27]) + b"\x00\x00\x00\x04junk", []) == bytes([5])   # other extension
     assert agent.signed == 1

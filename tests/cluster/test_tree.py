@@ -469,14 +469,15 @@ def test_the_forwarded_agent_signs_only_for_the_planned_nodes(sandbox3):
                     if line.split()[0] in (ip, f"[{ip}]:22"))
         return base64.b64decode(line.split()[2])
 
-    def login(node: str, how: str, word: str) -> str:
+    def login(node: str, how: str, word: str, user: str = "root") -> str:
         return ("ssh -F /dev/null -T -o BatchMode=yes -o StrictHostKeyChecking=yes "
                 f"-o UserKnownHostsFile={sb.known_hosts} -o GlobalKnownHostsFile=/dev/null "
-                f"{how} root@{sb.nodes[node]} echo {word}; echo {word}-rc=$?; ")
+                f"{how} {user}@{sb.nodes[node]} echo {word}; echo {word}-rc=$?; ")
     agent_only = "-o IdentityFile=/nonexistent"
-    script = ("ssh-add -l; " + login(second, agent_only, "planned") + login(third, agent_only, "stranger")
+    script = ("ssh-add -l; " + login(second, agent_only, "otheruser", user="daemon")
+              + login(second, agent_only, "planned") + login(third, agent_only, "stranger")
               + login(third, f"-o IdentityAgent=none -i {sb.key}", "keyfile"))
-    agent = HopAgent(load_key(sb.key), budget=5, destinations={host_key(sb.nodes[second])})
+    agent = HopAgent(load_key(sb.key), budget=5, destinations={host_key(sb.nodes[second]): {"root"}})
     with Cluster(load_inventory(sb.inventory_path)) as cluster:
         conn = cluster.connection(first)
         chan = conn.exec_channel(["sh", "-c", script], forward_agent=agent.handler)
@@ -486,6 +487,9 @@ def test_the_forwarded_agent_signs_only_for_the_planned_nodes(sandbox3):
     assert "clusterctl hop" in out, result                      # the agent was there (ssh-add -l)
     assert "\nplanned\nplanned-rc=0" in out, result
     assert "\nstranger\n" not in out and "stranger-rc=255" in out, result
+    # the planned node as another user: the sandbox's sshd takes the key for any user (one
+    # AuthorizedKeysFile), so a signed login as daemon would get in and exit 1 (nologin)
+    assert "\notheruser\n" not in out and "otheruser-rc=255" in out, result
     assert "\nkeyfile\nkeyfile-rc=0" in out, result
     assert agent.signed == 1, agent.signed
     # its binding refused, the ssh asks for the signature anyway: refused, unbound

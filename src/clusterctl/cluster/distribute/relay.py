@@ -96,7 +96,7 @@ from clusterctl.cluster.distribute.savestream import SharedSave
 from clusterctl.cluster.distribute.source import SourceImage
 from clusterctl.cluster.distribute.tarstream import StreamError
 from clusterctl.cluster.runtime import runtime_of
-from clusterctl.cluster.transport.agent import HopAgent, host_key_blobs, load_key
+from clusterctl.cluster.transport.agent import HopAgent, hop_destinations, load_key
 from clusterctl.cluster.transport.hopssh import HOP_KEX
 from clusterctl.core.errors import NodeError
 from clusterctl.core.scripts import script_text
@@ -390,7 +390,8 @@ def _start(run: _NodeRun, runs: dict[str, _NodeRun], fed: bool, agents: list[Hop
         key_file = getattr(runs[run.children[0]].conn.node, "identity_file", None)
         try:
             agent = HopAgent(load_key(key_file), budget=len(run.children),
-                             destinations=host_key_blobs(runs[c].known_host for c in run.children))
+                             destinations=hop_destinations((runs[c].known_host, _hop_target(runs[c].conn)[1])
+                                                           for c in run.children))
         except (OSError, TypeError, paramiko.SSHException) as e:
             raise NodeError(run.name, f"relay needs the inventory's identity_file for "
                             f"{run.children[0]} to log in from {run.name}: {e}") from None

@@ -44,7 +44,7 @@ from __future__ import annotations
 import base64
 import struct
 import threading
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable, Mapping
 from pathlib import Path
 
 import paramiko
@@ -66,10 +66,20 @@ _MAX_MESSAGE = 256 * 1024
 
 
 def host_key_blobs(known_hosts_lines: Iterable[str]) -> set[bytes]:
-    """The host key blobs of known_hosts lines (``NAME TYPE BASE64``): the ``destinations``
-    a :class:`HopAgent` takes for the hops whose keys this machine verified."""
+    """The host key blobs of known_hosts lines (``NAME TYPE BASE64``)."""
     return {base64.b64decode(fields[2]) for line in known_hosts_lines
             if len(fields := line.split()) >= 3}
+
+
+def hop_destinations(hops: Iterable[tuple[str, str]]) -> dict[bytes, frozenset[str]]:
+    """The ``destinations`` a :class:`HopAgent` takes: for each planned hop, given as (its
+    known_hosts lines as this machine verified them, the user it logs in as), each host
+    key blob -> the users a login to it may be signed for."""
+    out: dict[bytes, set[str]] = {}
+    for lines, user in hops:
+        for blob in host_key_blobs(lines.splitlines()):
+            out.setdefault(blob, set()).add(user)
+    return {blob: frozenset(users) for blob, users in out.items()}
 
 
 def load_key(path: str | Path) -> paramiko.PKey:
@@ -78,13 +88,14 @@ def load_key(path: str | Path) -> paramiko.PKey:
 
 
 class HopAgent:
-    """Signs with ``key`` for at most ``budget`` logins to ``destinations`` (host key
-    blobs, as :meth:`paramiko.PKey.asbytes` gives them), until closed."""
+    """Signs with ``key`` for at most ``budget`` logins to ``destinations`` (host key blob,
+    as :meth:`paramiko.PKey.asbytes` gives it -> the users a login to that host may be
+    signed for: :func:`hop_destinations`), until closed."""
 
-    def __init__(self, key: paramiko.PKey, budget: int, destinations: Iterable[bytes]) -> None:
+    def __init__(self, key: paramiko.PKey, budget: int, destinations: Mapping[bytes, Collection[str]]) -> None:
         self.key = key
         self.budget = budget
-        self.destinations = frozenset(destinations)
+        self.destinations = {blob: frozenset(users) for blob, users in destinations.items()}
         self.signed = 0
         self.refused: list[str] = []
         self._lock = threading.Lock()
@@ -138,7 +149,7 @@ class HopAgent:
         if kind == _SIGN_REQUEST:
             req = paramiko.Message(body[1:])
             key_blob, data, flags = req.get_binary(), req.get_binary(), req.get_int()
-            why = _unbound(data, binds)
+            why = _unbound(data, binds, self.destinations)
             with self._lock:
                 if self._closed or key_blob != blob or self.signed >= self.budget or why:
                     if why:
@@ -183,10 +194,13 @@ class HopAgent:
         return bytes([_SUCCESS])
 
 
-def _unbound(data: bytes, binds: list[tuple[bytes, bytes, bool]]) -> str | None:
+def _unbound(data: bytes, binds: list[tuple[bytes, bytes, bool]],
+             destinations: Mapping[bytes, frozenset[str]]) -> str | None:
     """Why userauth ``data`` may not be signed on a connection bound as ``binds``; None
     when it may: the connection was last bound for a login (not forwarding) and the
-    data is that login's (its session id; the host key too, for the host-bound method)."""
+    data is that login's (its session id; the host key too, for the host-bound method),
+    as a user planned for the bound host (``destinations``), to the ``ssh-connection``
+    service."""
     if not binds:
         return ("a login whose ssh did not bind it to a destination "
                 "(OpenSSH 8.9 or later binds; an older ssh cannot use this agent)")
@@ -198,7 +212,11 @@ def _unbound(data: bytes, binds: list[tuple[bytes, bytes, bool]]) -> str | None:
         sid = m.get_binary()
         if sid != session_id or m.get_byte() != bytes([_USERAUTH_REQUEST]):
             return "a signature for another session than the bound one"
-        m.get_text(), m.get_text()                   # user, service
+        user, service = m.get_text(), m.get_text()
+        if user not in destinations.get(host_key, ()):
+            return f"a login as {user[:64]!r}, not the user planned for the bound node"
+        if service != "ssh-connection":
+            return f"a login for the service {service[:64]!r}, not ssh-connection"
         method = m.get_text()
         m.get_boolean(), m.get_text(), m.get_binary()  # has signature, algorithm, public key
         if method == _HOSTBOUND and m.get_binary() != host_key:

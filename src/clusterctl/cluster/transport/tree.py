@@ -74,7 +74,7 @@ from typing import TYPE_CHECKING
 
 import paramiko
 
-from clusterctl.cluster.transport.agent import HopAgent, host_key_blobs, load_key
+from clusterctl.cluster.transport.agent import HopAgent, hop_destinations, load_key
 from clusterctl.cluster.transport.commands import CommandResult
 from clusterctl.cluster.transport.connection import NodeConnection, _explicit_port
 from clusterctl.cluster.transport.hopssh import HOP_KEX
@@ -466,8 +466,7 @@ def _through_tree(cluster: Cluster, commands: Mapping[str, Sequence[Command]], s
     if not key_on_nodes:
         try:
             agent = HopAgent(load_key(root.identity_file), budget=len(members) - 1,
-                             destinations=host_key_blobs(line for hop in hops.values()
-                                                          for line in hop.known_host.splitlines()))
+                             destinations=hop_destinations((hop.known_host, hop.user) for hop in hops.values()))
         except (OSError, TypeError, paramiko.SSHException) as e:   # every node goes direct
             return TreeRun({}, {root.name: f"the tree needs the inventory's identity_file to "
                                            f"sign node-to-node logins: {e}"}, [])
