@@ -53,7 +53,8 @@ Run as root with the local engine up and the cpu image built::
 
     sudo make bench-peers        # or: sudo .venv/bin/python benchmarks/peers.py
         [--nodes 2,4] [--repeat 1] [--steps 200] [--ways clusterctl,by-hand,ray]
-        [--cache /var/lib/clusterctl/bench-peers] [--stop-wait 90] [--json FILE] [--plot FILE.png]
+        [--cache /var/lib/clusterctl/bench-peers] [--stop-wait 90] [--keep]
+        [--json FILE] [--plot FILE.png]
     .venv/bin/python benchmarks/peers.py --setup-only      # only the peers' venv (no root)
 
 It creates its own sandbox ("bpeer", 10.213.81.0/24; --name/--subnet), one rank per node,
@@ -72,7 +73,6 @@ import os
 import re
 import resource
 import selectors
-import shlex
 import shutil
 import signal
 import statistics
@@ -81,6 +81,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -105,6 +106,21 @@ RUN_TIMEOUT = 300.0
 FAIL_STEP = 3
 OBJECT_STORE = 150_000_000
 RAY_PORT, DASHBOARD_PORT, RDZV_PORT = 6379, 8265, 29400
+#: figures of the peers that cannot run here (or not in this benchmark), transcribed from
+#: /work/shared/FIELD-NOTES.md: what they published, or what a try by hand here gave
+PUBLISHED = [
+    {"what": "dstack: submit -> running on an idle node (published 10-15 s; SSH fleets download "
+             "their shim and runner at set-up: not here)", "seconds": 10,
+     "source": "dstack docs; a prototype ~1 s, dstack #3920"},
+    {"what": "SkyPilot: sky exec on a running cluster (SSH node pools install k3s from the "
+             "internet: not here)", "seconds": 5.7, "source": "skypilot PR #3157"},
+    {"what": "SkyPilot: 100 nodes launched on Kubernetes", "seconds": 56, "source": "skypilot PR #4393"},
+    {"what": "TorchX slurm dist.ddp, 2 nodes, tried by hand on this sandbox's Slurm: submit -> "
+             "both ranks running (14.6 s of it queued for Slurm's backfill pass)", "seconds": 18.5,
+     "source": "FIELD-NOTES 2026-11-28, torchx 0.7.0"},
+    {"what": "nvidia-resiliency-ext: in-job restart after a fault", "seconds": 60,
+     "source": "NVRx docs"},
+]
 
 # --------------------------------------------------------------------------- the project
 
@@ -268,17 +284,21 @@ class Timed:
     lines_mixed: int = 0
     out: list[str] = field(default_factory=list)
     killed: bool = False
+    end_wall: float = 0.0            # time.time() when the command had exited
+    gone_at: float | None = None     # time.time() when no job process was left (after fail_at)
 
 
 METRICS = re.compile(r"clusterctl-metrics (\{.*)$")
 
 
 def watch(argv: list[str], env: dict[str, str], ranks: int, value: str | None = None,
-          stop_at: float | None = None, timeout: float = RUN_TIMEOUT) -> Timed:
+          stop_at: float | None = None, timeout: float = RUN_TIMEOUT,
+          inodes: set[int] | None = None) -> Timed:
     """Run ``argv`` (in its own process group); the time every one of ``ranks`` printed
     ``value=VALUE``, the failure line's time, its tree's CPU and peak memory, the metrics
     lines that arrived whole or mixed.  ``stop_at``: the wait after a failure line before
-    the command is killed (a job that does not stop)."""
+    the command is killed (a job that does not stop); ``inodes``: the nodes' network
+    namespaces, watched for the job's processes once the failure line came (gone_at)."""
     t0, wall0 = time.monotonic(), time.time()
     c0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
@@ -290,6 +310,8 @@ def watch(argv: list[str], env: dict[str, str], ranks: int, value: str | None = 
     def sample() -> None:
         while not done.wait(0.25):
             peak[0] = max(peak[0], rss_mb(tree_pids(p.pid)))
+            if inodes and res.fail_at is not None and res.gone_at is None and not job_pids(inodes):
+                res.gone_at = time.time()
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
     sel = selectors.DefaultSelector()
@@ -333,7 +355,7 @@ def watch(argv: list[str], env: dict[str, str], ranks: int, value: str | None = 
             elif "clusterctl-metrics" in line:
                 res.lines_mixed += 1
     res.rc = p.wait()
-    res.exit_s = time.monotonic() - t0
+    res.exit_s, res.end_wall = time.monotonic() - t0, time.time()
     done.set()
     sampler.join()
     c1 = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -441,6 +463,8 @@ class ByHand(Way):
         cmd = (f"docker run --rm --name peers-bench-{self.b.run_id} --net=host "
                "-v $HOME/proj:/workspace:ro -w /workspace -e PYTHONPATH=/workspace/.deps "
                f"-e GLOO_SOCKET_IFNAME=eth0 {self.b.image} torchrun --nnodes={n} --nproc-per-node=1 "
+               # every sandbox node has the same host name: the node's address from the login
+               "--local-addr=$(echo $SSH_CONNECTION | cut -d' ' -f3) "
                f"--rdzv-backend=c10d --rdzv-endpoint={self.b.ips[0]}:{RDZV_PORT} "
                f"--rdzv-id=peers-{self.b.run_id} --max-restarts=0 train.py --steps {self.b.args.steps}")
         env = {**os.environ, "PDSH_RCMD_TYPE": "ssh", "PDSH_SSH_ARGS": f"-F {self.b.ssh_config} %h"}
@@ -455,6 +479,16 @@ class ByHand(Way):
         r = subprocess.run(["docker", "-H", node.docker_host, "ps", "-aq", "--filter", "name=peers-bench-"],
                            capture_output=True, text=True)
         return r.stdout.split() or ["peers-bench-none"]
+
+
+def alive_nodes(dashboard: str) -> int:
+    """The nodes Ray's state API (the head's dashboard) counts as alive; 0 while it does not answer."""
+    try:
+        with urllib.request.urlopen(f"{dashboard}/api/v0/nodes?limit=1000", timeout=5) as r:
+            text = r.read().decode()
+    except (OSError, ValueError):
+        return 0
+    return len(re.findall(r'"state":\s*"ALIVE"', text))
 
 
 class Ray(Way):
@@ -484,14 +518,10 @@ class Ray(Way):
                  for ip, c in zip(self.b.ips[1:n], cmds[1:], strict=True)]
         for p in procs:
             p.wait()
-        script = "import ray; ray.init(address='auto'); print(sum(1 for x in ray.nodes() if x['Alive']))"
         while time.monotonic() - t < 120:
-            r = subprocess.run([*self.b.ssh, head, f"RAY_ADDRESS={head}:{RAY_PORT} "
-                                f"{venv_dir(self.b.cache)}/bin/python -c {shlex.quote(script)}"],
-                               capture_output=True, text=True)
-            if r.stdout.strip().splitlines()[-1:] == [str(n)]:
+            if alive_nodes(f"http://{head}:{DASHBOARD_PORT}") >= n:
                 break
-            time.sleep(0.5)
+            time.sleep(0.25)
         else:
             raise RuntimeError(f"ray: {n} nodes did not join within 120 s")
         self.started = self._pids(n)
@@ -554,6 +584,7 @@ class Ray(Way):
                 pass
         for i in range(1, n + 1):
             shutil.rmtree(f"/tmp/ray-{self.b.args.name}-{i}", ignore_errors=True)
+        shutil.rmtree("/tmp/ray-peers-bench-results", ignore_errors=True)
         self.started = []
 
 
@@ -587,10 +618,11 @@ class Bench:
             path.write_text(yaml.safe_dump({**self.data, "nodes": self.data["nodes"][:n]}, sort_keys=False))
         return path
 
-    def once(self, way: Way, n: int, value: str | None, stop_wait: float | None = None) -> tuple[Timed, float]:
+    def once(self, way: Way, n: int, value: str | None, stop_wait: float | None = None,
+             inodes: set[int] | None = None) -> tuple[Timed, float]:
         prep = way.prepare(n)
         argv, env = way.argv(n)
-        return watch(argv, env, n, value, stop_at=stop_wait), prep
+        return watch(argv, env, n, value, stop_at=stop_wait, inodes=inodes), prep
 
 
 def run_way(bench: Bench, way: Way, n: int, log) -> dict:
@@ -633,15 +665,15 @@ def run_way(bench: Bench, way: Way, n: int, log) -> dict:
         # the failure: rank 1 (rank 0 when alone) exits 3 at step FAIL_STEP
         edit(bench.project, "FAIL_RANK", str(min(1, n - 1)))
         edit(bench.project, "VALUE", '"fail"')
-        r, _ = bench.once(way, n, None, stop_wait=args.stop_wait)
+        r, _ = bench.once(way, n, None, stop_wait=args.stop_wait, inodes=inodes)
         edit(bench.project, "FAIL_RANK", "-1")
         row["fail_rc"] = r.rc if not r.killed else None
         if r.fail_at is None:
             row["fail_note"] = "the failing rank's line never reached the user: " + " / ".join(r.out[-4:])
         else:
-            end = time.time()
-            gone = wait_gone(inodes, max(0.0, args.stop_wait - (end - r.fail_at)))
-            row["fail_exit_s"] = None if r.killed else round(end - r.fail_at - 0.0, 2)
+            end = r.end_wall
+            gone = r.gone_at or wait_gone(inodes, max(0.0, args.stop_wait - (time.time() - r.fail_at)))
+            row["fail_exit_s"] = None if r.killed else round(end - r.fail_at, 2)
             row["fail_stop_s"] = round(gone - r.fail_at, 2) if gone and not r.killed else None
             if r.killed or gone is None:
                 row["fail_note"] = (f"still running {args.stop_wait:.0f} s after the rank failed: "
@@ -701,6 +733,9 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--stop-wait", type=benchplot.positive_int, default=90,
                     help="seconds after a rank's failure before a job still running is killed")
     ap.add_argument("--setup-only", action="store_true", help="only make the peers' venv, then stop")
+    ap.add_argument("--keep", action="store_true",
+                    help="leave the sandbox up at the end (a rerun reuses it; remove it with "
+                         "`clusterctl sandbox down --name NAME`)")
     ap.add_argument("--name", default="bpeer", help="sandbox name")
     ap.add_argument("--subnet", default="10.213.81.0/24", help="sandbox subnet")
     ap.add_argument("--json", default=None, metavar="FILE", help="write the rows and conditions as JSON")
@@ -768,9 +803,10 @@ def run(args: argparse.Namespace) -> int:
         if rows and (args.json or args.plot):
             doc = benchplot.document("peers", benchplot.command_line(), {
                 **benchplot.conditions(loads), "repeat": args.repeat, "steps": args.steps,
-                "image": args.image, **extra}, rows=rows)
+                "image": args.image, **extra}, rows=rows, published=PUBLISHED)
             benchplot.save(doc, args.json, args.plot)
-        sandbox.down(args.name)
+        if not args.keep:
+            sandbox.down(args.name)
         shutil.rmtree(tmp, ignore_errors=True)
     return 0
 
