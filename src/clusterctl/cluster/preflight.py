@@ -178,7 +178,8 @@ class NodeCheck:
     node: str
     host: str
     ssh: bool = False
-    docker_version: str | None = None
+    runtime: str = "docker"      # the node's container runtime (inventory ``runtime``)
+    docker_version: str | None = None   # that runtime's server version
     arch: str | None = None
     expected_arch: str | None = None  # Docker's name (amd64, arm64), e.g. the image's
     docker_root: str | None = None
@@ -521,7 +522,7 @@ def _new_check(node: Node, devices: Iterable[str], required_bytes: int | None, m
                expected_arch: str | None, master_port_mode: str | None = None,
                toolkit_version: str | None = None, wants_device: str | None = None) -> NodeCheck:
     result = NodeCheck(node=node.name, host=node.host, ssh=True, required_bytes=required_bytes,
-                       master_port=master_port, expected_arch=expected_arch,
+                       runtime=node_runtime(node).name, master_port=master_port, expected_arch=expected_arch,
                        toolkit_version=toolkit_version, wants_device=wants_device,
                        master_port_mode=master_port_mode if master_port is not None else None)
     result.devices = list(dict.fromkeys([*getattr(node, "devices", []), *devices]))
@@ -909,7 +910,8 @@ def run_preflight(cluster: Cluster, *, devices: Iterable[str] | None = None,
     for name, r in results.items():
         if isinstance(r, NodeError):
             node = next(n for n in inventory.nodes if n.name == name)
-            r = NodeCheck(node=name, host=node.host, ssh=False, problems=[r.reason])
+            r = NodeCheck(node=name, host=node.host, ssh=False, runtime=node_runtime(node).name,
+                          problems=[r.reason])
         checks.append(r)
     apply_consistency(checks, cluster, image_ref, compare_image=compare_image)
     return checks
@@ -1030,7 +1032,7 @@ def init_nodes(checks: Iterable[NodeCheck]) -> list[str]:
 
 # --------------------------------------------------------------------------- presentation
 
-COLUMNS = ("node", "host", "ssh", "docker", "arch", "free disk", "devices", "interface", "problems")
+COLUMNS = ("node", "host", "ssh", "runtime", "arch", "free disk", "devices", "interface", "problems")
 
 
 def human_bytes(n: int | None) -> str:
@@ -1073,7 +1075,7 @@ def table_rows(checks: Iterable[NodeCheck], *, compact: bool = False) -> list[li
             c.node,
             c.host,
             "ok" if c.ssh else "FAILED",
-            c.docker_version or ("-" if not c.ssh else "FAILED"),
+            f"{c.runtime} {c.docker_version}" if c.docker_version else ("-" if not c.ssh else f"{c.runtime} FAILED"),
             c.arch or "-",
             human_bytes(c.free_bytes) if c.free_bytes is not None else "-",
             _devices_cell(c) if c.ssh else "-",
