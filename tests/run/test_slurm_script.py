@@ -47,7 +47,20 @@ def test_pyxis_script_rendered_only_no_enroot_here(job):
     _golden(f"slurm-{job}-pyxis.sbatch", _render(job, "pyxis").text)
 
 
-@pytest.mark.parametrize("container", ["docker", "pyxis"])
+def test_podman_mode_is_docker_mode_with_podmans_own_commands():
+    """Issue 42: a Slurm site whose nodes run Podman. The task is docker mode's, each
+    container command podman's (run, inspect, rm, stop, logs, wait), and nothing else differs."""
+    docker, podman = _render("ddp-smoke", "docker").text, _render("ddp-smoke", "podman").text
+    task = podman.split("<<'CLUSTERCTL_TASK_END' || true\n", 1)[1].split("CLUSTERCTL_TASK_END\n", 1)[0]
+    for word in ("run", "inspect", "rm", "stop", "logs", "wait"):
+        assert f"podman {word} " in task, word
+    assert "docker" not in task.replace("docker mode", ""), task
+    # podman refuses --shm-size beside --ipc=host (docker ignores it there): left out
+    assert "--ipc=host" in docker and "  --shm-size=1g \\\n" in docker
+    assert podman.replace("podman", "docker") == docker.replace("  --shm-size=1g \\\n", "")
+
+
+@pytest.mark.parametrize("container", ["docker", "podman", "pyxis"])
 def test_script_is_valid_bash(container, tmp_path):
     """bash -n parses every script (the heredoc task too)."""
     script = _render("ddp-smoke", container).text
@@ -123,7 +136,7 @@ def test_unlike_nodes_are_refused(tmp_path):
     ({"nnodes": 0}, "--nnodes 0 is not a node count; valid: a whole number >= 1"),
     ({"nnodes": 2, "time": "ten minutes"}, "--time 'ten minutes' is not a Slurm time limit; valid:"),
     ({"nnodes": 2, "time": "1:2:3:4"}, "is not a Slurm time limit"),
-    ({"nnodes": 2, "container": "podman"}, "--container 'podman' is not a container mode; valid: docker or pyxis"),
+    ({"nnodes": 2, "container": "rkt"}, "--container 'rkt' is not a container mode; valid: docker, podman or pyxis"),
     ({"nnodes": 2, "partition": "a b"}, "--partition 'a b' is not a partition name"),
     ({}, "--scheduler slurm needs the node count: --nnodes N"),
     ({"nnodes": 3, "nodelist": ["a", "b"]}, "--nnodes 3 disagrees with the inventory's 2 nodes"),

@@ -1,5 +1,5 @@
 """The Slurm backend: the job as one sbatch script (``srun`` starts a container per node:
-``docker run``, or pyxis's ``--container-image``), submitted and followed through Slurm's
+``docker run`` or ``podman run``, or pyxis's ``--container-image``), submitted and followed through Slurm's
 own clients.
 
 The work is :mod:`clusterctl.run.slurm` (the script, its submission, following the job and
@@ -46,8 +46,9 @@ class SlurmBackend(Backend):
                                 "or --nodes FILE).", kind="int"),
         "time": BackendOption("--time", "Slurm time limit, e.g. 30 or 1-12:00:00 (--scheduler "
                               "slurm)."),
-        "container": BackendOption("--container", "docker (docker run on each node) or pyxis "
-                                   "(srun --container-image); --scheduler slurm.", default="docker"),
+        "container": BackendOption("--container", "docker (docker run on each node), podman "
+                                   "(podman run on each node) or pyxis (srun --container-image); "
+                                   "--scheduler slurm.", default="docker"),
     }
 
     def check(self, req, others) -> None:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from clusterctl.core.errors import UserError, one_of
 
 #: Container modes: docker run --net=host on each node, or pyxis/enroot's srun flags.
-CONTAINER_MODES = ("docker", "pyxis")
+CONTAINER_MODES = ("docker", "podman", "pyxis")
 
 # sbatch --time: "minutes", "minutes:seconds", "hours:minutes:seconds", "days-hours",
 # "days-hours:minutes", "days-hours:minutes:seconds", or UNLIMITED/INFINITE.
@@ -41,7 +41,8 @@ def check_options(*, nnodes: int | None = None, partition: str | None = None,
     if container not in CONTAINER_MODES:
         raise UserError(f"--container {container!r} is not a container mode; valid: "
                         f"{one_of(CONTAINER_MODES)} (docker: `docker run --net=host` on each "
-                        "node; pyxis: srun --container-image, for sites with pyxis/enroot).")
+                        "node; podman: `podman run --net=host` on each node; pyxis: srun "
+                        "--container-image, for sites with pyxis/enroot).")
     if nnodes is not None and nnodes < 1:
         raise UserError(f"--nnodes {nnodes} is not a node count; valid: a whole number >= 1.")
     nodelist = tuple(nodelist)

@@ -72,6 +72,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from clusterctl.cluster.inventory import Inventory, Node
+from clusterctl.cluster.runtime import ContainerRuntime, runtime_for
 from clusterctl.core.errors import UserError
 from clusterctl.run import mpi, recovery
 from clusterctl.run import plan as planning
@@ -127,7 +128,7 @@ class SlurmScript:
     run_id: str
     job: str
     image: str
-    container: str                 # docker | pyxis
+    container: str                 # docker | podman | pyxis
     nnodes: int
     nproc: int
     run_dir: str
@@ -186,8 +187,10 @@ def render_script(job: Job, options: SlurmOptions, *, run_id: str, run_dir: str 
     environment = {k: template.env[k] for k in sorted(secrets)}
     # with restarts the script goes on after a failed step (srun's status in $code)
     after = " && code=0 || code=$?" if job.max_restarts > 0 else ""
-    body = (_docker_task if options.container == "docker" else _pyxis_task)(template, run_id, run_dir,
-                                                                             after)
+    if options.container == "pyxis":
+        body = _pyxis_task(template, run_id, run_dir, after)
+    else:   # docker, podman: the runtime's own run, inspect, stop, logs, wait
+        body = _docker_task(template, run_id, run_dir, after, runtime_for(options.container))
     text = _header(job, options, template, run_id, run_dir) + body + recovery_shell(job)
     return SlurmScript(text=text, run_id=run_id, job=job.name, image=template.image,
                        container=options.container, nnodes=options.nnodes, nproc=template.nproc,
@@ -336,7 +339,11 @@ _RECORD = (
     '}\n')
 
 
-def _docker_task(t: planning.NodePlan, run_id: str, run_dir: str, after: str = "") -> str:
+def _docker_task(t: planning.NodePlan, run_id: str, run_dir: str, after: str = "",
+                 runtime: ContainerRuntime | None = None) -> str:
+    """The task of the docker and podman modes: ``runtime``'s own commands (default docker)."""
+    runtime = runtime or runtime_for("docker")
+    rt = shlex.quote(runtime.binary)
     name = f"{run_id}-" + mark("SLURMD_NODENAME")
     # the attempt is a shell variable here (run_labels writes it as text)
     labels = planning.run_labels(run_id, t.job, mark("SLURMD_NODENAME"), mark("SLURM_NODEID"),
@@ -344,7 +351,7 @@ def _docker_task(t: planning.NodePlan, run_id: str, run_dir: str, after: str = "
     argv = planning.docker_run_argv(name=mark("name"), labels=labels, options=[*t.hosts, *t.options],
                                     env=t.env, secrets=t.secrets, image=t.image,
                                     command=t.command,
-                                    secrets_by_name=True)
+                                    secrets_by_name=True, runtime=runtime)
     task = (
         "set -uo pipefail\n"
         + _first_rank(t) +
@@ -355,14 +362,14 @@ def _docker_task(t: planning.NodePlan, run_id: str, run_dir: str, after: str = "
         + _RECORD +
         "finish() {  # $1: code if no container, $2: stopped; the container's own exit code\n"
         "  local state  # and finish time are recorded, then it is removed\n"
-        "  if state=\"$(docker inspect --format '{{.State.ExitCode}} {{.State.FinishedAt}}' \"$name\" 2>/dev/null)\"; then\n"
-        '    code="${state%% *}"; record "$code" "${state#* }" "$2"; docker rm "$name" >/dev/null 2>&1\n'
+        f"  if state=\"$({rt} inspect --format '{{{{.State.ExitCode}}}} {{{{.State.FinishedAt}}}}' \"$name\" 2>/dev/null)\"; then\n"
+        f'    code="${{state%% *}}"; record "$code" "${{state#* }}" "$2"; {rt} rm "$name" >/dev/null 2>&1\n'
         "  else\n"
         f'    code="$1"; record "$code" "{NOW}" "$2"\n'
         "  fi\n"
         "}\n"
         "stop() {  # scancel, or srun --kill-on-bad-exit after another node failed\n"
-        '  docker stop --time 3 "$name" >/dev/null 2>&1\n'
+        f'  {rt} stop --time 3 "$name" >/dev/null 2>&1\n'
         '  finish 143 true\n'
         '  [ -n "$logs" ] && kill "$logs" 2>/dev/null\n'
         "  exit 143\n"
@@ -372,8 +379,8 @@ def _docker_task(t: planning.NodePlan, run_id: str, run_dir: str, after: str = "
         + " >/dev/null || {\n"
         f'  code=$?; record "$code" "{NOW}"; exit "$code"\n'
         "}\n"
-        'docker logs --follow "$name" & logs=$!\n'
-        'docker wait "$name" >/dev/null & wait $!\n'
+        f'{rt} logs --follow "$name" & logs=$!\n'
+        f'{rt} wait "$name" >/dev/null & wait $!\n'
         'wait "$logs"\n'
         "finish 0 false\n"
         'exit "$code"\n')

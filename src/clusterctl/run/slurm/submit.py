@@ -218,7 +218,7 @@ def submit(job: Job, options: SlurmOptions, *, inventory: Inventory | None = Non
                     overrides=overrides, env=base_env)
     stop_event = stop_event or threading.Event()
     check_cluster(options, base_env)       # nothing pushed, written or submitted before this
-    if options.container == "docker":
+    if options.container != "pyxis":      # docker, podman: clusterctl puts the image on the nodes
         if inventory is not None and push and inventory.registry is not None and digest_of(script.image):
             _pull_pinned(inventory, plan.image_of(job, image) or script.image, script.image, progress)
         elif inventory is not None and push:
