@@ -217,3 +217,42 @@ def test_a_node_that_cannot_be_reached_is_named_and_exits_1(tmp_path):
     res = _cli("--nodes", str(inventory))
     assert res.exit_code == 1 and res.output.startswith("lost1: failed: "), res.output
     assert res.output.rstrip().endswith("failed: lost1"), res.output
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not __import__("shutil").which("podman"),
+                    reason="needs root and podman (rootful storage; `make setup` installs podman)")
+def test_the_listing_and_removal_on_a_real_podman(tmp_path):
+    """Issue 42: `clean` on a Podman node. Podman prints `inspect --format '{{json .}}'` as one
+    indented array (not a line per object), refuses `{{json .Id}}`, and gives bare hex IDs: the
+    real listing script with the real podman reads its image and container as on docker."""
+    import uuid
+
+    tag = f"localhost/clusterctl-clean-test:{uuid.uuid4().hex[:8]}"
+    tar = tmp_path / "root.tar"
+    (tmp_path / "f").write_text("x\n")
+    subprocess.run(["tar", "-cf", str(tar), "-C", str(tmp_path), "f"], check=True)
+    image_id = "sha256:" + subprocess.run(
+        ["podman", "import", "--change", "LABEL io.clusterctl.target=cpu", str(tar), tag],
+        capture_output=True, text=True, check=True).stdout.strip().removeprefix("sha256:")
+    mounted = tmp_path / "code" / "trees" / A
+    mounted.mkdir(parents=True)
+    box = f"clusterctl-clean-test-{uuid.uuid4().hex[:8]}"
+    subprocess.run(["podman", "create", "--name", box, "--label", "io.clusterctl.run=r9",
+                    "-v", f"{mounted}:/workspace:ro", tag, "/f"], capture_output=True, check=True)
+    try:
+        node = Node(name="n1", host="h", code_dir=str(tmp_path / "code"), runtime="podman")
+        out = subprocess.run(list(clean.list_command(node)), capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        listing = clean.parse_listing("n1", out.stdout)
+        (img,) = [i for i in listing.items if i.kind == "image" and i.name == image_id]
+        assert img.bytes > 0 and tag in img.detail and img.used > 0
+        (c,) = [c for c in listing.containers if c.run == "r9"]
+        assert c.image == image_id and c.status == "created" and str(mounted) in c.mounts
+        subprocess.run(["podman", "rm", "--force", box], capture_output=True, check=True)
+        done = subprocess.run(list(clean.remove_command(node, [img])), capture_output=True, text=True,
+                              timeout=60)
+        assert clean.parse_removal(done.stdout, [img])[0] == {image_id: img.bytes}, done.stdout + done.stderr
+        assert subprocess.run(["podman", "image", "exists", image_id]).returncode == 1
+    finally:
+        subprocess.run(["podman", "rm", "--force", box], capture_output=True)
+        subprocess.run(["podman", "rmi", "--force", tag], capture_output=True)

@@ -298,12 +298,21 @@ def _filled(text: str, values: Mapping[str, list[str]]) -> str:
     return text
 
 
+#: Of each container and image, the fields :func:`parse_listing` reads, one JSON line each.
+#: Not ``{{json .}}``: Podman prints that as one indented array, not a line per object (and
+#: refuses ``{{json .Id}}``); an ID is hex, so it needs no quoting of its own.
+CONTAINER_FORMAT = ('{"Id":"{{.Id}}","State":{"Status":"{{.State.Status}}"},"Image":"{{.Image}}",'
+                    '"Config":{"Labels":{{json .Config.Labels}}},"Mounts":{{json .Mounts}}}')
+IMAGE_FORMAT = ('{"Id":"{{.Id}}","Created":{{json .Created}},"Metadata":{{json .Metadata}},'
+                '"Size":{{json .Size}},"RepoTags":{{json .RepoTags}}}')
+
+
 def list_command(node: Node) -> tuple[str, ...]:
     """The listing's argv on ``node`` (its runtime's commands in the script)."""
     rt: ContainerRuntime = node_runtime(node)
     script = _filled(_LIST, {
-        "INSPECT_CONTAINERS": rt.inspect([], format="{{json .}}"),
-        "INSPECT_IMAGES": rt.image_inspect([], format="{{json .}}"),
+        "INSPECT_CONTAINERS": rt.inspect([], format=CONTAINER_FORMAT),
+        "INSPECT_IMAGES": rt.image_inspect([], format=IMAGE_FORMAT),
         "CONTAINERS": rt.ps(labels={}),
         "IMAGES": rt.images(label=IMAGE_LABEL)})
     return ("sh", "-c", script, "clusterctl-clean", str(node.code_dir))

@@ -5,7 +5,9 @@ Podman's CLI is docker's for every command clusterctl runs (``run --net=host``, 
 this is :class:`DockerRuntime` with the few places where Podman answers differently said
 here, so that every caller reads the same output from either runtime:
 
-* an image's ``{{.Id}}`` is bare hex on Podman: the format asks for ``sha256:{{.Id}}``;
+* an image's ``{{.Id}}`` (and a container's ``{{.Image}}``) is bare hex on Podman: the
+  format asks for ``sha256:{{.Id}}``; an image has no ``.Metadata`` (its last tag time):
+  ``{}`` stands in;
 * ``stats`` formats docker's JSON keys itself (``{{json .}}`` has Podman's own);
 * there is no daemon: :meth:`version` asks ``podman info`` (which opens the storage, so it
   fails where Podman cannot work) and :meth:`info` says ``.DockerRootDir`` as Podman's
@@ -72,7 +74,13 @@ class PodmanRuntime(DockerRuntime):
                 *containers]
 
     def image_inspect(self, images: Sequence[str], *, format: str) -> list[str]:
-        return super().image_inspect(images, format=format.replace("{{.Id}}", "sha256:{{.Id}}"))
+        return super().image_inspect(images, format=format.replace("{{.Id}}", "sha256:{{.Id}}")
+                                     .replace("{{json .Metadata}}", "{}"))
+
+    def inspect(self, containers: Sequence[str], *, format: str | None = None) -> list[str]:
+        if format is not None:
+            format = format.replace('"{{.Image}}"', '"sha256:{{.Image}}"')
+        return super().inspect(containers, format=format)
 
     def version(self) -> list[str]:
         return [self.binary, "info", "--format", "{{.Version.Version}}"]
