@@ -286,8 +286,25 @@ def copy_out(conn: NodeConnection, path: str, *, timeout: float = 60.0) -> bytes
 
 
 def remove_dir(conn: NodeConnection, path: str, *, timeout: float = 30.0) -> None:
-    """``rm -rf PATH`` on the node (argv; the caller passes a path it made)."""
+    """``rm -rf PATH`` on the node (argv; the caller passes a path it made and checked with
+    :func:`path_problem`)."""
     conn.run(["rm", "-rf", "--", path], timeout=timeout, check=True)
+
+
+#: ``sh -c PATH_CHECK sh TOP PATH``: why PATH may not be acted on (exit 4), or nothing.
+_PATH_CHECK = script_text("clusterctl.cluster", "path-check.sh")
+
+
+def path_problem(conn: NodeConnection, top: str, path: str, *, timeout: float = 30.0) -> str | None:
+    """Why ``path`` (a directory clusterctl derived under ``top`` on a node other users may
+    share) must not be read or removed: a part of it below ``top`` is a link, not a
+    directory, another user's, or writable by others without the sticky bit (someone else
+    could have planted or could swap it); None when it is safe or not there."""
+    res = conn.run(["sh", "-c", _PATH_CHECK, "sh", top, path], timeout=timeout)
+    if res.exit_code == 4:
+        return res.stdout.strip() or f"{path}: refused"
+    res.check()
+    return None
 
 
 # --------------------------------------------------------------------------- stop and remove

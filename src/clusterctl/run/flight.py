@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from clusterctl.cluster import containers
-from clusterctl.run.plan import flight_dir
+from clusterctl.run.plan import NODE_RUN_ROOT, flight_dir
 from clusterctl.run.records import RunRecord, check_run_id
 
 if TYPE_CHECKING:
@@ -27,6 +27,9 @@ if TYPE_CHECKING:
 
 #: The directory under runs/<id>/ that holds each node's dumps.
 FLIGHT_DIR = "flight"
+#: Where the parts of a run's directory that must be safe start: the node's shared /var/tmp
+#: (anyone may create clusterctl/ there first).
+NODE_RUN_TOP = NODE_RUN_ROOT.split("/clusterctl/", 1)[0]
 
 
 def node_dirs(record: RunRecord, names: set[str], *, skip: Sequence[str] = ()) -> dict[str, str]:
@@ -42,13 +45,22 @@ def node_dirs(record: RunRecord, names: set[str], *, skip: Sequence[str] = ()) -
 
 def collect(cluster: Cluster, record: RunRecord, *, skip: Sequence[str] = ()) -> dict[str, list[str] | str]:
     """Every node's dumps into ``runs/<id>/flight/<node>/``, then the run's directory on the node
-    is removed.  node -> the files kept ([] when none), or why they could not be collected."""
+    is removed.  node -> the files kept ([] when none), or why they could not be collected.
+    A node whose run directory another user could have planted or could swap (a link, not
+    a directory, their own, or writable by them: :func:`containers.path_problem` from
+    /var/tmp down) is neither read nor removed, and says why."""
     wanted = node_dirs(record, {n.name for n in cluster.inventory.nodes}, skip=skip)
     if not wanted:
         return {}
 
-    def one(conn: NodeConnection) -> list[str]:
+    safe: set[str] = set()
+
+    def one(conn: NodeConnection) -> list[str] | str:
         node_dir = wanted[conn.name]
+        problem = containers.path_problem(conn, NODE_RUN_TOP, node_dir)
+        if problem:     # planted or swappable by another user: neither read nor removed
+            return f"not collected, and left on the node: {problem}"
+        safe.add(conn.name)
         data = containers.copy_out(conn, node_dir)
         kept = untar(base64.b64decode(data), record.attempt_dir() / FLIGHT_DIR / conn.name) if data else []
         containers.remove_dir(conn, node_dir.rsplit("/", 1)[0])   # <root>/<run-id>/<node>
@@ -58,8 +70,8 @@ def collect(cluster: Cluster, record: RunRecord, *, skip: Sequence[str] = ()) ->
         conn.run(["rmdir", "--ignore-fail-on-non-empty", wanted[conn.name].rsplit("/", 2)[0]], timeout=30)
 
     got = cluster.map(one, nodes=list(wanted))
-    cluster.map(run_dir_gone, nodes=list(wanted))
-    return {n: r if isinstance(r, list) else f"not collected: {getattr(r, 'reason', r)}"
+    cluster.map(run_dir_gone, nodes=[n for n in wanted if n in safe])
+    return {n: r if isinstance(r, list | str) else f"not collected: {getattr(r, 'reason', r)}"
             for n, r in got.items()}
 
 
