@@ -91,15 +91,13 @@ demo-down: $(CLUSTERCTL)
 # The suite runs with the venv's python (the installed clusterctl, not src/) and
 # with the venv's bin/ first on PATH (the tests call clusterctl and hadolint);
 # CLUSTERCTL_TEST_INSTALLED=1 makes tests/test_packaging.py check exactly that.
-# --beside: the modules with sandboxes of their own run in a second pytest beside the
-# rest (tests/fixtures/beside.py), its output printed at the end.
 # tests/test_packaging.py runs first and without conftest.py: when a dependency is
 # missing, conftest cannot import clusterctl, and this names the module and file.
 test: $(CLUSTERCTL)
 	$(SUDO) env PATH="$(abspath $(VENV))/bin:$$PATH" CLUSTERCTL_TEST_INSTALLED=1 \
 	  $(VENV)/bin/python -m pytest -q --noconftest -p no:cacheprovider tests/test_packaging.py
 	$(SUDO) env PATH="$(abspath $(VENV))/bin:$$PATH" CLUSTERCTL_TEST_INSTALLED=1 \
-	  $(VENV)/bin/python -m pytest --beside $(PYTEST_ARGS)
+	  $(VENV)/bin/python -m pytest $(PYTEST_ARGS)
 
 # The fast tier, for the edit loop (tests/fixtures/tiers.py): every test that needs no
 # Docker engine, no sandbox and not minutes (`pytest --fast` leaves out the docker, sandbox

@@ -9,8 +9,7 @@ clean up after themselves, also on failure. workdir.py gives a test its own
 working directory (in_tmp). tiers.py marks a test docker or sandbox from the fixtures
 it uses, and gives `pytest --fast` (make test-fast: the tier without either). prefetch.py
 builds the base, cpu and ipex images in the background from the session's start, and runs
-the modules that need no engine first, meanwhile. beside.py (`pytest --beside`, what `make
-test` does) runs the modules with sandboxes of their own in a second pytest beside the rest.
+the modules that need no engine first, meanwhile.
 """
 
 pytest_plugins = [
@@ -23,5 +22,4 @@ pytest_plugins = [
     "tests.fixtures.slurm",
     "tests.fixtures.workdir",
     "tests.fixtures.tiers",
-    "tests.fixtures.beside",
 ]
