@@ -178,8 +178,7 @@ class NodeCheck:
     node: str
     host: str
     ssh: bool = False
-    runtime: str = "docker"      # the node's container runtime (inventory ``runtime``)
-    docker_version: str | None = None   # that runtime's server version
+    docker_version: str | None = None   # the runtime's version ("podman 4.3.1" on a Podman node)
     arch: str | None = None
     expected_arch: str | None = None  # Docker's name (amd64, arm64), e.g. the image's
     docker_root: str | None = None
@@ -522,7 +521,7 @@ def _new_check(node: Node, devices: Iterable[str], required_bytes: int | None, m
                expected_arch: str | None, master_port_mode: str | None = None,
                toolkit_version: str | None = None, wants_device: str | None = None) -> NodeCheck:
     result = NodeCheck(node=node.name, host=node.host, ssh=True, required_bytes=required_bytes,
-                       runtime=node_runtime(node).name, master_port=master_port, expected_arch=expected_arch,
+                       master_port=master_port, expected_arch=expected_arch,
                        toolkit_version=toolkit_version, wants_device=wants_device,
                        master_port_mode=master_port_mode if master_port is not None else None)
     result.devices = list(dict.fromkeys([*getattr(node, "devices", []), *devices]))
@@ -910,8 +909,7 @@ def run_preflight(cluster: Cluster, *, devices: Iterable[str] | None = None,
     for name, r in results.items():
         if isinstance(r, NodeError):
             node = next(n for n in inventory.nodes if n.name == name)
-            r = NodeCheck(node=name, host=node.host, ssh=False, runtime=node_runtime(node).name,
-                          problems=[r.reason])
+            r = NodeCheck(node=name, host=node.host, ssh=False, problems=[r.reason])
         checks.append(r)
     apply_consistency(checks, cluster, image_ref, compare_image=compare_image)
     return checks
@@ -1075,7 +1073,7 @@ def table_rows(checks: Iterable[NodeCheck], *, compact: bool = False) -> list[li
             c.node,
             c.host,
             "ok" if c.ssh else "FAILED",
-            f"{c.runtime} {c.docker_version}" if c.docker_version else ("-" if not c.ssh else f"{c.runtime} FAILED"),
+            c.docker_version or ("-" if not c.ssh else "FAILED"),
             c.arch or "-",
             human_bytes(c.free_bytes) if c.free_bytes is not None else "-",
             _devices_cell(c) if c.ssh else "-",
