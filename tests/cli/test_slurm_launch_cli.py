@@ -56,7 +56,7 @@ def test_dry_run_pyxis_rendered_only_no_enroot_here():
 @pytest.mark.parametrize(("args", "fragments"), [
     (["--nnodes", "0"], ["--nnodes 0 is not a node count"]),
     (["--nnodes", "2", "--time", "soon"], ["--time 'soon' is not a Slurm time limit", "HH:MM:SS"]),
-    (["--nnodes", "2", "--container", "podman"], ["--container 'podman'", "docker or pyxis"]),
+    (["--nnodes", "2", "--container", "rkt"], ["--container 'rkt'", "docker, podman or pyxis"]),
     ([], ["needs the node count: --nnodes N"]),
 ])
 def test_bad_slurm_options_exit_2(args, fragments, tmp_path):

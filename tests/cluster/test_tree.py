@@ -492,8 +492,10 @@ def test_the_forwarded_agent_signs_only_for_the_planned_nodes(sandbox3):
     assert "\notheruser\n" not in out and "otheruser-rc=255" in out, result
     assert "\nkeyfile\nkeyfile-rc=0" in out, result
     assert agent.signed == 1, agent.signed
-    # its binding refused, the ssh asks for the signature anyway: refused, unbound
-    assert agent.refused[0] == "a login to a host that is not one of the planned nodes", agent.refused
+    # daemon's login: bound to the planned node, the signature refused for another user;
+    # the stranger's binding refused, its ssh asks for the signature anyway: refused, unbound
+    assert agent.refused[0] == "a login as 'daemon', not the user planned for the bound node", agent.refused
+    assert "a login to a host that is not one of the planned nodes" in agent.refused, agent.refused
     assert all("planned" in why or "did not bind" in why for why in agent.refused), agent.refused
 
 
