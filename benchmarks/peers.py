@@ -450,7 +450,8 @@ class ByHand(Way):
         pairs = []
         for ip in self.b.ips[:n]:
             tar = subprocess.Popen(["tar", "-C", str(self.b.project), "-cf", "-", "."], stdout=subprocess.PIPE)
-            ssh = subprocess.Popen([*self.b.ssh, ip, "rm -rf proj && mkdir proj && tar -C proj -xf -"],
+            ssh = subprocess.Popen([*self.b.ssh, ip, 'rm -rf "$HOME/proj" && mkdir "$HOME/proj" && '
+                                    'tar -C "$HOME/proj" -xf -'],
                                    stdin=tar.stdout)
             tar.stdout.close()
             pairs.append((tar, ssh))
@@ -460,11 +461,14 @@ class ByHand(Way):
 
     def argv(self, n):
         self.b.run_id += 1
-        cmd = (f"docker run --rm --name peers-bench-{self.b.run_id} --net=host "
+        # every sandbox node has the same host name: the node's address from the login, and
+        # node1 told it hosts the rendezvous (torchrun cannot tell from the host name)
+        cmd = ("ip=$(echo $SSH_CONNECTION | cut -d' ' -f3); "
+               f"host=$([ $ip = {self.b.ips[0]} ] && echo 1 || echo 0); "
+               f"docker run --rm --name peers-bench-{self.b.run_id} --net=host "
                "-v $HOME/proj:/workspace:ro -w /workspace -e PYTHONPATH=/workspace/.deps "
                f"-e GLOO_SOCKET_IFNAME=eth0 {self.b.image} torchrun --nnodes={n} --nproc-per-node=1 "
-               # every sandbox node has the same host name: the node's address from the login
-               "--local-addr=$(echo $SSH_CONNECTION | cut -d' ' -f3) "
+               "--local-addr=$ip --rdzv-conf=is_host=$host "
                f"--rdzv-backend=c10d --rdzv-endpoint={self.b.ips[0]}:{RDZV_PORT} "
                f"--rdzv-id=peers-{self.b.run_id} --max-restarts=0 train.py --steps {self.b.args.steps}")
         env = {**os.environ, "PDSH_RCMD_TYPE": "ssh", "PDSH_SSH_ARGS": f"-F {self.b.ssh_config} %h"}
