@@ -834,7 +834,7 @@ def peers_table(doc: dict) -> str:
           _f(r.get("fail_exit_s"), 1), rc(r), _f(r.get("head_cpu_s"), 1) + x(r, "head_cpu_s"),
           _f(r.get("head_mb"), 0) + x(r, "head_mb"),
           "-" if r.get("lines_ok") is None else f"{r['lines_ok']:,} of {r.get('lines_expected') or 0:,}",
-          (r.get("result") or "-").replace("|", "/")[:80]] for r in rows])]
+          (r.get("result") or "-").split(":")[0]] for r in rows])]
     ray = [r for r in rows if r.get("ray_head_mb") is not None]
     if ray:
         tables.append(_md(

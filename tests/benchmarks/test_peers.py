@@ -1,0 +1,110 @@
+"""benchmarks/peers.py without a sandbox or a peer: its refusals, the project it makes from
+examples/own-project, how it reads a command's output, its rows and its plot.
+
+The benchmark itself (sandbox, Ray, pdsh) runs only by hand (`make bench-peers`): the peers
+are installed by it into a scratch venv, never in CI.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from benchmarks import peers, plot
+from tests.benchmarks.test_plot import COND, DATA, REPO, png_size, roundtrip
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--repeat", "0"], 'argument --repeat: "0": give a whole number, 1 or more'),
+    (["--nodes", "2,0"], 'argument --nodes: "2,0": give node counts from 1 to'),
+    (["--ways", "ray,slurmm"], '--ways "ray,slurmm": give ways from clusterctl, by-hand, ray'),
+    (["--ways", "ray,ray"], "each once"),
+    (["--name", "Bad Name!"], "Bad Name!"),
+    (["--subnet", "10.1.2.3/33"], "10.1.2.3/33"),
+])
+def test_bad_input_is_one_message_and_exit_2_before_anything(args, message):
+    out = subprocess.run([sys.executable, str(REPO / "benchmarks" / "peers.py"), *args],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and message in out.stderr, out.stderr
+    assert "Traceback" not in out.stderr and out.stdout == ""
+
+
+def test_an_output_in_a_missing_directory_is_refused(tmp_path):
+    out = subprocess.run([sys.executable, str(REPO / "benchmarks" / "peers.py"), "--plot",
+                          str(tmp_path / "no" / "p.png")], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2, out.stderr
+    assert f"{tmp_path / 'no' / 'p.png'}: its directory does not exist" in out.stderr
+
+
+def test_the_project_is_the_example_with_the_benchmarks_lines(tmp_path):
+    project = tmp_path / "p"
+    peers.make_project(project)
+    text = (project / "train.py").read_text()
+    example = (REPO / "examples" / "own-project" / "train.py").read_text()
+    # everything of the example is still there, plus the three additions
+    assert text.count("\n") == example.count("\n") + 10
+    assert 'VALUE = "start"\nFAIL_RANK = -1\n' in text and "if owned:" in text
+    peers.edit(project, "VALUE", '"v2"')
+    peers.edit(project, "FAIL_RANK", "1")
+    assert 'VALUE = "v2"\nFAIL_RANK = 1\n' in (project / "train.py").read_text()
+    compile((project / "train.py").read_text(), "train.py", "exec")
+    compile((project / "ray_train.py").read_text(), "ray_train.py", "exec")
+    assert ".deps/" in (project / ".gitignore").read_text().splitlines()
+    assert (project / "model" / "__init__.py").is_file() and (project / "config.toml").is_file()
+
+
+def test_watch_reads_ranks_failures_and_metrics_lines():
+    script = (
+        "import json, sys, time\n"
+        "print('peers-bench value=old rank=0 ', flush=True)\n"
+        "for r in (0, 1):\n"
+        "    print(f'(RayTrainWorker pid=1) peers-bench value=new rank={r} ', flush=True)\n"
+        "    print('clusterctl-metrics ' + json.dumps({'rank': r, 'step': 1}), flush=True)\n"
+        "print('clusterctl-metrics {\"rank\": 0, \"st' + 'clusterctl-metrics {}', flush=True)\n"
+        "print(f'peers-bench failing rank=1 t={time.time():.3f}', flush=True)\n"
+        "sys.exit(3)\n")
+    res = peers.watch([sys.executable, "-c", script], {}, 2, "new")
+    assert res.rc == 3 and not res.killed
+    assert res.ranks_s is not None and res.ranks_s <= res.exit_s
+    assert res.fail_at is not None and res.lines_ok == 2 and res.lines_mixed == 1
+    # a job that goes on after its failure is killed --stop-wait seconds later
+    res = peers.watch([sys.executable, "-c", "import time\nprint(f'peers-bench failing rank=1 "
+                       "t={time.time():.3f}', flush=True)\ntime.sleep(60)"], {}, 1, stop_at=1)
+    assert res.killed and res.exit_s < 20
+
+
+def test_rows_ratios_and_table():
+    rows = peers.add_ratios([
+        {"nodes": 2, "way": "clusterctl", "result": "ok", "setup_s": 20.0, "edit_s": 4.0,
+         "fail_stop_s": 2.0, "fail_exit_s": 1.5, "fail_rc": 3, "head_cpu_s": 1.0, "head_mb": 100,
+         "lines_expected": 400, "lines_ok": 400, "lines_mixed": 0},
+        {"nodes": 2, "way": "ray", "result": "ok", "setup_s": 30.0, "edit_s": 12.0,
+         "fail_stop_s": 5.0, "fail_exit_s": 4.0, "fail_rc": 1, "head_cpu_s": 2.0, "head_mb": 80,
+         "ray_head_mb": 800, "ray_head_procs": 20, "cluster_up_s": 9.0,
+         "lines_expected": 400, "lines_ok": 390, "lines_mixed": 0},
+        {"nodes": 2, "way": "by-hand", "result": "ok", "edit_s": 5.0, "fail_rc": None,
+         "fail_note": "still running 90 s after the rank failed: killed by the benchmark"},
+    ])
+    ray = rows[1]
+    assert ray["x_edit_s"] == 3.0 and ray["x_setup_s"] == 1.5 and ray["x_head_mb"] == 0.8
+    doc = roundtrip(plot.document("peers", "python benchmarks/peers.py",
+                                  {**COND, "repeat": 1, "steps": 200}, rows=rows,
+                                  published=[{"what": "dstack submit -> running", "seconds": 10}]))
+    table = plot.table(doc)
+    assert "| 2 | ray | 30.0 (1.50x) | 12.0 (3.00x) | 5.0 (2.50x) | 4.0 | 1 | 2.0 (2.00x) | 80 (0.80x) " \
+           "| 390 of 400 | ok |" in table
+    assert "| 2 | by-hand | - | 5.0 (1.25x) | - | - | killed |" in table
+    assert "| 2 | 20 | 800 |" in table and "| dstack submit -> running | 10.0 | - |" in table
+
+
+def test_the_committed_data_file_draws(tmp_path):
+    doc = plot.load(DATA / "peers.json")
+    assert {r["way"] for r in doc["rows"]} >= {"clusterctl"}
+    out = plot.draw(doc, tmp_path / "peers.png")
+    assert png_size(out) == (800, 450)
+    assert json.loads((DATA / "peers.json").read_text())["benchmark"] == "peers"
+    assert (Path(DATA).parent / "img" / "peers.png").is_file()
