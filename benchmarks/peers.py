@@ -82,6 +82,7 @@ import tempfile
 import threading
 import time
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -370,22 +371,26 @@ def netns_inodes(sb: sandbox.Sandbox, n: int) -> set[int]:
     return {os.stat(f"/run/netns/{node.netns}").st_ino for node in sb.nodes[:n]}
 
 
-def job_pids(inodes: set[int], patterns=("train.py", "RayTrainWorker", "ray_train.py")) -> list[int]:
-    """Processes of the job on the sandbox's nodes: in one of their network namespaces, with
-    one of ``patterns`` in the command line."""
-    out = []
+def netns_processes(inodes: set[int]) -> Iterator[tuple[int, bytes]]:
+    """(pid, command line with NULs as spaces) of every process in one of the network
+    namespaces ``inodes`` (those gone meanwhile left out)."""
     for d in Path("/proc").iterdir():
         if not d.name.isdigit():
             continue
         try:
             if os.stat(d / "ns" / "net").st_ino not in inodes:
                 continue
-            cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ")
         except OSError:
             continue
-        if any(pat in cmd for pat in patterns):
-            out.append(int(d.name))
-    return out
+        yield int(d.name), cmd
+
+
+def job_pids(inodes: set[int], patterns=("train.py", "RayTrainWorker", "ray_train.py")) -> list[int]:
+    """Processes of the job on the sandbox's nodes: in one of their network namespaces, with
+    one of ``patterns`` in the command line."""
+    wanted = [p.encode() for p in patterns]
+    return [pid for pid, cmd in netns_processes(inodes) if any(p in cmd for p in wanted)]
 
 
 def wait_gone(inodes: set[int], limit: float) -> float | None:
@@ -542,19 +547,8 @@ class Ray(Way):
         nodes = self.b.sb.nodes[:n] if node is None else [self.b.sb.nodes[node]]
         inodes = {os.stat(f"/run/netns/{x.netns}").st_ino for x in nodes}
         mark = str(venv_dir(self.b.cache)).encode()
-        out = []
-        for d in Path("/proc").iterdir():
-            if not d.name.isdigit():
-                continue
-            try:
-                if os.stat(d / "ns" / "net").st_ino not in inodes:
-                    continue
-                cmd = (d / "cmdline").read_bytes()
-            except OSError:
-                continue
-            if mark in cmd or b"ray::" in cmd or b"/ray/" in cmd:
-                out.append(int(d.name))
-        return out
+        return [pid for pid, cmd in netns_processes(inodes)
+                if mark in cmd or b"ray::" in cmd or b"/ray/" in cmd]
 
     def argv(self, n):
         env = {**os.environ, "RAY_ADDRESS": f"http://{self.b.ips[0]}:{DASHBOARD_PORT}"}
