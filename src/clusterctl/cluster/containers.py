@@ -47,6 +47,7 @@ from clusterctl.core.deadline import bounded
 from clusterctl.core.errors import NodeError
 from clusterctl.core.lines import LineSplitter
 from clusterctl.core.scripts import script_text
+from clusterctl.core.secretnames import ENV_NAME
 
 LABEL_PREFIX = "io.clusterctl."
 RUN_LABEL = f"{LABEL_PREFIX}run"
@@ -587,16 +588,13 @@ class _StopReader:
         return result
 
 
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
-
-
 def _stop_argv(run_id: str, token: str, grace: int, runtime: ContainerRuntime | None = None,
                secret_names: Collection[str] = ()) -> list[str]:
     """The stop script's argv; of the containers' environment only ``secret_names`` (the
     run's masked variables: their values mask the output) leave the node (names that are
     not identifiers are dropped: they go into the node's ``grep -E``)."""
     script = (runtime or runtime_for()).script(_STOP_RUN_SCRIPT)
-    names = "|".join(sorted(n for n in secret_names if _ENV_NAME.match(n)))
+    names = "|".join(sorted(n for n in secret_names if ENV_NAME.match(n)))
     return ["sh", "-c", script, "sh", token, f"label={RUN_LABEL}={run_id}", str(grace), names]
 
 

@@ -42,7 +42,8 @@ ARGV_HINT = ("export NAME=... (or read it from a file: `export NAME=$(cat FILE)`
              "`--env NAME` or `--set NAME` without a value: the value then never appears in "
              "this machine's process list")
 
-_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+#: An environment variable name (what a secret's name must be to be moved or masked by name).
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
 def is_secret_name(name: str, declared: Sequence[str] = ()) -> bool:
@@ -80,7 +81,7 @@ def move_off_argv(argv: Sequence[str]) -> tuple[list[str], dict[str, str]]:
             i += 1
             continue
         name, sep, value = item.partition("=")
-        if sep and _NAME.match(name) and is_secret_name(name):
+        if sep and ENV_NAME.match(name) and is_secret_name(name):
             moved[name] = value
             out += [option, name]
         else:
