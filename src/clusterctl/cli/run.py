@@ -29,6 +29,7 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
+from clusterctl.cli.afterdashes import COMMAND_META, CommandAfterDashes
 from clusterctl.cli.nodes import NODES_HELP, nodes_option
 from clusterctl.cli.push import PlainProgress
 from clusterctl.core.console import err, out, print_table
@@ -73,20 +74,6 @@ RunNodesOption = Annotated[Path | None, nodes_option(
 
 
 # --------------------------------------------------------------------------- launch
-
-class CommandAfterDashes(typer.core.TyperCommand):
-    """A command whose words after ``--`` are the program to run, kept exactly as typed
-    (``launch --workdir . -- python train.py --lr 3e-4``): they never fill an argument."""
-
-    def parse_args(self, ctx, args):
-        if "--" in args:
-            cut = args.index("--")
-            ctx.meta[COMMAND_META] = args[cut + 1:]
-            args = args[:cut]
-        return super().parse_args(ctx, args)
-
-
-COMMAND_META = "clusterctl.command"
 
 
 def launch(
