@@ -49,7 +49,7 @@ help:
 	@echo "make bench-registry [BENCH_ARGS=...]            the cpu image to 4/8 nodes: registry pulls vs relay vs push with a registry (root)"
 	@echo "make bench-ssh [BENCH_ARGS=...]                 head CPU per node of one login + 3 commands: clusterctl vs paramiko vs OpenSSH multiplexing (root)"
 	@echo "make bench-top [BENCH_ARGS=...]                 what clusterctl top costs a running training's step rate (root)"
-	@echo "make bench-exec [BENCH_ARGS=...]                a short command on 1/8/16/32 nodes: clusterctl exec vs pdsh vs clush vs an ssh loop (root)"
+	@echo "make bench-exec [BENCH_ARGS=...]                a short command on 1/8/16/32 nodes: clusterctl exec (and its eager CLI) vs pdsh vs clush vs an ssh loop (root)"
 	@echo "make bench-peers [BENCH_ARGS=...]               the own-project DDP through clusterctl, pdsh+docker and Ray, 2/4 nodes (root)"
 
 setup:

@@ -8,6 +8,9 @@ machine's cores), the CPU seconds THIS machine spends and the wall time for one 
 
 * ``clusterctl``: ``clusterctl exec --nodes INV -- CMD``, one connection per node from the
   head, output folded as ``clush -b`` folds it;
+* ``clusterctl-eager``: ``clusterctl exec`` as it started before the CLI loaded commands
+  lazily: every command's module imported first (the previous design, measured in the
+  same run);
 * ``clusterctl-tree``: the same inventory with ``ssh.tree: true`` (the head reaches a few
   nodes, they reach the rest: :mod:`clusterctl.cluster.transport`);
 * ``pdsh``: ``pdsh -R ssh -f 64 -w HOSTS CMD`` (Debian's pdsh: one OpenSSH client process
@@ -57,7 +60,11 @@ if __package__:                 # imported as benchmarks.exec (the tests)
 else:                           # run as a script: benchmarks/ is sys.path[0]
     import plot as benchplot
 
-WAYS = ("clusterctl", "clusterctl-tree", "pdsh", "clush", "by-hand")
+WAYS = ("clusterctl", "clusterctl-eager", "clusterctl-tree", "pdsh", "clush", "by-hand")
+#: the previous design's start-up: every command module imported before the command runs
+EAGER = ("import clusterctl.cli as c\n"
+         "for m in dict.fromkeys(c.COMMANDS.values()):\n    c.registered(m)\n"
+         "c.main()")
 FANOUT = 64
 
 
@@ -96,9 +103,10 @@ def argv_for(way: str, nodes: Nodes, n: int, command: str) -> tuple[list[str], d
     """The command line (and environment) a user of ``way`` types for ``n`` nodes."""
     hosts = nodes.hosts[:n]
     env = dict(os.environ)
-    if way in ("clusterctl", "clusterctl-tree"):
+    if way in ("clusterctl", "clusterctl-eager", "clusterctl-tree"):
         inv = nodes.inventory(n, tree=way == "clusterctl-tree")
-        return [sys.executable, "-m", "clusterctl", "exec", "--nodes", str(inv), "--", command], \
+        start = ["-c", EAGER] if way == "clusterctl-eager" else ["-m", "clusterctl"]
+        return [sys.executable, *start, "exec", "--nodes", str(inv), "--", command], \
             benchplot.cli_env(env)
     if way == "pdsh":
         env.update(PDSH_RCMD_TYPE="ssh", PDSH_SSH_ARGS=f"-F {nodes.config} %h")

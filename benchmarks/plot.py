@@ -137,7 +137,8 @@ SHAPES: dict[str, dict[str, tuple[str, ...]]] = {
     "exec": {
         "conditions": ("repeat:int", "command:str", "fanout:int", "pdsh?:str", "clush?:str",
                        "openssh?:str"),
-        # one row per node count and way (clusterctl | clusterctl-tree | pdsh | clush | by-hand):
+        # one row per node count and way (clusterctl | clusterctl-eager | clusterctl-tree | pdsh |
+        # clush | by-hand):
         # head CPU s of one command on every node (the way's process tree), per node in ms,
         # wall s, each round's CPU s, and CPU and wall over clusterctl's at the same count
         "rows": ("nodes:int", "way:str", "cpu:num", "cpu_per_node_ms:num", "wall:num",
@@ -874,7 +875,8 @@ COLORS = {"by-hand": "#7f7f7f", "star": "#1f77b4", "relay": "#2ca02c", "relay+zs
           "before": "#7f7f7f", "now": "#1f77b4", "new": "#1f77b4", "channel": "#ff7f0e",
           "hostfile": "#1f77b4", "yaml": "#2ca02c", "slurm": "#9467bd",
           "clusterctl": "#1f77b4", "paramiko": "#2ca02c", "openssh": "#d62728", "openssh-kex": "#ff7f0e",
-          "clusterctl-tree": "#17becf", "pdsh": "#d62728", "clush": "#ff7f0e"}
+          "clusterctl-tree": "#17becf", "pdsh": "#d62728", "clush": "#ff7f0e",
+          "clusterctl-eager": "#aec7e8"}
 
 
 def _pyplot():
@@ -1284,7 +1286,7 @@ def _ssh_clients(plt, doc: dict):
     return fig
 
 
-EXEC_WAYS = ("clusterctl", "clusterctl-tree", "pdsh", "clush", "by-hand")
+EXEC_WAYS = ("clusterctl", "clusterctl-eager", "clusterctl-tree", "pdsh", "clush", "by-hand")
 
 
 def _exec(plt, doc: dict):
@@ -1295,7 +1297,8 @@ def _exec(plt, doc: dict):
         mine = sorted((r for r in rows if r["way"] == way), key=lambda r: r["nodes"])
         for ax, key in ((cpu, "cpu"), (wall, "wall")):
             ax.plot([r["nodes"] for r in mine], [r[key] for r in mine], marker="o",
-                    color=COLORS.get(way), label=way, linestyle="--" if way == "by-hand" else "-")
+                    color=COLORS.get(way), label=way,
+                    linestyle="--" if way in ("by-hand", "clusterctl-eager") else "-")
     for ax, what in ((cpu, "head CPU s"), (wall, "wall s")):
         ax.set_xscale("log", base=2)
         ax.set_xticks(counts, [str(n) for n in counts])
