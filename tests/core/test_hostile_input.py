@@ -346,3 +346,20 @@ def test_an_empty_later_argument_is_still_an_argument(tmp_path):
     job = tmp_path / "j.yaml"
     job.write_text(yaml.safe_dump({"image": "busybox", "command": ["echo", ""]}))
     assert cli("export", str(job), "--to", "pytorchjob", "--nnodes", "2").exit_code == 0
+
+
+def test_a_lock_whose_directory_cannot_be_made_is_a_message_not_a_traceback(tmp_path):
+    """A HOME whose ``.cache`` cannot be made (another user's, or a file where the directory
+    would go: the latter even as root) ends a push or a build with a message naming the
+    directory and the variables that move it (seen as two users sharing a head: issue 41)."""
+    from clusterctl.core.errors import UserError
+    from clusterctl.core.files import one_at_a_time
+
+    (tmp_path / ".cache").write_text("a file, not a directory\n")
+    lock = tmp_path / ".cache" / "clusterctl" / "push" / "node1.lock"
+    with pytest.raises(UserError) as got, one_at_a_time(lock, print, "push"):
+        pytest.fail("the block ran without its lock")
+    said = got.value.message
+    assert f"cannot make the directory {lock.parent}" in said and "one push run at a time" in said, said
+    assert "CLUSTERCTL_CACHE" in said and "nothing was started" in said, said
+    assert not (tmp_path / ".cache").is_dir()

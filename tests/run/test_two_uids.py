@@ -230,6 +230,19 @@ def test_runs_share_makes_a_directory_the_group_shares_and_refuses_an_unknown_gr
     ok(run_as(BOB, shared, _save("save", "bobs"))["save"])     # a member records there
 
 
+def test_an_inventory_in_a_directory_closed_to_the_caller_is_named_not_a_traceback(shared, two_users):
+    """Bob's ``status`` of alice's run reads the inventory recorded with it, which is in her
+    own 0700 directory (found on real nodes: tests/run/test_two_uids_nodes.py)."""
+    closed = shared.parent / "alice-only"
+    closed.mkdir(mode=0o700)
+    (closed / "nodes.yaml").write_text("nodes:\n- {name: node1, host: 10.0.0.11}\n")
+    os.chown(closed, two_users[ALICE].pw_uid, two_users[ALICE].pw_gid)
+    got = run_as(BOB, shared, f'cli("nodes", "nodes", "--nodes", {str(closed / "nodes.yaml")!r})\n')
+    out = ok(got["nodes"], 2)
+    assert f"{closed / 'nodes.yaml'}: cannot reach the inventory (Permission denied)" in out, out
+    assert "give --nodes an inventory you can read" in out, out
+
+
 # --------------------------------------------------------------------------- item 2: files
 
 def test_planted_symlinks_at_the_lock_a_claim_or_a_log_are_never_followed(shared):

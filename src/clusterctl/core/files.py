@@ -196,7 +196,15 @@ def one_at_a_time(path: Path, on_wait: Callable[[str], None], what: str, *,
     """Hold the exclusive lock ``path`` while the block runs; ``on_wait`` hears it when another
     process holds it (``waiting for another <what> (<path>)``).  ``timeout``: seconds to wait
     at most (None: as long as it takes), then UserError naming the lock."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UserError(f"cannot make the directory {path.parent} (of the lock that lets one {what} "
+                        f"run at a time): "
+                        f"{e.strerror or e}; nothing was started. Make it yours (its parent "
+                        "writable by you), or point clusterctl at a directory of your own: "
+                        "CLUSTERCTL_CACHE (or XDG_CACHE_HOME) for its cache, CLUSTERCTL_RUNS "
+                        "for its runs.") from None
     fd = _lock_fd(path)
     try:
         try:

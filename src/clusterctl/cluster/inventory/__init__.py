@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from pathlib import Path
 
 from clusterctl.cluster.inventory.checks import InventoryError
@@ -85,10 +86,16 @@ def load_inventory(path: str | os.PathLike) -> Inventory:
 
 def _read(path: Path) -> str:
     file = str(path)
-    if not path.exists():
+    try:
+        is_file = stat.S_ISREG(path.stat().st_mode)
+    except FileNotFoundError:
         raise UserError(f"{file}: inventory file does not exist; valid: a YAML inventory "
-                        "(see inventories/example.yaml), an MPI or a DeepSpeed hostfile")
-    if not path.is_file():
+                        "(see inventories/example.yaml), an MPI or a DeepSpeed hostfile") from None
+    except OSError as e:   # a directory above it is closed to this user: another user's file
+        raise UserError(f"{file}: cannot reach the inventory ({e.strerror or e}): a directory "
+                        "above it is not open to you, as another user's is not; give --nodes "
+                        "an inventory you can read") from None
+    if not is_file:
         raise UserError(f"{file}: is not a file; valid: a YAML inventory, an MPI or a DeepSpeed hostfile")
     return read_text(path, "inventory", limit=MAX_BYTES)
 
