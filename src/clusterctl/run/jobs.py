@@ -48,7 +48,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from clusterctl.core import paths
 from clusterctl.core.durations import DURATION_HELP, parse_duration
 from clusterctl.core.errors import UserError, did_you_mean, one_of
-from clusterctl.core.secretnames import SECRET_RULE, is_secret_name  # noqa: F401 (is_secret_name: request)
+from clusterctl.core.secretnames import ENV_NAME, SECRET_RULE, is_secret_name  # noqa: F401 (is_secret_name: request)
 from clusterctl.core.text import control_problem, escaped
 from clusterctl.core.yamlfile import FileProblems, Problems, dotted, parse, read_text, show
 from clusterctl.image import targets
@@ -122,7 +122,6 @@ RESERVED_DOCKER_FLAGS: tuple[str, ...] = (
     "--tty", "--env-file", "--label", "-l", "--net", "--network",
 )
 
-_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")  # \Z: "$" would let "NAME\n" through
 
 #: What is valid for each key, appended to validation messages.
 
@@ -520,16 +519,13 @@ def flag_values(values: dict[str, Any], environ: Mapping[str, str] | None = None
     return given
 
 
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
-
-
 def _env_items(items: list[str], environ: Mapping[str, str] | None = None) -> dict[str, str]:
     """``--env NAME=VALUE`` items (``NAME`` alone: from ``environ``); a malformed one names
     itself (its value is never shown)."""
     found = {}
     for item in items:
         name, sep, value = item.partition("=")
-        if not sep and _ENV_NAME.match(item):
+        if not sep and ENV_NAME.match(item):
             if environ is None or item not in environ:
                 raise UserError(f"--env {item}: {item} is not set in clusterctl's environment; valid: "
                                 f"NAME=VALUE (e.g. --env OMP_NUM_THREADS=4), or export {item}=... "
@@ -759,7 +755,7 @@ def _check_characters(spec: _Spec, problems: Problems) -> None:
     for section in ("env", "params"):
         for name, value in getattr(spec, section).items():
             problem = control_problem(value, multiline=True)
-            if problem and _NAME.match(name):
+            if problem and ENV_NAME.match(name):
                 _add(problems, (section, name), f"the value {problem}")
 
 
@@ -779,7 +775,7 @@ def _check_semantics(spec: _Spec, problems: Problems) -> None:
         _add(problems, ("nproc_per_node",), f"must be at least 1 (got {spec.nproc_per_node})")
     for section in ("env", "params"):
         for name in getattr(spec, section):
-            if not _NAME.match(name):
+            if not ENV_NAME.match(name):
                 _add(problems, (section, name), "not a valid variable name (letters, digits, _; "
                                                 "not starting with a digit)")
     for name in spec.params:
@@ -787,7 +783,7 @@ def _check_semantics(spec: _Spec, problems: Problems) -> None:
             _add(problems, ("params", name), "a parameter may not reuse a launch value's name",
                  f"a name other than {one_of(LAUNCH_VALUES)}")
     for i, name in enumerate(spec.secrets):
-        if not _NAME.match(name):
+        if not ENV_NAME.match(name):
             _add(problems, ("secrets", i), f'"{escaped(name)}" is not a valid variable name')
     for i, arg in enumerate(spec.docker_args):
         if reserved_flag(arg):
@@ -828,8 +824,6 @@ def mount_problem(mount: str, *, expanded: bool = True) -> str | None:
     return None
 
 
-
-
 # --------------------------------------------------------------------------- placeholders
 
 def placeholders(template: str) -> list[str]:
@@ -863,8 +857,6 @@ def _templated_fields(job: Job) -> list[tuple[tuple, str]]:
     for section in ("command", "docker_args", "mounts"):
         items += [((section, i), v) for i, v in enumerate(getattr(job, section))]
     return items
-
-
 
 
 def _check_placeholders(job: Job, problems: Problems) -> None:

@@ -93,7 +93,7 @@ from clusterctl.cluster.containers import (
 from clusterctl.cluster.runtime import ContainerRuntime, node_runtime, runtime_for
 from clusterctl.core import accelerators
 from clusterctl.core.errors import UserError
-from clusterctl.core.secretnames import is_secret_name
+from clusterctl.core.secretnames import ENV_NAME, is_secret_name
 from clusterctl.core.text import control_problem, escaped
 from clusterctl.image import targets
 from clusterctl.run import mpi, recovery
@@ -178,7 +178,6 @@ ENV_LAYERS: tuple[tuple[str, str], ...] = (
     ("inventory", "the inventory's env: defaults.env merged with the node's own env"),
     ("--set", "--set NAME=VALUE on the command line, exactly as typed"),
 )
-_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")  # \Z: "$" would let "NAME\n" through
 _CONTAINER_UNSAFE = re.compile(r"[^a-zA-Z0-9_.-]")
 
 
@@ -230,16 +229,16 @@ def parse_sets(items: Iterable[str], environ: Mapping[str, str] | None = None) -
     out: dict[str, str] = {}
     for item in items:
         name, sep, value = item.partition("=")
-        if not sep and _NAME.match(item) and environ is not None and item in environ:
+        if not sep and ENV_NAME.match(item) and environ is not None and item in environ:
             name, value = item, environ[item]
         elif not sep:  # a name without its value, or a value (maybe a secret) without its name
-            if _NAME.match(item):
+            if ENV_NAME.match(item):
                 raise UserError(f"--set {item}: {item} is not set in clusterctl's environment; valid: "
                                 f"NAME=VALUE (e.g. --set PHASE=2; the value may be empty: NAME=), or "
                                 f"export {item}=... first (a secret then stays off the command line).")
             raise UserError(f"--set (an item of {len(item)} characters, not shown: it may be a secret): "
                             "expected NAME=VALUE (e.g. --set PHASE=2); the value may be empty (NAME=).")
-        if not _NAME.match(name):
+        if not ENV_NAME.match(name):
             raise UserError(f"--set {escaped(name)!r}=...: {escaped(name)!r} is not a valid variable name; "
                             "valid: letters, digits and _, not starting with a digit (e.g. BATCH_SIZE).")
         problem = control_problem(value, multiline=True)

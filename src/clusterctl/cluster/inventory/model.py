@@ -29,6 +29,7 @@ from pydantic_core import PydanticCustomError
 from clusterctl.cluster.registry.reference import Registry
 from clusterctl.cluster.runtime import RUNTIMES
 from clusterctl.core.errors import UserError, did_you_mean, one_of
+from clusterctl.core.secretnames import ENV_NAME
 from clusterctl.core.text import control_problem
 
 DEFAULT_MASTER_PORT = 29500
@@ -41,7 +42,6 @@ Slots = Annotated[int, Field(strict=True, ge=1, le=MAX_SLOTS)]
 StrictBool = Annotated[bool, Field(strict=True)]
 
 _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]*")
-_ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 #: What a node name may be (fullmatch), wherever one is read: an inventory, a run record.
 NODE_NAME_RE = _NAME_RE
 _IFACE_RE = re.compile(r"[A-Za-z0-9._@-]{1,15}")  # Linux: at most 15 characters (IFNAMSIZ - 1)
@@ -144,7 +144,7 @@ Host = Annotated[str, AfterValidator(_host)]
 User = Annotated[str, AfterValidator(_argument_safe)]
 Device = Annotated[str, AfterValidator(_device)]
 Interface = Annotated[str, AfterValidator(_matching(_IFACE_RE, "is not a network interface name"))]
-EnvName = Annotated[str, AfterValidator(_matching(_ENV_NAME_RE, "is not an environment variable name"))]
+EnvName = Annotated[str, AfterValidator(_matching(ENV_NAME, "is not an environment variable name"))]
 UserPath = Annotated[Path, AfterValidator(_user_path)]
 NodePath = Annotated[str, AfterValidator(_node_path)]
 MountableNodePath = Annotated[str, AfterValidator(_mountable_node_path)]
