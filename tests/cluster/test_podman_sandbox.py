@@ -37,13 +37,13 @@ def sandbox_podman():
         pytest.skip("the sandbox needs root (network namespaces, daemons)")
     if not shutil.which("podman"):
         pytest.fail("podman is missing (apt-get install podman runc catatonit; scripts/setup-host)")
-    with held_sandbox(NAME, SUBNET, 2, slots=1, runtime="podman") as sb:
+    with held_sandbox(NAME, SUBNET, 2, slots=1, runtime="podman", with_slurm=True) as sb:
         yield sb
 
 
-def clusterctl(*args: str) -> subprocess.CompletedProcess:
+def clusterctl(*args: str, **env: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "clusterctl", *args], capture_output=True,
-                          text=True, timeout=600, env={**os.environ, "CLUSTERCTL_PLAIN": "1"})
+                          text=True, timeout=600, env={**os.environ, "CLUSTERCTL_PLAIN": "1", **env})
 
 
 def _podman_ps(sb, node: str) -> list[str]:
@@ -128,3 +128,22 @@ def test_one_run_on_a_docker_node_and_a_podman_node(sandbox_podman, cpu_image, r
         return processes.node_docker(sb.name, node, "image", "ls", "--format",
                                      "{{.Repository}}:{{.Tag}}").stdout.split()
     assert cpu_image in docker_images("node1") and cpu_image not in docker_images("node2")
+
+
+def test_a_slurm_job_on_podman_nodes_runs_and_reports_each_outcome(sandbox_podman, cpu_image, runs_dir):
+    """``launch --scheduler slurm --container podman`` on the sandbox's real Slurm: each task's
+    ``podman run`` is its node's own Podman (the TaskProlog gives it the node's configuration),
+    and each task's record, in Podman's own time format, is read: a success is exit 0, a rank
+    that exits 3 is torchrun's exit 1, as on Docker nodes over SSH. (Before: the training
+    succeeded and the head called both nodes lost, exit 255.)"""
+    sb = sandbox_podman
+    env = {"SLURM_CONF": sb.slurm_conf}
+    argv = ("launch", "ddp-smoke", "--nodes", sb.inventory_path, "--image", cpu_image,
+            "--scheduler", "slurm", "--container", "podman", "--nproc-per-node", "1")
+    ran = clusterctl(*argv, **env)
+    said = ran.stdout + ran.stderr
+    assert ran.returncode == 0 and OK in said and "succeeded (exit 0)" in said, said
+    failed = clusterctl(*argv, "--set", "DDP_SMOKE_FAIL_RANK=1", "--set", "DDP_SMOKE_FAIL_CODE=3", **env)
+    said = failed.stdout + failed.stderr
+    assert failed.returncode == 1 and "FAILED (exit 1)" in said, said
+    assert "FIRST FAILURE: node2[1] exited 1 at" in said, said     # its record read, not "lost"

@@ -92,6 +92,22 @@ def test_task_prolog_points_each_node_at_its_own_docker_socket(gold):
     assert gold.nodes[0].docker_host in GOLDEN_PROLOG  # the socket the node's dockerd serves
 
 
+def test_task_prolog_of_a_podman_sandbox_also_gives_each_task_its_nodes_podman(monkeypatch):
+    """Without the node's CONTAINERS_CONF a task's `podman` is the machine's default one:
+    a Slurm job on Podman nodes then found no pushed image ("short-name ... did not
+    resolve"), seen with `launch --scheduler slurm --container podman` on this sandbox."""
+    monkeypatch.setenv("CLUSTERCTL_STATE", "/run/clusterctl")
+    sb = sandbox.Sandbox(name="gold", subnet="10.213.7.0/24", node_count=2, slurm=True, runtime="podman")
+    prolog = slurm.render_task_prolog(sb)
+    assert prolog.splitlines()[1] == "# TaskProlog of sandbox gold: a task uses its node's own Docker engine and Podman."
+    for node in sb.nodes:
+        line = next(x for x in prolog.splitlines() if x.startswith(f"  {node.name})"))
+        for name, value in {"DOCKER_HOST": node.docker_host, **node.podman_env}.items():
+            assert f"echo 'export {name}={value}'" in line, line
+    assert "podman" not in slurm.render_task_prolog(sandbox.Sandbox(name="gold", subnet="10.213.7.0/24",
+                                                                    node_count=2, slurm=True))
+
+
 def test_slurm_conf_path_is_none_without_slurm():
     assert sandbox.Sandbox(name="x", subnet="10.213.7.0/24", node_count=1).slurm_conf is None
 

@@ -13,6 +13,8 @@ import json
 import os
 import pwd
 
+import pytest
+
 from clusterctl.run import records
 from clusterctl.run.slurm import track
 from clusterctl.run.slurm.tasks import read_task_records
@@ -206,3 +208,19 @@ def test_a_followed_slurm_run_names_the_known_cause_above_its_last_lines(tmp_pat
     assert report[at] == f'hint: node2[1] printed "{abort}", above the lines shown: ' + hints.match(abort)
     assert sum(line.startswith("hint:") for line in report) == 1        # the first failure's only
 
+
+
+@pytest.mark.parametrize("finished, expect", [
+    # what each runtime's `inspect --format '{{.State.FinishedAt}}'` writes in the task record
+    ("2026-11-29T05:36:38.684576814Z", "2026-11-29T05:36:38.684576+00:00"),              # Docker
+    ("2026-11-29 05:36:38.684576814 +0000 UTC", "2026-11-29T05:36:38.684576+00:00"),     # Podman 4
+    ("2026-11-29 07:36:38.5 +0200 CEST", "2026-11-29T07:36:38.500000+02:00"),
+    ("2026-11-29T05:36:38.123456789Z", "2026-11-29T05:36:38.123456+00:00"),             # date -u +%N
+])
+def test_a_task_record_is_read_whichever_runtime_wrote_its_time(tmp_path, monkeypatch, finished, expect):
+    """A Slurm job on Podman nodes ran to success, and the head called both nodes lost:
+    Podman writes FinishedAt as Go's time.String(), which the record reader skipped."""
+    rec = _record(tmp_path, monkeypatch)
+    _task(rec.dir / "slurm", "node1", 0, 0, finished, False)
+    tasks = read_task_records(rec.dir / "slurm")
+    assert tasks["node1"].finished.isoformat() == expect

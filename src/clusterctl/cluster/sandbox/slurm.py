@@ -160,14 +160,19 @@ def _node_range(nodes: list[SandboxNode]) -> str:
 
 def render_task_prolog(sb: Sandbox) -> str:
     """The TaskProlog: each task's DOCKER_HOST is its own node's engine (slurmd's environment
-    does not reach job steps).  Sockets are the nodes' (model: node dir / docker.sock)."""
+    does not reach job steps).  Sockets are the nodes' (model: node dir / docker.sock).  On a
+    Podman sandbox also the node's Podman configuration (its storage), as its sshd gives it:
+    without it a task's ``podman`` is the machine's default one, which holds no pushed image."""
     lines = [
         "#!/bin/sh",
-        f"# TaskProlog of sandbox {sb.name}: a task uses its node's own Docker engine.",
+        f"# TaskProlog of sandbox {sb.name}: a task uses its node's own Docker engine"
+        + (" and Podman." if sb.runtime == "podman" else "."),
         'case "$SLURMD_NODENAME" in',
     ]
     for n in sb.nodes:
-        lines.append(f"  {n.name}) echo {shlex.quote('export DOCKER_HOST=' + n.docker_host)} ;;")
+        env = {"DOCKER_HOST": n.docker_host, **(n.podman_env if sb.runtime == "podman" else {})}
+        echoes = "; ".join(f"echo {shlex.quote(f'export {k}={v}')}" for k, v in env.items())
+        lines.append(f"  {n.name}) {echoes} ;;")
     lines += ["esac", ""]
     return "\n".join(lines)
 

@@ -9,6 +9,7 @@ is read from these records.  Pure apart from reading the files.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -42,12 +43,21 @@ def read_task_records(records_dir: Path) -> dict[str, TaskRecord]:
     return found
 
 
+#: Podman's ``{{.State.FinishedAt}}``: Go's time.String(), "2026-11-29 05:36:38.684576814 +0000 UTC"
+_GO_TIME = re.compile(r"(\d{4}-\d\d-\d\d) (\d\d:\d\d:\d\d(?:\.\d+)?) ([+-]\d\d)(\d\d)(?: [A-Za-z]+)?")
+
+
 def _parse_time(text: str) -> datetime:
-    """Docker's FinishedAt / ``date +%N`` times (nanoseconds) as an aware datetime."""
-    text = text.strip().replace("Z", "+00:00")
+    """Docker's FinishedAt (RFC 3339), Podman's (Go's time.String()) and ``date +%N`` times
+    (nanoseconds) as an aware datetime."""
+    text = text.strip()
+    go = _GO_TIME.fullmatch(text)
+    if go:
+        text = f"{go[1]}T{go[2]}{go[3]}:{go[4]}"
+    text = text.replace("Z", "+00:00")
     if "." in text:
         head, rest = text.split(".", 1)
-        digits = "".join(c for c in rest if c.isdigit())
+        digits = re.match(r"\d*", rest)[0]   # the fraction; an offset may follow it
         tz = rest[len(digits):] or "+00:00"
         text = f"{head}.{digits[:6].ljust(6, '0')}{tz}"
     t = datetime.fromisoformat(text)
