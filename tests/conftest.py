@@ -21,5 +21,6 @@ pytest_plugins = [
     "tests.fixtures.sandbox",
     "tests.fixtures.slurm",
     "tests.fixtures.workdir",
+    "tests.fixtures.two_uids",
     "tests.fixtures.tiers",
 ]

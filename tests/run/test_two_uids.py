@@ -13,120 +13,16 @@ from __future__ import annotations
 
 import json
 import os
-import pwd
-import shutil
 import stat
 import subprocess
 import sys
-import tempfile
-import textwrap
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-import clusterctl
-
-GROUP = "ccshare"
-ALICE, BOB = "ccalice", "ccbob"
-SRC = str(Path(clusterctl.__file__).resolve().parent.parent)
-
-#: what every step as a user starts with: ``cli(name, *args)`` runs clusterctl in this process
-#: (one import per user and test: a fresh interpreter per command costs 1.5 s of CPU), ``step(name,
-#: fn)`` a library call; each leaves {"code", "out"} in ``results`` (a traceback in "out" when an
-#: exception other than UserError escaped), printed as JSON at the end.
-_PRELUDE = """\
-import os, sys, json, traceback
-from pathlib import Path
-from clusterctl.core.errors import UserError
-from clusterctl.run import records
-RUNS = Path(os.environ["CLUSTERCTL_RUNS"])
-results = {}
-def cli(name, *args):
-    from typer.testing import CliRunner
-    from clusterctl.cli import app
-    r = CliRunner().invoke(app, list(args))
-    exc = r.exception if r.exception is not None and not isinstance(r.exception, SystemExit) else None
-    tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)) if exc else ""
-    results[name] = {"code": r.exit_code, "out": r.output + tb}
-def step(name, fn):
-    try:
-        results[name] = {"code": 0, "out": str(fn())}
-    except UserError as e:
-        results[name] = {"code": 2, "out": e.message}
-    except Exception:
-        results[name] = {"code": 1, "out": traceback.format_exc()}
-"""
-_END = "\nprint('@@' + json.dumps(results))\n"
-
-
-@pytest.fixture(scope="session")
-def two_users() -> Iterator[dict[str, pwd.struct_passwd]]:
-    """``ccalice`` and ``ccbob``, both in group ``ccshare``: made here and removed at the end
-    of the session (only what this fixture made: an account of that name found already is
-    used and left alone)."""
-    if os.geteuid() != 0 or not (shutil.which("useradd") and shutil.which("setpriv")):
-        pytest.skip("needs root, useradd and setpriv to act as two real users")
-    made_group = subprocess.run(["getent", "group", GROUP], capture_output=True).returncode != 0
-    made: list[str] = []
-    try:
-        subprocess.run(["groupadd", "-f", GROUP], check=True)
-        for user in (ALICE, BOB):
-            if subprocess.run(["id", "-u", user], capture_output=True).returncode != 0:
-                res = subprocess.run(["useradd", "-M", "-N", "-g", GROUP, "-d", "/nonexistent",
-                                      "-s", "/usr/sbin/nologin", user], capture_output=True, text=True)
-                assert res.returncode == 0, res.stderr
-                made.append(user)
-        yield {u: pwd.getpwnam(u) for u in (ALICE, BOB)}
-    finally:
-        for user in made:
-            subprocess.run(["userdel", user], capture_output=True)
-        if made_group:
-            subprocess.run(["groupdel", GROUP], capture_output=True)
-
-
-@pytest.fixture
-def shared(two_users) -> Path:
-    """A runs directory the two share: alice's, group ccshare, mode 3775, its .ports too (the
-    base under /tmp, not pytest's root-only tmp_path, so both users reach it)."""
-    base = Path(tempfile.mkdtemp(prefix="clusterctl-two-uids-", dir="/tmp"))
-    os.chmod(base, 0o755)
-    runs = base / "runs"
-    for d in (runs, runs / ".ports"):
-        d.mkdir()
-        os.chown(d, two_users[ALICE].pw_uid, two_users[ALICE].pw_gid)
-        os.chmod(d, 0o3775)
-    precious = base / "precious"          # a file of alice's a planted symlink points at
-    precious.write_text("keep\n")
-    os.chown(precious, two_users[ALICE].pw_uid, two_users[ALICE].pw_gid)
-    yield runs
-    shutil.rmtree(base, ignore_errors=True)
-
-
-def _env(user: str, runs: Path, **extra: str) -> dict[str, str]:
-    return {"PATH": os.environ["PATH"], "PYTHONPATH": SRC, "CLUSTERCTL_RUNS": str(runs),
-            "CLUSTERCTL_PLAIN": "1", "HOME": str(runs.parent), "LOGNAME": user, "USER": user,
-            "LANG": "C.UTF-8", "COLUMNS": "200", **extra}
-
-
-def _argv(user: str) -> list[str]:
-    pw = pwd.getpwnam(user)
-    return ["setpriv", f"--reuid={pw.pw_uid}", f"--regid={pw.pw_gid}", "--init-groups", "--"]
-
-
-def _umask() -> None:
-    os.umask(0o022)
-
-
-def run_as(user: str, runs: Path, *code: str, **env: str) -> dict[str, dict]:
-    """The pieces of ``code`` (after _PRELUDE, each dedented) as ``user``: its ``results``."""
-    text = _PRELUDE + "".join(textwrap.dedent(c).strip("\n") + "\n" for c in code) + _END
-    res = subprocess.run([*_argv(user), sys.executable, "-c", text],
-                         env=_env(user, runs, **env), capture_output=True, text=True, timeout=120,
-                         preexec_fn=_umask, cwd=runs.parent)
-    assert res.returncode == 0 and "@@" in res.stdout, res.stdout + res.stderr
-    return json.loads(res.stdout.rsplit("@@", 1)[1])
+# the fixtures two_users and shared come from tests/fixtures/two_uids.py (a plugin of conftest)
+from tests.fixtures.two_uids import _PRELUDE, ALICE, BOB, _argv, _env, _umask, ok, run_as
 
 
 def _record(run_id: str, **kw) -> str:
@@ -149,13 +45,6 @@ def _take(name: str, run_id: str) -> str:
     """Code that takes a master port for ``run_id`` on 10.0.0.1: the first one not held."""
     return (f"step({name!r}, lambda: records.take_master_port({run_id!r}, '10.0.0.1', "
             "lambda held: next(p for p in range(29500, 29600) if p not in held)))\n")
-
-
-def ok(result: dict, code: int = 0) -> str:
-    """The output of a step that ended with ``code`` and no traceback."""
-    assert "Traceback" not in result["out"], result["out"]
-    assert result["code"] == code, result
-    return result["out"]
 
 
 # --------------------------------------------------------------------------- item 1: whose run

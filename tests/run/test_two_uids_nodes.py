@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.run.test_two_uids import ALICE, BOB, ok, run_as, shared, two_users  # noqa: F401 - fixtures
+from tests.fixtures.two_uids import ALICE, BOB, ok, run_as
 
 #: a ddp-smoke that lasts about a minute: long enough for every step below
 LONG = ("--set", "DDP_SMOKE_STEPS=300", "--set", "DDP_SMOKE_STEP_SECONDS=0.2")
