@@ -22,16 +22,23 @@ from pathlib import Path
 import pytest
 import yaml
 
+from clusterctl.cluster import engine
 from tests.fixtures.two_uids import ALICE, BOB, ok, run_as
 
 #: a ddp-smoke that lasts about a minute: long enough for every step below
 LONG = ("--set", "DDP_SMOKE_STEPS=300", "--set", "DDP_SMOKE_STEP_SECONDS=0.2")
 
 
+def _engine_url() -> str:
+    """The engine the session's images are in, as clusterctl finds it (DOCKER_HOST, the
+    standard socket, else clusterctl's own engine: CI sets no DOCKER_HOST)."""
+    url = engine.engine_url()
+    assert url and url.startswith("unix://"), f"engine {url}: the test needs the engine's socket"
+    return url
+
+
 def _engine_socket() -> Path:
-    host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
-    assert host.startswith("unix://"), f"DOCKER_HOST={host}: the test needs the engine's socket"
-    return Path(host.removeprefix("unix://"))
+    return Path(_engine_url().removeprefix("unix://"))
 
 
 @pytest.fixture
@@ -78,7 +85,7 @@ def _running(cluster, run_id: str) -> dict[str, str]:
 
 def test_two_users_share_the_nodes_and_neither_can_stop_the_others_run(inventories, shared, clean_nodes,
                                                                         cpu_image, two_users):
-    env = {"DOCKER_HOST": os.environ.get("DOCKER_HOST", "")}
+    env = {"DOCKER_HOST": _engine_url()}
     home = {user: dict(env, HOME=str(inv.parent)) for user, inv in inventories.items()}
     ids = {}
     for user in (ALICE, BOB):
