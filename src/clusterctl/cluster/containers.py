@@ -57,6 +57,7 @@ RANK_LABEL = f"{LABEL_PREFIX}rank"
 ATTEMPT_LABEL = f"{LABEL_PREFIX}attempt"  # which attempt of the run (0: the first)
 
 _DOCKER_TIME = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d+))?(Z|[+-]\d\d:\d\d)\Z")
+_GO_TIME = re.compile(r"(\d{4}-\d\d-\d\d) (\d\d:\d\d:\d\d(?:\.\d+)?) ([+-]\d\d)(\d\d)(?: [A-Za-z]+)?")
 _TIMESTAMPED = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d+))?Z ?(.*)\Z", re.S)
 _NO_SUCH = "no such container"   # docker: "No such container: X"; Podman: "... no such container"
 
@@ -69,9 +70,14 @@ def _gone(stderr: str) -> bool:
 # --------------------------------------------------------------------------- states
 
 def parse_docker_time(value: str | None) -> datetime | None:
-    """Docker's RFC 3339 time with nanoseconds -> aware datetime; None for its zero time."""
+    """A runtime's container time -> aware datetime; None for its zero time or another form.
+    Docker's is RFC 3339 with nanoseconds; Podman's ``{{.State.FinishedAt}}`` is Go's
+    time.String() ("2026-11-29 05:36:38.684576814 +0000 UTC"), read as the same."""
     if not value or value.startswith("0001-01-01"):
         return None
+    go = _GO_TIME.fullmatch(value)
+    if go:
+        value = f"{go[1]}T{go[2]}{go[3]}:{go[4]}"
     m = _DOCKER_TIME.match(value)
     if not m:
         return None

@@ -199,9 +199,8 @@ def one_at_a_time(path: Path, on_wait: Callable[[str], None], what: str, *,
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        raise UserError(f"cannot make the directory {path.parent} (of the lock that lets one {what} "
-                        f"run at a time): "
-                        f"{e.strerror or e}; nothing was started. Make it yours (its parent "
+        raise UserError(f"cannot make the directory {path.parent} (of the lock that lets one "
+                        f"{what} run at a time): {e.strerror or e}; nothing was started. Make it yours (its parent "
                         "writable by you), or point clusterctl at a directory of your own: "
                         "CLUSTERCTL_CACHE (or XDG_CACHE_HOME) for its cache, CLUSTERCTL_RUNS "
                         "for its runs.") from None

@@ -9,12 +9,12 @@ is read from these records.  Pure apart from reading the files.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
+from clusterctl.cluster.containers import parse_docker_time
 from clusterctl.run import hints, supervise
 
 
@@ -43,25 +43,18 @@ def read_task_records(records_dir: Path) -> dict[str, TaskRecord]:
     return found
 
 
-#: Podman's ``{{.State.FinishedAt}}``: Go's time.String(), "2026-11-29 05:36:38.684576814 +0000 UTC"
-_GO_TIME = re.compile(r"(\d{4}-\d\d-\d\d) (\d\d:\d\d:\d\d(?:\.\d+)?) ([+-]\d\d)(\d\d)(?: [A-Za-z]+)?")
-
-
 def _parse_time(text: str) -> datetime:
-    """Docker's FinishedAt (RFC 3339), Podman's (Go's time.String()) and ``date +%N`` times
-    (nanoseconds) as an aware datetime."""
+    """The finish time a task wrote: its runtime's FinishedAt
+    (:func:`~clusterctl.cluster.containers.parse_docker_time`: Docker's or Podman's form) or
+    ``date -u +%Y-%m-%dT%H:%M:%S.%NZ``; ValueError for anything else.  The zero time (a
+    container that never ran) is kept as the earliest time, not refused."""
     text = text.strip()
-    go = _GO_TIME.fullmatch(text)
-    if go:
-        text = f"{go[1]}T{go[2]}{go[3]}:{go[4]}"
-    text = text.replace("Z", "+00:00")
-    if "." in text:
-        head, rest = text.split(".", 1)
-        digits = re.match(r"\d*", rest)[0]   # the fraction; an offset may follow it
-        tz = rest[len(digits):] or "+00:00"
-        text = f"{head}.{digits[:6].ljust(6, '0')}{tz}"
-    t = datetime.fromisoformat(text)
-    return t if t.tzinfo else t.replace(tzinfo=timezone.utc)
+    if text.startswith("0001-01-01"):
+        return datetime(1, 1, 1, tzinfo=timezone.utc)
+    t = parse_docker_time(text)
+    if t is None:
+        raise ValueError(f"not a container time: {text[:80]!r}")
+    return t
 
 
 def outcome_of(tasks: Mapping[str, TaskRecord], nodes: Sequence[str], *, ended: float,
