@@ -93,8 +93,8 @@ def _read(path: Path) -> str:
                         "(see inventories/example.yaml), an MPI or a DeepSpeed hostfile") from None
     except OSError as e:   # a directory above it is closed to this user: another user's file
         raise UserError(f"{file}: cannot reach the inventory ({e.strerror or e}): a directory "
-                        "above it is not open to you, as another user's is not; give --nodes "
-                        "an inventory you can read") from None
+                        "above it is closed to you (another user's?); give --nodes an inventory "
+                        "you can read") from None
     if not is_file:
         raise UserError(f"{file}: is not a file; valid: a YAML inventory, an MPI or a DeepSpeed hostfile")
     return read_text(path, "inventory", limit=MAX_BYTES)
