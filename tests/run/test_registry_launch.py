@@ -51,7 +51,8 @@ def node_image_id(cluster: SandboxCluster, node: str, ref: str) -> str | None:
 
 
 def tmp_dirs() -> set[str]:
-    return {p.name for p in Path("/tmp").glob("tmp.*")}
+    """The pulls' credential directories (pull-image.sh's mktemp; the nodes share this /tmp)."""
+    return {p.name for p in Path("/tmp").glob("clusterctl-pull.*")}
 
 
 def test_push_and_launch_go_through_the_registry_by_digest(reg_sandbox, base_image, docker_client,

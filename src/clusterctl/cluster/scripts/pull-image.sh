@@ -5,7 +5,7 @@
 set -eu
 ref=$1
 if [ "$2" = 1 ]; then
-  d=$(mktemp -d)
+  d=$(mktemp -d "${TMPDIR:-/tmp}/clusterctl-pull.XXXXXX")   # named: a leftover says whose it is
   trap 'rm -rf "$d"' EXIT HUP INT TERM
   chmod 700 "$d"
   (umask 077 && cat > "$d/config.json")
