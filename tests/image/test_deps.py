@@ -114,8 +114,10 @@ def test_platform_tags_list_every_glibc_down_to_2_5_and_the_legacy_names():
 # ---------------------------------------------------------------- engine
 
 
-def _deps_tags(client) -> set[str]:
-    return {t for i in client.images.list(name=deps.DEPS_REPO + "/*") for t in i.tags}
+def _deps_tags(client, base: str) -> set[str]:
+    """The tags of the layers made on ``base`` (only: another test may be building on others)."""
+    repo = deps.deps_tag(base, "", b"").rsplit(":", 1)[0]
+    return {t for i in client.images.list(name=repo) for t in i.tags}
 
 
 @pytest.fixture
@@ -160,7 +162,7 @@ def test_layer_is_built_once_then_cached_and_a_changed_file_gets_a_new_tag(
     # only what pip installed: no wheels, no stage image left behind, one small layer
     leftovers = imagebuild.run_smoke(docker_client, tag, ["sh", "-c", f"ls {deps._IN} {deps.STAGE_ROOT} 2>&1; true"])
     assert "No such file" in leftovers and leftovers.count("No such file") == 2
-    assert not [t for t in _deps_tags(docker_client) if "-stage-" in t]
+    assert not [t for t in _deps_tags(docker_client, base_image) if "-stage-" in t]
     base_layers = docker_client.images.get(base_image).attrs["RootFS"]["Layers"]
     assert image.attrs["RootFS"]["Layers"][:-1] == base_layers
 
@@ -203,13 +205,13 @@ def test_an_uninstallable_package_fails_before_any_build_naming_its_line(
         docker_client, base_image, tmp_path, monkeypatch, line, says):
     path = _write(tmp_path, f"{TOMLI}\n# the bad one:\n{line}\n")
     monkeypatch.setattr(imagebuild, "build", _no_build)
-    before = _deps_tags(docker_client)
+    before = _deps_tags(docker_client, base_image)
     with pytest.raises(UserError) as e:
         deps.requirements_image(base_image, path, client=docker_client, log=lambda line: None)
     assert e.value.message.startswith(f"{path}:3: {says}")
     valid = "1.16.0, 1.17.0" if line.startswith("six") else "valid: a package name on the indexes"
     assert valid in e.value.message
-    assert _deps_tags(docker_client) == before
+    assert _deps_tags(docker_client, base_image) == before
 
 
 def test_an_option_line_is_refused_before_the_engine_is_asked(tmp_path):
@@ -235,8 +237,8 @@ def test_replacing_a_package_of_the_base_is_refused(docker_client, base_image, t
         deps.requirements_image(throwaway_tag, path, client=docker_client, log=lambda line: None)
     assert e.value.message.startswith(f"{path}:2: {SIX}: installing it would replace what image "
                                       f"{throwaway_tag} has: six 1.15.0 -> 1.16.0")
-    assert tag not in _deps_tags(docker_client)
-    assert not [t for t in _deps_tags(docker_client) if "-stage-" in t]
+    assert tag not in _deps_tags(docker_client, throwaway_tag)
+    assert not [t for t in _deps_tags(docker_client, throwaway_tag) if "-stage-" in t]
 
 
 @pytest.mark.docker
