@@ -20,6 +20,9 @@ TARGET ?= cpu
 NODES ?= 2
 INVENTORY ?= inventories/sandbox.yaml
 PYTEST_ARGS ?=
+# pytest-xdist workers for `make test` and `make test-fast` (tests/fixtures/parallel.py keeps
+# them apart); 0: one process, as plain pytest
+PYTEST_WORKERS ?= 2
 # the virtual environment of `make test-newest` (newest releases, not the lock)
 NEWEST_VENV ?= .venv-newest
 BENCH_ARGS ?=
@@ -32,7 +35,7 @@ help:
 	@echo "make check       set up this machine with a fresh $(VENV) from the lock and run the full test suite (what CI runs)"
 	@echo "make image TARGET=cpu|ipex|accl|nccl|cambricon|base   build one target's image"
 	@echo "make test        run the test suite with $(VENV) (machine already set up)"
-	@echo "make test-fast   the edit loop's tier, on src/: no Docker engine, no sandbox, no root (under 5 minutes)"
+	@echo "make test-fast   the edit loop's tier, on src/: no Docker engine, no sandbox, no root (about 3 minutes)"
 	@echo "make test-newest the fast tier in a fresh $(NEWEST_VENV) with the newest releases pyproject.toml allows, not the lock"
 	@echo "make docs        build the documentation site into site/ (strict: a broken link or a missing page fails)"
 	@echo "make bench-plots redraw docs/benchmarks/img/ from docs/benchmarks/data/ (no root)"
@@ -97,7 +100,7 @@ test: $(CLUSTERCTL)
 	$(SUDO) env PATH="$(abspath $(VENV))/bin:$$PATH" CLUSTERCTL_TEST_INSTALLED=1 \
 	  $(VENV)/bin/python -m pytest -q --noconftest -p no:cacheprovider tests/test_packaging.py
 	$(SUDO) env PATH="$(abspath $(VENV))/bin:$$PATH" CLUSTERCTL_TEST_INSTALLED=1 \
-	  $(VENV)/bin/python -m pytest $(PYTEST_ARGS)
+	  $(VENV)/bin/python -m pytest -n $(PYTEST_WORKERS) $(PYTEST_ARGS)
 
 # The fast tier, for the edit loop (tests/fixtures/tiers.py): every test that needs no
 # Docker engine, no sandbox and not minutes (`pytest --fast` leaves out the docker, sandbox
@@ -108,13 +111,13 @@ test: $(CLUSTERCTL)
 # installed package is `make test`'s.
 test-fast: $(CLUSTERCTL)
 	env PATH="$(abspath $(VENV))/bin:$$PATH" PYTHONPATH="$(abspath src)" \
-	  $(VENV)/bin/python -m pytest -q --fast $(PYTEST_ARGS)
+	  $(VENV)/bin/python -m pytest -q --fast -n $(PYTEST_WORKERS) $(PYTEST_ARGS)
 
 # The tests without Docker, sandboxes or minutes, in a fresh $(NEWEST_VENV) holding the
 # newest release of every dependency pyproject.toml allows (what `pip install` gives a user
 # today), not the lock; prints the versions that differ from the lock.  No root.
 test-newest:
-	VENV=$(NEWEST_VENV) scripts/test-newest $(PYTEST_ARGS)
+	VENV=$(NEWEST_VENV) scripts/test-newest -n $(PYTEST_WORKERS) $(PYTEST_ARGS)
 
 # (test runs in a second make, after venv has re-created $(VENV))
 check: venv
