@@ -202,6 +202,10 @@ def test_stop_a_detached_slurm_run_records_who_stopped_it(slurm3, cpu_image, slu
     assert "RUNNING (from scontrol; no accounting" in st.stdout and "running" in st.stdout, st.stdout
     logs = _cli(slurm_env, "logs", "sl-dstop")                   # from the job's output file
     assert logs.stdout.count("started") == 3, logs.stdout
+    # a container of the run that no task removes (as when Slurm kills a task slow to end,
+    # and its `docker rm` with it): stop removes it once the job has left the queue
+    slurm3.node_docker("node2", "run", "-d", "--label", "io.clusterctl.run=sl-dstop", "--name",
+                       "sl-dstop-left", cpu_image, "sleep", "600")
     stop = _cli(slurm_env, "stop", "sl-dstop")
     assert stop.returncode == 0 and "cancelled and ended" in stop.stdout, stop.stdout + stop.stderr
     rec = _record(slurm_env, "sl-dstop")

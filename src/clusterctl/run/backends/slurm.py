@@ -13,7 +13,9 @@ import shutil
 import threading
 from pathlib import Path
 
+from clusterctl.cluster import containers
 from clusterctl.cluster.inventory import load_inventory
+from clusterctl.cluster.transport import Cluster
 from clusterctl.code import snapshot as code_snapshot
 from clusterctl.core.errors import ClusterctlError, UserError
 from clusterctl.core.tools import require_binaries
@@ -30,6 +32,7 @@ from clusterctl.run.slurm import script as slurm_script
 from clusterctl.run.slurm import submit as slurm_submit
 from clusterctl.run.slurm import tasks as slurm_tasks
 from clusterctl.run.slurm import track as slurm_track
+from clusterctl.run.slurm.client import in_queue
 
 
 def slurm_env(record: records.RunRecord, note=None) -> dict[str, str]:
@@ -187,8 +190,12 @@ class SlurmBackend(Backend):
         require_binaries("squeue", "scancel", "scontrol", packages="slurm-client")
         what = slurm_submit.cancel(record, env=env, by=f"clusterctl stop ({records.who()})")
         ui.say(f"stop {record.run_id}: {what}")
+        left = _remove_leftovers(record, nodes, env, ui) if record.slurm_job else {}
         ui.say(f"run {record.run_id}: {request.run_outcome(records.load(record.run_id))}")
-        return 0
+        for node, why in left.items():
+            ui.note(f"{node}: a container of run {record.run_id} is still there: {why}; run "
+                    f"`clusterctl stop {record.run_id}` again when the node answers")
+        return 1 if left else 0
 
     def refresh(self, record: records.RunRecord) -> None:
         if shutil.which("squeue") is None or shutil.which("scontrol") is None:
@@ -200,6 +207,24 @@ class SlurmBackend(Backend):
         """The sbatch script's end that requeues the job after a failed step (empty without
         ``max_restarts``)."""
         return slurm_script.recovery_shell(job)
+
+
+def _remove_leftovers(record: records.RunRecord, nodes: Path | None, env: dict[str, str],
+                      ui: Ui) -> dict[str, str]:
+    """Once the job has left the queue: the run's containers that its tasks did not remove
+    (Slurm kills a task that is slow to end, and with it the task's own `docker rm`),
+    removed over SSH as the launch that follows a run does; node -> why one is still there.
+    Nothing when the job is still ending, or when the run's nodes cannot be reached from
+    here (another user's inventory): the tasks remove theirs."""
+    if in_queue(record.slurm_job, env) is not False:
+        return {}
+    try:
+        inventory = load_inventory(nodes or record.inventory)
+    except (UserError, OSError) as e:
+        ui.note(f"the run's containers are left to its tasks to remove: {str(e).splitlines()[0]}")
+        return {}
+    with Cluster(inventory) as cluster:
+        return containers.remove_run_containers(cluster, record.run_id, [n.node for n in record.nodes])
 
 
 def _requirements_tag(base: str, requirements: Path, ui: Ui) -> str:
