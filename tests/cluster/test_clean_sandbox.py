@@ -118,9 +118,14 @@ def test_clean_lists_and_removes_what_is_stale_and_keeps_a_live_runs_tree_and_im
         # --yes: exactly those go, on every node
         code, out = _clean("--nodes", inventory, "--older-than", "2000h", "--yes", "--json")
         assert code == 0, out
+        logins = []
         for r in json.loads(out):
             done = {i["name"]: i.get("removed") for i in r["items"] if i["remove"]}
-            assert done[stale_tree] and done[stale_image] and done[login.name], (r["node"], done)
+            assert done[stale_tree] and done[stale_image], (r["node"], done)
+            # the nodes share this machine's /tmp: a node whose clean looks after another
+            # node's removed the directory does not find it any more
+            logins += [done[login.name]] if login.name in done else []
+        assert any(logins), out
         for node, code in code_dirs.items():
             assert not (code / "trees" / stale_tree).exists()
             assert (code / "trees" / live_tree / "train.py").is_file()
