@@ -116,3 +116,36 @@ def test_status_and_logs_of_a_slurm_run_come_from_its_record(tmp_path):
         result = runner.invoke(app, ["status", "sl-done"], env={"SLURM_CONF": str(empty)})
         assert result.exit_code == 0, result.output
         assert "Slurm job 999999" in result.output and "failed, exit 3" in result.output
+
+
+def _inventory(tmp_path: Path, *runtimes: str | None) -> Path:
+    lines = ["nodes:"]
+    for i, runtime in enumerate(runtimes, 1):
+        lines.append(f"  - {{name: node{i}, host: 10.0.0.{i}" + (f", runtime: {runtime}}}" if runtime else "}"))
+    path = tmp_path / "inv.yaml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.mark.parametrize(("runtimes", "runs"), [
+    (("podman", "podman"), "podman run"), ((None, "docker"), "docker run"), ((None, None), "docker run")])
+def test_without_container_the_script_uses_the_inventorys_runtime(tmp_path, runtimes, runs):
+    inv = _inventory(tmp_path, *runtimes)
+    result = runner.invoke(app, ["launch", "ddp-smoke", "--scheduler", "slurm", "--nodes", str(inv), "--dry-run"])
+    assert result.exit_code == 0, result.output
+    other = {"podman run": "docker run", "docker run": "podman run"}[runs]
+    assert runs in result.output and other not in result.output
+
+
+@pytest.mark.parametrize(("runtimes", "args", "fragments"), [
+    (("docker", "podman"), [], ["inv.yaml: the nodes' runtime differs: docker (node1), podman (node2)",
+                                "--container docker|podman"]),
+    (("podman", "podman"), ["--container", "docker"], ["--container docker:", "inv.yaml gives its nodes runtime "
+                                                       "podman (node1)", "valid: --container podman"]),
+])
+def test_a_runtime_the_nodes_do_not_agree_on_is_refused(tmp_path, runtimes, args, fragments):
+    inv = _inventory(tmp_path, *runtimes)
+    result = runner.invoke(app, ["launch", "ddp-smoke", "--scheduler", "slurm", "--nodes", str(inv), *args,
+                                 "--dry-run"])
+    _refused(result, *fragments)
+    assert not (tmp_path / "runs").exists()

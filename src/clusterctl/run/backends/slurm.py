@@ -15,6 +15,7 @@ from pathlib import Path
 
 from clusterctl.cluster import containers
 from clusterctl.cluster.inventory import load_inventory
+from clusterctl.cluster.runtime import node_runtime
 from clusterctl.cluster.transport import Cluster
 from clusterctl.code import snapshot as code_snapshot
 from clusterctl.core.errors import ClusterctlError, UserError
@@ -51,7 +52,8 @@ class SlurmBackend(Backend):
                               "slurm)."),
         "container": BackendOption("--container", "docker (docker run on each node), podman "
                                    "(podman run on each node) or pyxis (srun --container-image); "
-                                   "--scheduler slurm.", default="docker"),
+                                   "--scheduler slurm. Default: the inventory's node runtime, "
+                                   "else docker."),
     }
 
     def check(self, req, others) -> None:
@@ -70,7 +72,11 @@ class SlurmBackend(Backend):
         opts = req.scheduler_options
         options = slurm_options.check_options(
             nnodes=opts.get("nnodes"), partition=opts.get("partition"), time=opts.get("time"),
-            container=opts.get("container", "docker"), nodelist=inventory.names if inventory else ())
+            container=slurm_options.container_mode(
+                opts.get("container"),
+                {n.name: node_runtime(n).name for n in inventory.nodes} if inventory else {},
+                str(inventory.path) if inventory else ""),
+            nodelist=inventory.names if inventory else ())
         overrides = plan.parse_sets(req.sets, os.environ)
         run_id = records.check_run_id(req.run_id) if req.run_id else records.new_run_id(spec.name)
         image = req.image

@@ -33,6 +33,27 @@ class SlurmOptions:
     nodelist: tuple[str, ...] = ()
 
 
+def container_mode(given: str | None, runtimes: dict[str, str], source: str) -> str:
+    """The container mode of a Slurm run: ``--container`` when given, else the runtime the
+    inventory gives its nodes (``runtimes``: node -> ``runtime``, read from ``source``),
+    else docker. One sbatch script serves every node, so its nodes must agree: UserError
+    when they differ and no mode is given, or when a given docker/podman is not theirs."""
+    kinds = sorted(set(runtimes.values()))
+    first = {kind: next(n for n, r in runtimes.items() if r == kind) for kind in kinds}
+    named = ", ".join(f"{kind} ({first[kind]})" for kind in kinds)
+    if given is None:
+        if len(kinds) > 1:
+            raise UserError(f"{source}: the nodes' runtime differs: {named}; one sbatch script serves "
+                            "every node with one runtime; valid: the same `runtime` on every node, or "
+                            "--container docker|podman for all of them. Nothing was submitted.")
+        return kinds[0] if kinds else "docker"
+    if given in ("docker", "podman") and kinds and kinds != [given]:
+        raise UserError(f"--container {given}: {source} gives its nodes runtime {named}; valid: "
+                        f"--container {kinds[0] if len(kinds) == 1 else 'pyxis'}, or leave --container "
+                        "out to use the inventory's. Nothing was submitted.")
+    return given
+
+
 def check_options(*, nnodes: int | None = None, partition: str | None = None,
                   time: str | None = None, container: str = "docker",
                   nodelist: tuple[str, ...] | list[str] = ()) -> SlurmOptions:
