@@ -23,6 +23,7 @@ import pytest
 import yaml
 
 from clusterctl.cluster.sandbox import processes
+from clusterctl.run.slurm.submit import SCRIPT_NAME
 from tests.fixtures.sandbox import held_sandbox, own_sandbox
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.docker, pytest.mark.slow]
@@ -131,19 +132,24 @@ def test_one_run_on_a_docker_node_and_a_podman_node(sandbox_podman, cpu_image, r
 
 
 def test_a_slurm_job_on_podman_nodes_runs_and_reports_each_outcome(sandbox_podman, cpu_image, runs_dir):
-    """``launch --scheduler slurm --container podman`` on the sandbox's real Slurm: each task's
-    ``podman run`` is its node's own Podman (the TaskProlog gives it the node's configuration),
-    and each task's record, in Podman's own time format, is read: a success is exit 0, a rank
-    that exits 3 is torchrun's exit 1, as on Docker nodes over SSH. (Before: the training
-    succeeded and the head called both nodes lost, exit 255.)"""
+    """``launch --scheduler slurm`` on the sandbox's real Slurm, Podman from the inventory's
+    ``runtime: podman`` (then ``--container podman`` given): each task's ``podman run`` is its
+    node's own Podman (the TaskProlog gives it the node's configuration), and each task's
+    record, in Podman's own time format, is read: a success is exit 0, a rank that exits 3 is
+    torchrun's exit 1, as on Docker nodes over SSH. (Before: the training succeeded and the
+    head called both nodes lost, exit 255; and without ``--container podman`` the tasks ran
+    docker.)"""
     sb = sandbox_podman
     env = {"SLURM_CONF": sb.slurm_conf}
     argv = ("launch", "ddp-smoke", "--nodes", sb.inventory_path, "--image", cpu_image,
-            "--scheduler", "slurm", "--container", "podman", "--nproc-per-node", "1")
+            "--scheduler", "slurm", "--nproc-per-node", "1")
     ran = clusterctl(*argv, **env)
     said = ran.stdout + ran.stderr
     assert ran.returncode == 0 and OK in said and "succeeded (exit 0)" in said, said
-    failed = clusterctl(*argv, "--set", "DDP_SMOKE_FAIL_RANK=1", "--set", "DDP_SMOKE_FAIL_CODE=3", **env)
+    (script,) = Path(runs_dir).glob(f"*/{SCRIPT_NAME}")          # the one run's sbatch script
+    assert "podman run" in script.read_text() and "docker run" not in script.read_text()
+    failed = clusterctl(*argv, "--container", "podman", "--set", "DDP_SMOKE_FAIL_RANK=1",
+                        "--set", "DDP_SMOKE_FAIL_CODE=3", **env)
     said = failed.stdout + failed.stderr
     assert failed.returncode == 1 and "FAILED (exit 1)" in said, said
     assert "FIRST FAILURE: node2[1] exited 1 at" in said, said     # its record read, not "lost"
