@@ -10,7 +10,7 @@ working directory (in_tmp). tiers.py marks a test docker or sandbox from the fix
 it uses, and gives `pytest --fast` (make test-fast: the tier without either). prefetch.py
 builds the base, cpu and ipex images in the background from the session's start, and runs
 the modules that need no engine first, meanwhile. parallel.py keeps pytest-xdist's
-workers apart (`make test` runs two): a sandbox name each, modules as units of work.
+workers apart (`make test-fast` runs two): a sandbox name each, modules as units of work.
 """
 
 import pytest
