@@ -139,7 +139,7 @@ def test_without_container_the_script_uses_the_inventorys_runtime(tmp_path, runt
 
 @pytest.mark.parametrize(("runtimes", "args", "fragments"), [
     (("docker", "podman"), [], ["inv.yaml: the nodes' runtime differs: docker (node1), podman (node2)",
-                                "--container docker|podman"]),
+                                "valid: the same `runtime` on every node, or --container pyxis"]),
     (("podman", "podman"), ["--container", "docker"], ["--container docker:", "inv.yaml gives its nodes runtime "
                                                        "podman (node1)", "valid: --container podman"]),
 ])

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from clusterctl.cluster.runtime import DEFAULT_RUNTIME, RUNTIMES
 from clusterctl.core.errors import UserError, one_of
 
 #: Container modes: docker run --net=host on each node, or pyxis/enroot's srun flags.
@@ -45,9 +46,9 @@ def container_mode(given: str | None, runtimes: dict[str, str], source: str) -> 
         if len(kinds) > 1:
             raise UserError(f"{source}: the nodes' runtime differs: {named}; one sbatch script serves "
                             "every node with one runtime; valid: the same `runtime` on every node, or "
-                            "--container docker|podman for all of them. Nothing was submitted.")
-        return kinds[0] if kinds else "docker"
-    if given in ("docker", "podman") and kinds and kinds != [given]:
+                            "--container pyxis. Nothing was submitted.")
+        return kinds[0] if kinds else DEFAULT_RUNTIME
+    if given in RUNTIMES and kinds and kinds != [given]:
         raise UserError(f"--container {given}: {source} gives its nodes runtime {named}; valid: "
                         f"--container {kinds[0] if len(kinds) == 1 else 'pyxis'}, or leave --container "
                         "out to use the inventory's. Nothing was submitted.")
