@@ -141,7 +141,7 @@ def render_conf(sb: Sandbox, hostname: str) -> str:
         "SchedulerType=sched/backfill",
         "MpiDefault=none",
         "ReturnToService=2",
-        "KillWait=5",
+        "KillWait=30",   # Slurm's default: TERM, then KILL 30 s later
         "MailProg=/bin/true",
         "AccountingStorageType=accounting_storage/none",
         "JobAcctGatherType=jobacct_gather/none",

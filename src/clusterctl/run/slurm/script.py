@@ -33,7 +33,8 @@ status is the highest exit code of all tasks (the survivors it kills give 137/14
 the first failure is read from these records; a task stopped by a signal records
 ``"stopped": true`` (its 137/143 is the teardown's, not a failure).  No ``--rm``: the task removes the
 container after recording it.  SIGTERM (scancel, ``--kill-on-bad-exit``) stops the
-container, records it and exits 143.
+container, records it and exits 143; a provisional "stopped, 143" record is written first, so a
+task that Slurm kills before the container is gone (``KillWait`` after the TERM) still has one.
 
 Pyxis mode (rendered and golden-tested only: enroot/pyxis are not packaged here):
 ``srun --container-image=IMAGE --container-mounts=SRC:DST,... --no-container-mount-home
@@ -369,6 +370,7 @@ def _docker_task(t: planning.NodePlan, run_id: str, run_dir: str, after: str = "
         "  fi\n"
         "}\n"
         "stop() {  # scancel, or srun --kill-on-bad-exit after another node failed\n"
+        f'  record 143 "{NOW}" true   # first: Slurm kills this task KillWait after its TERM\n'
         f'  {rt} stop --time 3 "$name" >/dev/null 2>&1\n'
         '  finish 143 true\n'
         '  [ -n "$logs" ] && kill "$logs" 2>/dev/null\n'
