@@ -10,7 +10,8 @@ that runs it again is fine; a block that runs `sandbox down` gets it back before
 block), and `sandbox down` after the last, also when a block fails or the session is
 interrupted. The cpu image is the session's (tests/fixtures/images.py), also tagged as the
 cpu target's default tag when the engine lacks that tag, as `clusterctl build --target
-cpu` would leave it; a tag added here is removed afterwards.
+cpu` would leave it; a tag added here is removed afterwards. Before the pages' blocks it is
+put on the sandbox's nodes by one load and hard links (seed_nodes), not pushed to each.
 
 The tour's pages (README.md, docs/getting-started/tour.md) are run by a user who is not root
 and has sudo, as their readers are (test_the_tour_as_a_user_with_sudo): created for the test
@@ -48,7 +49,13 @@ from clusterctl.cluster import engine, sandbox
 from clusterctl.image.targets import get_target, resolve
 from tests.docs import doccmds
 from tests.docs.test_doc_commands import BLOCKS, FIXTURES, doc_env, fixture_page, scratch_copy
-from tests.fixtures.sandbox import _claim, _sigterm_unwinds, _teardown_once
+from tests.fixtures.sandbox import (
+    SandboxCluster,
+    _claim,
+    _sigterm_unwinds,
+    _teardown_once,
+    cluster_fields,
+)
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.docker, pytest.mark.slow]
 
@@ -86,6 +93,9 @@ class DocsSandbox:
 
     def __init__(self, name: str, cwd: Path, env: dict[str, str], user: pwd.struct_passwd | None = None):
         self.name, self.cwd, self.env, self.user = name, cwd, env, user
+        #: an image put on the nodes of a sandbox this brings up, before any block runs there
+        #: (seed_nodes); None: the blocks' own launches push it
+        self.seed: str | None = None
         self.as_user = () if user is None else (
             "setpriv", f"--reuid={user.pw_uid}", f"--regid={user.pw_gid}", "--init-groups", "--")
 
@@ -94,7 +104,11 @@ class DocsSandbox:
             return None
         up = UP if self.user is None else dataclasses.replace(UP, sudo=True)
         r = doccmds.run_command(up, self.cwd, self.env, SANDBOX_TIMEOUT, as_user=self.as_user)
-        return None if r.status == 0 else f"`{UP.text}` exited {r.status}:\n{r.output[-3000:]}"
+        if r.status != 0:
+            return f"`{UP.text}` exited {r.status}:\n{r.output[-3000:]}"
+        if self.seed is not None:
+            seed_nodes(self.name, self.seed)
+        return None
 
     def run_blocks(self, blocks: list[doccmds.Block]) -> list[str]:
         """Run the blocks in order (each after making sure the sandbox is up); every failure."""
@@ -114,6 +128,23 @@ class DocsSandbox:
             if why:
                 failures.append(why)
         return failures
+
+
+def seed_nodes(name: str, image: str) -> None:
+    """Put ``image`` on every node of the fresh sandbox ``name``: one ``docker load`` and hard
+    links (SandboxCluster.load_image), where the first block's launch would push 1.2 GB to
+    each node (about 50 CPU seconds a node on 2 cores).  What the pages promise does not
+    change: a launch checks every node for the image and pushes only where it is missing, and
+    pushing has tests and a page of its own (push.md's block still runs `clusterctl push`).
+    Nodes that hold an image or a container already are left as they are."""
+    cluster = SandboxCluster(**cluster_fields(sandbox.load(name)))
+    held = [n for n in cluster.nodes for what in ("ps", "images")
+            if cluster.node_docker(n, what, "-aq", check=False).stdout.split()]
+    if held:
+        print(f"\n{image} not put on {name}'s nodes: {', '.join(sorted(set(held)))} hold an image or a container")
+        return
+    cluster.load_image(image, list(cluster.nodes))
+    print(f"\n{image} put on {name}'s nodes {', '.join(cluster.nodes)}")
 
 
 def give_tree(root: Path, user: pwd.struct_passwd) -> None:
@@ -200,6 +231,10 @@ def test_the_sandbox_blocks_of_a_fixture_page_run_and_a_wrong_one_fails(docs_san
 
 
 def test_the_sandbox_blocks_of_every_page(docs_cpu_image, docs_sandbox):
+    docs_sandbox.seed = docs_cpu_image      # also for a sandbox a `sandbox down` block makes come back
+    why = docs_sandbox.ensure_up()          # up since the fixture page's blocks, or brought up now
+    assert why is None, why
+    seed_nodes(docs_sandbox.name, docs_cpu_image)
     failures = docs_sandbox.run_blocks(ROOT_BLOCKS)
     assert not failures, f"{len(failures)} of {len(ROOT_BLOCKS)} sandbox blocks failed:\n\n" + "\n\n".join(failures)
 

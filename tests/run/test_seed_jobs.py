@@ -521,12 +521,12 @@ def test_mpi_rank_failure_ends_the_run_with_its_code(sandbox3, cpu_image, runs_d
 @pytest.mark.sandbox
 @pytest.mark.docker
 @pytest.mark.slow
-def test_mpi_contract_through_real_slurm_on_three_nodes(slurm3, cpu_image, tmp_path):
+def test_mpi_contract_through_real_slurm_on_three_nodes(slurm3, slurm_cpu_image, tmp_path):
     """The same job through `--scheduler slurm` (one sbatch script, each task computes its
     node's first rank): every rank reports, the all_reduce is 21 everywhere."""
     env = slurm3.env(CLUSTERCTL_RUNS=str(tmp_path / "runs"))
     res = subprocess.run([sys.executable, "-m", "clusterctl", "launch", str(MPI_JOB), "--scheduler",
-                          "slurm", "--nodes", str(slurm3.inventory_path), "--image", cpu_image,
+                          "slurm", "--nodes", str(slurm3.inventory_path), "--image", slurm_cpu_image,
                           "--run-id", "sl-mpi"], env=env, capture_output=True, text=True,
                          timeout=900, stdin=subprocess.DEVNULL)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]

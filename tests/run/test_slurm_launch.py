@@ -55,8 +55,8 @@ def _record(env, run_id):
     return json.loads((Path(env["CLUSTERCTL_RUNS"]) / run_id / "run.json").read_text())
 
 
-def test_unknown_partition_names_the_valid_ones_and_submits_nothing(slurm3, cpu_image, slurm_env):
-    res = _launch(slurm3, slurm_env, "ddp-smoke", "--image", cpu_image, "--run-id", "sl-part",
+def test_unknown_partition_names_the_valid_ones_and_submits_nothing(slurm3, slurm_cpu_image, slurm_env):
+    res = _launch(slurm3, slurm_env, "ddp-smoke", "--image", slurm_cpu_image, "--run-id", "sl-part",
                   "--partition", "sandbx", timeout=60)
     assert res.returncode == 2, res.stdout + res.stderr
     assert "--partition 'sandbx' is not a partition" in res.stderr
@@ -66,8 +66,8 @@ def test_unknown_partition_names_the_valid_ones_and_submits_nothing(slurm3, cpu_
     _nothing_left(slurm3, "sl-part")
 
 
-def test_ddp_smoke_through_slurm_on_3_nodes_identical_weights(slurm3, cpu_image, slurm_env):
-    res = _launch(slurm3, slurm_env, "ddp-smoke", "--image", cpu_image, "--run-id", "sl-ddp")
+def test_ddp_smoke_through_slurm_on_3_nodes_identical_weights(slurm3, slurm_cpu_image, slurm_env):
+    res = _launch(slurm3, slurm_env, "ddp-smoke", "--image", slurm_cpu_image, "--run-id", "sl-ddp")
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     for node, rank in (("node1", 0), ("node2", 1), ("node3", 2)):
         assert re.search(rf"^{node}\[{rank}\]\| ", res.stdout, re.M), f"no {node}[{rank}]| line"
@@ -86,8 +86,8 @@ def test_ddp_smoke_through_slurm_on_3_nodes_identical_weights(slurm3, cpu_image,
     _nothing_left(slurm3, "sl-ddp")
 
 
-def test_failing_rank_gives_its_own_exit_code_and_leaves_nothing(slurm3, cpu_image, slurm_env):
-    res = _launch(slurm3, slurm_env, FAIL_RANK, "--image", cpu_image, "--run-id", "sl-fail")
+def test_failing_rank_gives_its_own_exit_code_and_leaves_nothing(slurm3, slurm_cpu_image, slurm_env):
+    res = _launch(slurm3, slurm_env, FAIL_RANK, "--image", slurm_cpu_image, "--run-id", "sl-fail")
     assert res.returncode == 3, res.stdout[-3000:] + res.stderr[-3000:]   # srun's own: 143
     assert "FIRST FAILURE: node2[1] exited 3" in res.stderr
     assert "node2[1]| node rank 1 failing with exit status 3" in res.stdout
@@ -107,7 +107,7 @@ def _start_hanging(slurm3, cpu_image, env, run_id, *extra):
                              "--scheduler", "slurm", "--nodes", str(slurm3.inventory_path),
                              "--run-id", run_id, *extra], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
-    deadline = time.monotonic() + 600     # the first launch of a session pushes the 1.4 GB image
+    deadline = time.monotonic() + 600     # a launch that has to push the 1.2 GB image takes minutes
     while time.monotonic() < deadline:
         if _job_output(env, run_id).count("started") >= 3:
             return proc
@@ -119,8 +119,8 @@ def _start_hanging(slurm3, cpu_image, env, run_id, *extra):
     pytest.fail(f"the hanging job did not start on 3 nodes: {proc.communicate()}")
 
 
-def test_stop_cancels_a_running_slurm_run(slurm3, cpu_image, slurm_env):
-    proc = _start_hanging(slurm3, cpu_image, slurm_env, "sl-stop")
+def test_stop_cancels_a_running_slurm_run(slurm3, slurm_cpu_image, slurm_env):
+    proc = _start_hanging(slurm3, slurm_cpu_image, slurm_env, "sl-stop")
     stop = subprocess.run([*CLI, "stop", "sl-stop"], env=slurm_env, capture_output=True, text=True,
                           timeout=180)
     assert stop.returncode == 0, stop.stdout + stop.stderr
@@ -135,8 +135,8 @@ def test_stop_cancels_a_running_slurm_run(slurm3, cpu_image, slurm_env):
     _nothing_left(slurm3, "sl-stop")
 
 
-def test_sigterm_to_launch_scancels_and_exits_143(slurm3, cpu_image, slurm_env):
-    proc = _start_hanging(slurm3, cpu_image, slurm_env, "sl-term")
+def test_sigterm_to_launch_scancels_and_exits_143(slurm3, slurm_cpu_image, slurm_env):
+    proc = _start_hanging(slurm3, slurm_cpu_image, slurm_env, "sl-term")
     os.kill(proc.pid, signal.SIGTERM)
     out, err = proc.communicate(timeout=150)
     assert proc.returncode == 143, out[-2000:] + err[-2000:]
@@ -149,8 +149,8 @@ def _cli(env, *args, timeout=180):
                           stdin=subprocess.DEVNULL)
 
 
-def test_scancel_by_hand_ends_the_run_as_stopped_not_failed(slurm3, cpu_image, slurm_env):
-    proc = _start_hanging(slurm3, cpu_image, slurm_env, "sl-hand")
+def test_scancel_by_hand_ends_the_run_as_stopped_not_failed(slurm3, slurm_cpu_image, slurm_env):
+    proc = _start_hanging(slurm3, slurm_cpu_image, slurm_env, "sl-hand")
     job = _record(slurm_env, "sl-hand")["slurm_job"]
     assert slurm3.slurm("scancel", job).returncode == 0          # outside clusterctl
     out, err = proc.communicate(timeout=150)
@@ -166,8 +166,8 @@ def test_scancel_by_hand_ends_the_run_as_stopped_not_failed(slurm3, cpu_image, s
     _nothing_left(slurm3, "sl-hand")
 
 
-def test_detach_json_then_logs_follow_status_runs(slurm3, cpu_image, slurm_env):
-    res = _launch(slurm3, slurm_env, FAIL_RANK, "--image", cpu_image, "--run-id", "sl-det",
+def test_detach_json_then_logs_follow_status_runs(slurm3, slurm_cpu_image, slurm_env):
+    res = _launch(slurm3, slurm_env, FAIL_RANK, "--image", slurm_cpu_image, "--run-id", "sl-det",
                   "--detach", "--json")
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     rec = json.loads(res.stdout)                   # the record, at once: the job may not run yet
@@ -195,8 +195,8 @@ def test_detach_json_then_logs_follow_status_runs(slurm3, cpu_image, slurm_env):
     _nothing_left(slurm3, "sl-det")
 
 
-def test_stop_a_detached_slurm_run_records_who_stopped_it(slurm3, cpu_image, slurm_env):
-    proc = _start_hanging(slurm3, cpu_image, slurm_env, "sl-dstop", "--detach")
+def test_stop_a_detached_slurm_run_records_who_stopped_it(slurm3, slurm_cpu_image, slurm_env):
+    proc = _start_hanging(slurm3, slurm_cpu_image, slurm_env, "sl-dstop", "--detach")
     assert proc.wait(timeout=60) == 0
     st = _cli(slurm_env, "status", "sl-dstop")
     assert "RUNNING (from scontrol; no accounting" in st.stdout and "running" in st.stdout, st.stdout
@@ -205,7 +205,7 @@ def test_stop_a_detached_slurm_run_records_who_stopped_it(slurm3, cpu_image, slu
     # a container of the run that no task removes (as when Slurm kills a task slow to end,
     # and its `docker rm` with it): stop removes it once the job has left the queue
     slurm3.node_docker("node2", "run", "-d", "--label", "io.clusterctl.run=sl-dstop", "--name",
-                       "sl-dstop-left", cpu_image, "sleep", "600")
+                       "sl-dstop-left", slurm_cpu_image, "sleep", "600")
     stop = _cli(slurm_env, "stop", "sl-dstop")
     assert stop.returncode == 0 and "cancelled and ended" in stop.stdout, stop.stdout + stop.stderr
     rec = _record(slurm_env, "sl-dstop")
@@ -215,9 +215,9 @@ def test_stop_a_detached_slurm_run_records_who_stopped_it(slurm3, cpu_image, slu
     _nothing_left(slurm3, "sl-dstop")
 
 
-def test_launch_finds_the_sandboxs_own_slurm_without_slurm_conf(slurm3, cpu_image, slurm_env):
+def test_launch_finds_the_sandboxs_own_slurm_without_slurm_conf(slurm3, slurm_cpu_image, slurm_env):
     env = {k: v for k, v in slurm_env.items() if k != "SLURM_CONF"}     # a newcomer exports nothing
-    res = _launch(slurm3, env, "ddp-smoke", "--image", cpu_image, "--run-id", "sl-noconf")
+    res = _launch(slurm3, env, "ddp-smoke", "--image", slurm_cpu_image, "--run-id", "sl-noconf")
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     said = " ".join(res.stderr.split())
     assert f'using the Slurm of sandbox "{slurm3.name}": SLURM_CONF={slurm3.slurm_conf}' in said, said
@@ -235,7 +235,7 @@ def test_launch_finds_the_sandboxs_own_slurm_without_slurm_conf(slurm3, cpu_imag
     _nothing_left(slurm3, "sl-noconf")
 
 
-def test_a_failed_attempt_requeues_the_job_and_the_run_ends_succeeded(slurm3, cpu_image, slurm_env,
+def test_a_failed_attempt_requeues_the_job_and_the_run_ends_succeeded(slurm3, slurm_cpu_image, slurm_env,
                                                                       tmp_path):
     """max_restarts 1: attempt 0 fails on every node (CLUSTERCTL_ATTEMPT is 0), the script
     requeues its own job, launch follows it through PENDING, attempt 1 (SLURM_RESTART_COUNT 1)
@@ -251,7 +251,7 @@ def test_a_failed_attempt_requeues_the_job_and_the_run_ends_succeeded(slurm3, cp
         max_restarts: 1
         command: [sh, -c, 'echo "attempt $CLUSTERCTL_ATTEMPT of $CLUSTERCTL_RUN_ID"; test "$CLUSTERCTL_ATTEMPT" -ge 1']
         """))
-    proc = subprocess.Popen([*CLI, "launch", str(job), "--image", cpu_image, "--scheduler", "slurm",
+    proc = subprocess.Popen([*CLI, "launch", str(job), "--image", slurm_cpu_image, "--scheduler", "slurm",
                              "--nodes", str(slurm3.inventory_path), "--run-id", "sl-rq"],
                             env=slurm_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             stdin=subprocess.DEVNULL)
