@@ -22,10 +22,9 @@ INVENTORY ?= inventories/sandbox.yaml
 PYTEST_ARGS ?=
 # pytest-xdist workers (tests/fixtures/parallel.py keeps them apart; 0: one process):
 # PYTEST_WORKERS for the tiers without sandboxes (`make test-fast`, `make test-newest`),
-# SUITE_WORKERS for the whole suite (`make test`, what CI runs): one process until the
-# Slurm sandbox tests hold under two workers' load (see parallel.py)
+# SUITE_WORKERS for the whole suite (`make test`, what CI runs); see parallel.py
 PYTEST_WORKERS ?= 2
-SUITE_WORKERS ?= 0
+SUITE_WORKERS ?= 2
 # the virtual environment of `make test-newest` (newest releases, not the lock)
 NEWEST_VENV ?= .venv-newest
 BENCH_ARGS ?=
