@@ -22,7 +22,11 @@ it).  The ways, each with the peer's own documented tooling:
   runs train.py's ``main()``.  Every node runs the peers' scratch venv
   (requirements/bench-peers.txt, made by this script: --cache), which the sandbox's nodes
   share with this machine: on real nodes each needs its own copy (the install time and size
-  are printed).
+  are printed);
+* ``mpirun``: as Intel's oneCCL guide starts PyTorch: ``mpiexec -f HOSTFILE -n N -ppn 1``
+  (MPICH's hydra, what Intel MPI's mpirun is; ``apt-get install mpich``) over ssh, no
+  container: ``python mpi_train.py`` (train.py with its rank from hydra's PMI_RANK and
+  PMI_SIZE) in the tree tar'ed to every node as by hand, with the peers' venv's Python.
 
 Per way and node count (--nodes, default 2,4; one rank per node), in one run:
 
@@ -46,13 +50,13 @@ Per way and node count (--nodes, default 2,4; one rank per node), in one run:
   metrics line that does not parse).
 
 Not measured here (the page says why): TorchX (its Slurm scheduler names nodes that must
-resolve by host name; the sandbox's do not), mpirun, a node lost mid-run and the final
-weights after recovery (benchmarks/recovery.py measures clusterctl's).
+resolve by host name; the sandbox's do not), a node lost mid-run and the final weights
+after recovery (benchmarks/recovery.py measures clusterctl's).
 
 Run as root with the local engine up and the cpu image built::
 
     sudo make bench-peers        # or: sudo .venv/bin/python benchmarks/peers.py
-        [--nodes 2,4] [--repeat 1] [--steps 200] [--ways clusterctl,by-hand,ray]
+        [--nodes 2,4] [--repeat 1] [--steps 200] [--ways clusterctl,by-hand,ray,mpirun]
         [--cache /var/lib/clusterctl/bench-peers] [--stop-wait 90] [--keep]
         [--json FILE] [--plot FILE.png]
     .venv/bin/python benchmarks/peers.py --setup-only      # only the peers' venv (no root)
@@ -61,7 +65,7 @@ It creates its own sandbox ("bpeer", 10.213.81.0/24; --name/--subnet), one rank 
 and removes it at the end, also on failure or Ctrl-C; the Ray daemons it started are
 stopped by their process ids (``ray stop`` would end every Ray process of this machine).
 Bad input (--repeat below 1, bad --nodes or --ways, a malformed --name or --subnet, an
-output in a directory that does not exist, not root, no pdsh, no engine or no cpu image) is
+output in a directory that does not exist, not root, no pdsh or mpiexec.hydra, no engine or no cpu image) is
 one message saying what is valid and exit status 2, before the sandbox is made.
 """
 
@@ -102,7 +106,7 @@ else:                           # run as a script: benchmarks/ is sys.path[0]
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLE = REPO / "examples" / "own-project"
 REQUIREMENTS = REPO / "requirements" / "bench-peers.txt"
-WAYS = ("clusterctl", "by-hand", "ray")
+WAYS = ("clusterctl", "by-hand", "ray", "mpirun")
 RUN_TIMEOUT = 300.0
 FAIL_STEP = 3
 OBJECT_STORE = 150_000_000
@@ -151,9 +155,23 @@ if __name__ == "__main__":
 '''
 
 
+MPI_TRAIN = '''"""train.py under mpiexec (MPICH's hydra, the launcher of Intel MPI), as Intel's oneCCL
+guide starts PyTorch: the script takes its place in the job from hydra's PMI_RANK and
+PMI_SIZE, and the rendezvous from MASTER_ADDR and MASTER_PORT (mpiexec -genv)."""
+import os
+import runpy
+import sys
+
+os.environ.update(RANK=os.environ["PMI_RANK"], WORLD_SIZE=os.environ["PMI_SIZE"],
+                  LOCAL_RANK=os.environ.get("MPI_LOCALRANKID", "0"))
+sys.argv = ["train.py", *sys.argv[1:]]
+runpy.run_path("train.py", run_name="__main__")
+'''
+
+
 def make_project(dst: Path) -> None:
     """examples/own-project copied to ``dst``, with the benchmark's three additions (the VALUE
-    and FAIL_RANK lines and an existing process group kept) and ray_train.py."""
+    and FAIL_RANK lines and an existing process group kept), ray_train.py and mpi_train.py."""
     shutil.copytree(EXAMPLE, dst, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     path = dst / "train.py"
     text = path.read_text()
@@ -181,6 +199,7 @@ def make_project(dst: Path) -> None:
         text = text.replace(old, new)
     path.write_text(text)
     (dst / "ray_train.py").write_text(RAY_TRAIN)
+    (dst / "mpi_train.py").write_text(MPI_TRAIN)
     with open(dst / ".gitignore", "a") as f:         # by-hand's vendored tomli ships by hand only
         f.write(".deps/\n")
 
@@ -490,6 +509,41 @@ class ByHand(Way):
         return r.stdout.split() or ["peers-bench-none"]
 
 
+class Mpirun(ByHand):
+    """``mpiexec -f HOSTFILE -n N -ppn 1``, as Intel's oneCCL guide runs PyTorch: MPICH's
+    hydra (what Intel MPI's mpirun is) starts ``python mpi_train.py`` on every host over
+    ssh, outside any container, in the tree tar'ed to each node as by hand; the nodes need
+    Python with torch and tomli (the peers' venv, as for Ray) and hydra's proxy."""
+
+    name = "mpirun"
+    needs = "MPICH's hydra proxy; Python with torch and tomli (the venv); the tree copied; ssh to every node"
+
+    def setup(self, n):
+        self.hostfile = self.b.tmp / f"hostfile-{n}"
+        self.hostfile.write_text("".join(f"{ip}:1\n" for ip in self.b.ips[:n]))
+        self.ssh = self.b.tmp / "mpi-ssh"       # hydra's -launcher-exec takes a program, no options
+        self.ssh.write_text(f'#!/bin/sh\nexec ssh -F {self.b.ssh_config} "$@"\n')
+        self.ssh.chmod(0o755)
+        return {}
+
+    def argv(self, n):
+        python = venv_dir(self.b.cache) / "bin" / "python"
+        # every node's own $HOME/proj (hydra's -wdir takes one path for all)
+        cmd = f'cd "$HOME/proj" && exec {python} mpi_train.py --steps {self.b.args.steps}'
+        return (["mpiexec.hydra", "-f", str(self.hostfile), "-n", str(n), "-ppn", "1",
+                 "-launcher", "ssh", "-launcher-exec", str(self.ssh),
+                 "-localhost", self.b.sb.head_ip,
+                 # hydra passes this machine's whole environment by default, HOME too: each
+                 # node's login environment instead, plus the rendezvous
+                 "-genvnone",
+                 "-genv", "MASTER_ADDR", self.b.ips[0], "-genv", "MASTER_PORT", str(RDZV_PORT),
+                 "-genv", "GLOO_SOCKET_IFNAME", "eth0",
+                 "bash", "-c", cmd], {**os.environ})
+
+    def teardown(self, n):
+        pass
+
+
 def alive_nodes(dashboard: str) -> int:
     """The nodes Ray's state API (the head's dashboard) counts as alive; 0 while it does not answer."""
     try:
@@ -586,7 +640,7 @@ class Ray(Way):
         self.started = []
 
 
-WAY_CLASSES = {"clusterctl": Clusterctl, "by-hand": ByHand, "ray": Ray}
+WAY_CLASSES = {"clusterctl": Clusterctl, "by-hand": ByHand, "ray": Ray, "mpirun": Mpirun}
 
 
 # --------------------------------------------------------------------------- the bench
@@ -759,6 +813,8 @@ def check(args: argparse.Namespace) -> None:
     require_binaries("ssh", packages="openssh-client")
     if "by-hand" in ways:
         require_binaries("pdsh", packages="pdsh")
+    if "mpirun" in ways:
+        require_binaries("mpiexec.hydra", packages="mpich")
     distribute.source_image(engine.client(), args.image)   # no engine, or no such image
 
 

@@ -148,7 +148,7 @@ SHAPES: dict[str, dict[str, tuple[str, ...]]] = {
         "conditions": ("repeat:int", "steps:int", "image?:str", "venv_install_s?:num",
                        "venv_mb?:num", "ray?:str", "torchx?:str", "torch?:str",
                        "sandbox_up_s?:num", "image_push_s?:num", "note?:str"),
-        # one row per node count and way (clusterctl | by-hand | ray): needs (what every node
+        # one row per node count and way (clusterctl | by-hand | ray | mpirun): needs (what every node
         # holds); setup_s (nothing of the project on the nodes -> every rank of the first run
         # running; ray: ray start on every node included, cluster_up_s of it); edit_s (a
         # one-line edit -> every rank running it, median of edit_runs); fail_stop_s (a rank's
@@ -811,7 +811,7 @@ def exec_table(doc: dict) -> str:
                          _f(r.get("wall_over_clusterctl"), 2, "x")] for r in doc["rows"]])
 
 
-PEER_WAYS = ("clusterctl", "by-hand", "ray", "torchx")
+PEER_WAYS = ("clusterctl", "by-hand", "mpirun", "ray", "torchx")
 
 
 def peers_table(doc: dict) -> str:
@@ -1311,7 +1311,8 @@ def _exec(plt, doc: dict):
     return fig
 
 
-PEER_COLORS = {"clusterctl": "#1f77b4", "by-hand": "#7f7f7f", "ray": "#ff7f0e", "torchx": "#9467bd"}
+PEER_COLORS = {"clusterctl": "#1f77b4", "by-hand": "#7f7f7f", "mpirun": "#2ca02c", "ray": "#ff7f0e",
+               "torchx": "#9467bd"}
 
 
 def _peers(plt, doc: dict):

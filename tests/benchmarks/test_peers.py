@@ -53,6 +53,7 @@ def test_the_project_is_the_example_with_the_benchmarks_lines(tmp_path):
     assert 'VALUE = "v2"\nFAIL_RANK = 1\n' in (project / "train.py").read_text()
     compile((project / "train.py").read_text(), "train.py", "exec")
     compile((project / "ray_train.py").read_text(), "ray_train.py", "exec")
+    compile((project / "mpi_train.py").read_text(), "mpi_train.py", "exec")
     assert ".deps/" in (project / ".gitignore").read_text().splitlines()
     assert (project / "model" / "__init__.py").is_file() and (project / "config.toml").is_file()
 

@@ -94,12 +94,13 @@ def test_a_run_on_podman_nodes_from_push_to_stop(sandbox_podman, cpu_image, runs
         for node in ("node1", "node2"):   # the container is on the node's Podman
             assert f"{run_id}-{node}" in " ".join(_podman_ps(sb, node))
         deadline = time.monotonic() + 90   # the run's first lines (its progress) read from the nodes
-        while True:
+        while True:                        # (each node's first line comes in its own time)
             logs = clusterctl("logs", run_id)
-            if (logs.stdout + logs.stderr).strip() or time.monotonic() > deadline:
+            said = logs.stdout + logs.stderr
+            if ("node1[0]|" in said and "node2[1]|" in said) or time.monotonic() > deadline:
                 break
             time.sleep(3)
-        assert logs.returncode == 0 and "node1" in logs.stdout + logs.stderr, logs.stdout + logs.stderr
+        assert logs.returncode == 0 and "node1[0]|" in said and "node2[1]|" in said, said
     finally:
         stopped = clusterctl("stop", run_id)
     assert stopped.returncode == 0, stopped.stdout + stopped.stderr

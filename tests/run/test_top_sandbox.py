@@ -47,10 +47,13 @@ def test_top_shows_each_node_and_marks_the_idle_one(clean_nodes, cpu_image, runs
     prom = tmp_path / "textfile" / "clusterctl.prom"
     try:
         deadline = time.monotonic() + 180
-        while True:   # torch imports and the rendezvous first: until every rank has stepped
+        # torch imports and the rendezvous first: until every rank has stepped for longer than
+        # the 10 s window (0.3 s a step), so that no rank's CPU counts its start (node2's did: 9.9%)
+        while True:
             code, got, took = top_once(run_id, "--prometheus", str(prom), "--window", "10")
             rows = {r["node"]: r for r in got["nodes"]}
-            if all((r["steps_per_s"] or 0) > 0 and r["cpu_percent"] is not None for r in rows.values()) \
+            if all((r["steps_per_s"] or 0) > 0 and r["cpu_percent"] is not None
+                   and (r["last_step"] or 0) >= 50 for r in rows.values()) \
                     and rows[n1]["cpu_percent"] > 25 and rows[n3]["cpu_percent"] > 25:
                 break
             assert time.monotonic() < deadline, json.dumps(got, indent=1)
