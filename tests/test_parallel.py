@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -44,3 +45,19 @@ def test_worker_0_keeps_the_defaults_and_the_others_get_a_name_and_subnets_of_th
     assert two["CLUSTERCTL_TEST_SANDBOX"] == "mine2" and two["CLUSTERCTL_TEST_SUBNET"] == "10.50.40.0/24"
     # outside xdist nothing changes, COLUMNS included
     assert _isolated({"COLUMNS": "123"})["COLUMNS"] == "123"
+
+
+def test_timings_name_each_unit_its_worker_and_its_tests(tmp_path):
+    """CLUSTERCTL_TEST_TIMINGS: the file the workers' balance is read from."""
+    out = tmp_path / "timings.json"
+    env = {k: v for k, v in os.environ.items() if k != "PYTEST_XDIST_WORKER"}
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2",
+                        "tests/core/test_durations.py", "tests/cluster/test_clean.py"],
+                       env={**env, "CLUSTERCTL_TEST_TIMINGS": str(out)}, cwd=REPO,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    rows = json.loads(out.read_text())
+    assert {row["unit"] for row in rows} == {"tests/core/test_durations.py", "tests/cluster/test_clean.py"}
+    assert {row["worker"] for row in rows} <= {"gw0", "gw1"}
+    assert all(row["tests"] > 0 and row["seconds"] >= 0 and row["last_end"] >= row["first_end"]
+               for row in rows)
