@@ -137,14 +137,8 @@ def seed_nodes(name: str, image: str) -> None:
     change: a launch checks every node for the image and pushes only where it is missing, and
     pushing has tests and a page of its own (push.md's block still runs `clusterctl push`).
     Nodes that hold an image or a container already are left as they are."""
-    cluster = SandboxCluster(**cluster_fields(sandbox.load(name)))
-    held = [n for n in cluster.nodes for what in ("ps", "images")
-            if cluster.node_docker(n, what, "-aq", check=False).stdout.split()]
-    if held:
-        print(f"\n{image} not put on {name}'s nodes: {', '.join(sorted(set(held)))} hold an image or a container")
-        return
-    cluster.load_image(image, list(cluster.nodes))
-    print(f"\n{image} put on {name}'s nodes {', '.join(cluster.nodes)}")
+    seeded = SandboxCluster(**cluster_fields(sandbox.load(name))).seed_image(image)
+    print(f"\n{image} {'put' if seeded else 'not put (they hold something)'} on {name}'s nodes")
 
 
 def give_tree(root: Path, user: pwd.struct_passwd) -> None:
