@@ -191,3 +191,63 @@ def test_each_podman_sandbox_node_has_its_own_storage_named_by_its_sshd():
 def yaml_defaults(text: str) -> dict:
     import yaml
     return yaml.safe_load(text)["defaults"]
+
+
+def test_a_rootless_sandbox_gives_its_login_user_a_podman_and_a_home_of_each_nodes_own():
+    """``sandbox up --user NAME``: NAME's sshd environment (a Match block, which replaces
+    root's SetEnv for that user) names the node's rootless confs and a runtime dir of the
+    node's own; the storage is NAME's (rootless_storage_path, fuse-overlayfs); root keeps its
+    own environment without Podman's; the inventory logs in as NAME."""
+    from clusterctl.cluster.sandbox import model, processes, sshd
+    from clusterctl.cluster.sandbox.inventory_file import inventory_text
+
+    sb = model.Sandbox(name="pq", subnet="10.9.9.0/24", node_count=2, runtime="podman", user="alice")
+    for node in sb.nodes:
+        conf, storage = processes.podman_confs(node, rootless=True)
+        assert f'rootless_storage_path = "{node.podman_root}"' in storage
+        assert f'mount_program = "{processes.FUSE_OVERLAYFS}"' in storage
+        assert f'runroot = "{node.user_dir / "podman-run"}"' in storage
+        assert f'tmp_dir = "{node.user_dir / "podman-tmp"}"' in conf
+        config = sshd._sshd_config(sb, node)
+        root_part, alice_part = config.split("Match User alice\n")
+        assert "CONTAINERS_CONF" not in root_part and f"HOME={node.home}" in root_part
+        assert f"CONTAINERS_CONF={node.podman_conf}" in alice_part
+        assert f"XDG_RUNTIME_DIR={node.user_dir / 'run'}" in alice_part
+        assert f"HOME={node.user_dir / 'home'}" in alice_part
+    assert "rootless_storage_path" not in processes.podman_confs(sb.nodes[0])[1]   # rootful: none
+    import yaml
+    inv = yaml.safe_load(inventory_text(sb))
+    assert inv["defaults"]["user"] == "alice" and {n["user"] for n in inv["nodes"]} == {"alice"}
+    assert all(n["code_dir"].startswith(str(sb.dir)) and "/user/" in n["code_dir"] for n in inv["nodes"])
+
+
+@pytest.mark.parametrize(("argv", "says"), [
+    (["--user", "no-such-account-here", "--runtime", "podman"], "no such account on this machine"),
+    (["--user", "nobody"], "needs --runtime podman"),
+    (["--user", "nobody", "--runtime", "podman", "--slurm"], "--slurm runs its tasks as root"),
+])
+def test_sandbox_up_refuses_a_login_user_it_cannot_use(argv, says, tmp_path):
+    """Refused before anything starts, exit 2, naming the option and what would do."""
+    import subprocess
+    import sys
+    r = subprocess.run([sys.executable, "-m", "clusterctl", "sandbox", "up", "--nodes", "1", "--name", "zzrl",
+                        "--inventory", str(tmp_path / "i.yaml"), *argv],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and says in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert not (tmp_path / "i.yaml").exists()
+
+
+def test_a_locked_account_and_missing_subordinate_ids_are_found(tmp_path):
+    import pwd
+
+    from clusterctl.cluster.sandbox import lifecycle
+    shadow = tmp_path / "shadow"
+    shadow.write_text("root:*:1:0:99999:7:::\nalice:!:1:0:99999:7:::\nbob:*:1:0:99999:7:::\n")
+    assert lifecycle._locked_account("alice", shadow) and not lifecycle._locked_account("bob", shadow)
+    assert not lifecycle._locked_account("carol", tmp_path / "missing")
+    sub = tmp_path / "subuid"
+    sub.write_text("alice:100000:65536\n1002:200000:65536\n")
+    fake = lambda name, uid: pwd.struct_passwd((name, "x", uid, uid, "", "/", "/bin/sh"))  # noqa: E731
+    assert lifecycle._has_subordinate_ids(sub, fake("alice", 1001))
+    assert lifecycle._has_subordinate_ids(sub, fake("dave", 1002))     # by uid
+    assert not lifecycle._has_subordinate_ids(sub, fake("bob", 1003))

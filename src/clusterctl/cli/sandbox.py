@@ -49,14 +49,20 @@ def up(
                                       help="The registry's TCP port."),
     runtime: str = typer.Option("docker", "--runtime", metavar="RUNTIME",
                                 help="The nodes' container runtime in the inventory: docker, or "
-                                     "podman (rootful, each node its own storage; Debian packages "
+                                     "podman (each node its own storage: root's, or with --user that user's rootless one; Debian packages "
                                      "podman, runc and catatonit). Each node runs its own dockerd "
                                      "either way."),
+    user: str = typer.Option(sandbox.SSH_USER, "--user", metavar="NAME",
+                             help="The nodes' login user: root, or an account of this machine "
+                                  "(with --runtime podman), whose own rootless Podman each node "
+                                  "then runs (Debian packages uidmap and fuse-overlayfs; a "
+                                  "range in /etc/subuid and /etc/subgid)."),
 ) -> None:
     """Create (or complete) a sandbox of N nodes and write its inventory (idempotent)."""
     sb = sandbox.up(nodes, name=name, subnet=subnet, bandwidth=bandwidth, slots=slots,
                     inventory_path=inventory, with_slurm=slurm, with_registry=registry,
-                    registry_auth=registry_auth, registry_port=registry_port, runtime=runtime)
+                    registry_auth=registry_auth, registry_port=registry_port, runtime=runtime,
+                    user=user)
     _print_status(sandbox.status(sb.name))
     out.print(f"inventory: {sb.inventory_path}")
     out.print(f"try: clusterctl check --nodes {sb.inventory_path}")

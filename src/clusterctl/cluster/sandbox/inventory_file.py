@@ -21,7 +21,6 @@ from clusterctl.cluster.sandbox.model import (
     DEFAULT_INVENTORY,
     INTERFACE,
     NAME_RE,
-    SSH_USER,
     Sandbox,
     data_base,
     state_file,
@@ -79,9 +78,9 @@ def inventory_text(sb: Sandbox) -> str:
         return yaml.safe_dump(obj, sort_keys=False, default_flow_style=False)
 
     node_entries = [
-        {"name": n.name, "host": n.ip, "port": 22, "user": SSH_USER,
+        {"name": n.name, "host": n.ip, "port": 22, "user": sb.user,
          "identity_file": str(sb.key_path), "slots": sb.slots, "interface": INTERFACE,
-         "code_dir": str(data_base() / sb.name / n.name / "code")}
+         "code_dir": str(n.user_dir / "code" if sb.rootless else data_base() / sb.name / n.name / "code")}
         for n in sb.nodes
     ]
     return "".join([
@@ -101,12 +100,14 @@ def inventory_text(sb: Sandbox) -> str:
         f"#   node_identity_file: {sb.key_path}   # the nodes share this machine's files\n",
         "\n",
         *_registry_lines(sb),
-        "# Shared by all nodes: root with the sandbox's generated ed25519 key; eth0 is\n",
+        f"# Shared by all nodes: {sb.user} with the sandbox's generated ed25519 key; eth0 is\n",
         "# the interface that holds each node's address (GLOO/NCCL_SOCKET_IFNAME).\n",
         *(["# The nodes' containers run on Podman (rootful, each node's own storage); each\n",
            "# node has its own dockerd too: `runtime: docker` on a node runs it on Docker.\n"]
-          if sb.runtime != "docker" else []),
-        dump({"defaults": {"user": SSH_USER, "identity_file": str(sb.key_path),
+          if sb.runtime != "docker" and not sb.rootless else []),
+        *([f"# The nodes' containers run on {sb.user}'s own rootless Podman (each node's own\n",
+           "# storage, owned by that user).\n"] if sb.rootless else []),
+        dump({"defaults": {"user": sb.user, "identity_file": str(sb.key_path),
                            "slots": sb.slots, "interface": INTERFACE,
                            **({"runtime": sb.runtime} if sb.runtime != "docker" else {})}}),
         "\n",

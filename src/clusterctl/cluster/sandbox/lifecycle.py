@@ -22,6 +22,7 @@ import contextlib
 import fcntl
 import ipaddress
 import os
+import pwd
 import re
 import shutil
 from collections.abc import Iterator
@@ -43,6 +44,7 @@ from clusterctl.cluster.sandbox.model import (
     DEFAULT_SUBNET,
     MAX_NODES,
     NODE_OFFSET,
+    SSH_USER,
     Sandbox,
     SandboxNode,
     check_name,
@@ -117,6 +119,65 @@ def check_runtime(runtime: str) -> None:
         require_binaries("podman", "runc", "catatonit", packages="podman runc catatonit")
 
 
+def check_user(user: str, runtime: str, with_slurm: bool) -> None:
+    """``--user``: root, or an account of this machine whose rootless Podman the nodes run
+    (its subordinate ids, newuidmap and fuse-overlayfs present)."""
+    if user == SSH_USER:
+        return
+    try:
+        pw = pwd.getpwnam(user)
+    except KeyError:
+        raise UserError(f"--user {user!r}: no such account on this machine; give root or an "
+                        "existing user (useradd -m NAME), who then logs in to every node") from None
+    if pw.pw_uid == 0:
+        raise UserError(f"--user {user!r} has uid 0: leave --user out for root")
+    if runtime != "podman":
+        raise UserError(f"--user {user}: a login user other than root needs --runtime podman (the "
+                        "nodes then run that user's rootless Podman); a node's dockerd is root's")
+    if with_slurm:
+        raise UserError(f"--user {user}: --slurm runs its tasks as root; leave one of them out")
+    require_binaries("newuidmap", "newgidmap", "fuse-overlayfs", packages="uidmap fuse-overlayfs")
+    if _locked_account(user):
+        raise UserError(f"--user {user}: the account is locked (its /etc/shadow password starts "
+                        f"with '!'), and sshd lets no locked account log in, with a key or not; "
+                        f"unlock it without giving it a password: usermod -p '*' {user}")
+    for ids in ("/etc/subuid", "/etc/subgid"):
+        if not _has_subordinate_ids(Path(ids), pw):
+            raise UserError(f"--user {user}: {ids} gives {user} no range of ids, which rootless "
+                            f"Podman needs; add one: usermod --add-subuids 100000-165535 "
+                            f"--add-subgids 100000-165535 {user}")
+
+
+def _has_subordinate_ids(path: Path, pw: pwd.struct_passwd) -> bool:
+    """``path`` (/etc/subuid or /etc/subgid) has a line for the account, by name or uid."""
+    try:
+        lines = path.read_text().splitlines()
+    except OSError:
+        return False
+    return any(line.split(":")[0] in (pw.pw_name, str(pw.pw_uid)) for line in lines if line.count(":") == 2)
+
+
+def _locked_account(user: str, shadow: Path = Path("/etc/shadow")) -> bool:
+    """The account's password field starts with '!' (``useradd`` without ``-p`` leaves it
+    so), which sshd refuses without PAM; False when the file cannot be read."""
+    try:
+        lines = shadow.read_text().splitlines()
+    except OSError:
+        return False
+    return any(f[0] == user and f[1].startswith("!") for f in (line.split(":") for line in lines)
+               if len(f) > 1)
+
+
+def ensure_mqueue() -> None:
+    """Rootless Podman's ``--ipc=host`` bind-mounts /dev/mqueue, which every systemd machine
+    has mounted; a container like this one may not (``statfs /dev/mqueue``): mount it."""
+    mq = Path("/dev/mqueue")
+    if mq.is_dir() and os.path.ismount(mq):
+        return
+    mq.mkdir(exist_ok=True)
+    processes.run(["mount", "-t", "mqueue", "mqueue", str(mq)])
+
+
 def check_bandwidth(rate: str | None) -> None:
     if rate is not None and not _RATE_RE.match(rate):
         raise UserError(
@@ -174,7 +235,8 @@ def up(n: int, *, name: str = DEFAULT_NAME, subnet: str = DEFAULT_SUBNET,
        bandwidth: str | None = None, slots: int = 2,
        inventory_path: str | Path = DEFAULT_INVENTORY, with_slurm: bool = False,
        with_registry: bool = False, registry_auth: bool = False,
-       registry_port: int = registry.DEFAULT_PORT, runtime: str = "docker") -> Sandbox:
+       registry_port: int = registry.DEFAULT_PORT, runtime: str = "docker",
+       user: str = SSH_USER) -> Sandbox:
     """Create (or complete) sandbox ``name`` with ``n`` nodes and write its inventory.
 
     Idempotent: parts already running are kept; a larger ``n`` adds nodes and a
@@ -192,13 +254,16 @@ def up(n: int, *, name: str = DEFAULT_NAME, subnet: str = DEFAULT_SUBNET,
     left half-made.  ``runtime`` ``podman``: each node has a Podman of its own too (its
     storage and state, :func:`.processes.write_podman_confs`) and the inventory says
     ``runtime: podman`` (each node keeps its dockerd: a node may be switched to
-    ``runtime: docker`` in an inventory, for mixed runs).
+    ``runtime: docker`` in an inventory, for mixed runs).  ``user`` other than root (with
+    ``runtime`` podman): that account of this machine logs in to every node, whose Podman is
+    its own, rootless (:func:`check_user`).
     """
     check_name(name)
     check_nodes(n)
     check_slots(slots)
     check_bandwidth(bandwidth)
     check_runtime(runtime)
+    check_user(user, runtime, with_slurm)
     parse_subnet(subnet, n)
     with_registry = with_registry or registry_auth
     if with_registry:
@@ -217,6 +282,11 @@ def up(n: int, *, name: str = DEFAULT_NAME, subnet: str = DEFAULT_SUBNET,
                 f'sandbox "{name}" already exists with subnet {old.subnet}, not {subnet}; remove it '
                 f"first (`clusterctl sandbox down --name {name}`) or choose another --name."
             )
+        if old is not None and old.user != user:
+            raise UserError(
+                f'sandbox "{name}" already exists with login user {old.user}, not {user}; remove it '
+                f"first (`clusterctl sandbox down --name {name}`) or choose another --name."
+            )
         check_inventory_ours(inventory, name)
         keep_slurm = old is not None and old.slurm
         if keep_slurm and not with_slurm:
@@ -230,7 +300,7 @@ def up(n: int, *, name: str = DEFAULT_NAME, subnet: str = DEFAULT_SUBNET,
             registry.require_registry()
         sb = Sandbox(name=name, subnet=subnet, node_count=n, slots=slots, bandwidth=bandwidth,
                      inventory_path=str(inventory), slurm=with_slurm or keep_slurm,
-                     registry_port=reg_port, registry_auth=reg_auth, runtime=runtime)
+                     registry_port=reg_port, registry_auth=reg_auth, runtime=runtime, user=user)
         if old is None:
             _teardown(name)  # debris of a crash or a lost /run: start from a clean slate
         network.check_subnet_free(sb)
@@ -258,6 +328,8 @@ def _bring_up(sb: Sandbox, old: Sandbox | None) -> None:
     if old is not None:
         _remove_nodes(old.nodes[sb.node_count:])
     sshd.ensure_keys(sb)
+    if sb.rootless:
+        ensure_mqueue()
     network.ensure_bridge(sb)
     network.shape(sb.bridge, sb.bandwidth)
     for node in sb.nodes:
@@ -282,7 +354,7 @@ def _start_node(sb: Sandbox, node: SandboxNode) -> None:
     under sudo the daemon's socket is the invoking user's (``sandbox status`` counts its
     images without sudo), its group kept."""
     if sb.runtime == "podman":
-        processes.write_podman_confs(node)
+        processes.write_podman_confs(node, sb.user)
     sshd.ensure_sshd(sb, node)
     processes.start_dockerd(node)
     hand_over(node.daemon.socket, group=False)

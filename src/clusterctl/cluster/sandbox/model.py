@@ -132,6 +132,21 @@ class SandboxNode:
                 "CONTAINERS_STORAGE_CONF": str(self.podman_storage_conf)}
 
     @property
+    def user_dir(self) -> Path:
+        """What a login user other than root owns on the node (``up --user``): its $HOME,
+        its XDG_RUNTIME_DIR and its rootless Podman's tmp dir and run root."""
+        return self.dir / "user"
+
+    def user_env(self, user: str) -> dict[str, str]:
+        """The environment the node's sshd gives ``user``: this node's dockerd, a home of the
+        node's own and, for a user other than root, its own runtime dir (rootless Podman
+        keeps its pause process and locks there: one per node, not one per machine)."""
+        if user == SSH_USER:
+            return {"DOCKER_HOST": self.docker_host, "HOME": str(self.home)}
+        return {"DOCKER_HOST": self.docker_host, "HOME": str(self.user_dir / "home"),
+                "XDG_RUNTIME_DIR": str(self.user_dir / "run")}
+
+    @property
     def home(self) -> Path:
         """The node user's $HOME over SSH: its own, empty, as on a fresh node (not this
         machine's, whose ~/.bashrc bash would run before every command: sshd-sourced)."""
@@ -160,6 +175,12 @@ class Sandbox:
     registry_port: int | None = None  # a registry (up --registry) listens on head_ip:registry_port
     registry_auth: bool = False       # ... and asks for a login (htpasswd, user "clusterctl")
     runtime: str = "docker"  # the nodes' runtime in the inventory (podman: each has its own too)
+    user: str = SSH_USER     # the nodes' login user; another than root: its rootless Podman
+
+    @property
+    def rootless(self) -> bool:
+        """The nodes' Podman is the login user's own, rootless (``up --user NAME``)."""
+        return self.user != SSH_USER
 
     @property
     def network(self) -> ipaddress.IPv4Network:

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 from clusterctl.cluster import dockerd
-from clusterctl.cluster.sandbox.model import Sandbox, SandboxNode, load, state_base
+from clusterctl.cluster.sandbox.model import SSH_USER, Sandbox, SandboxNode, load, state_base
 from clusterctl.cluster.sandbox.processes import in_netns, run, stop_pid
 from clusterctl.core.errors import NodeError
 from clusterctl.core.invoker import hand_over
@@ -71,13 +71,21 @@ def _sshd_config(sb: Sandbox, node: SandboxNode) -> str:
         "# (empty, as on a fresh node): bash runs ~/.bashrc before every command sshd",
         "# starts, and this machine's own could cost more than the command",
         *(["# `podman` over SSH is this node's own (its storage.conf and containers.conf)"]
-          if sb.runtime == "podman" else []),
-        "SetEnv " + " ".join(f"{k}={v}" for k, v in {
-            "DOCKER_HOST": node.docker_host, "HOME": node.home,
-            **(node.podman_env if sb.runtime == "podman" else {})}.items()),
+          if sb.runtime == "podman" and not sb.rootless else []),
+        _set_env(node, SSH_USER, podman=sb.runtime == "podman" and not sb.rootless),
         "Subsystem sftp internal-sftp",
+        # up --user NAME: NAME logs in too, with a home and runtime dir of the node's own,
+        # and `podman` is NAME's rootless one, this node's (a Match block's SetEnv replaces
+        # the one above for that user)
+        *([f"Match User {sb.user}", "  " + _set_env(node, sb.user, podman=sb.runtime == "podman")]
+          if sb.rootless else []),
         "",
     ])
+
+
+def _set_env(node: SandboxNode, user: str, podman: bool) -> str:
+    return "SetEnv " + " ".join(f"{k}={v}" for k, v in {
+        **node.user_env(user), **(node.podman_env if podman else {})}.items())
 
 
 def port_open(ip: str, port: int = 22, timeout: float = 1.0) -> bool:
