@@ -12,7 +12,6 @@ of 2 nodes, one user (``ccpodman``) made here and removed after.
 
 from __future__ import annotations
 
-import json
 import os
 import pwd
 import shutil
@@ -24,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from clusterctl.cluster.sandbox import processes
-from tests.fixtures.sandbox import held_sandbox, own_sandbox
+from tests.fixtures.sandbox import held_sandbox, own_sandbox, wait_running
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.docker, pytest.mark.slow]
 
@@ -107,14 +106,7 @@ def test_a_run_on_rootless_podman_nodes_from_push_to_stop(sandbox_rootless, root
     assert started.returncode == 0, started.stdout + started.stderr
     (run_id,) = [p.name for p in runs_dir.iterdir() if p.is_dir() and p.name not in before]
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            status = clusterctl("status", run_id, "--json")
-            states = {r["node"]: r["state"] for r in json.loads(status.stdout or "{}").get("nodes", [])}
-            if states == {"node1": "running", "node2": "running"} or time.monotonic() > deadline:
-                break
-            time.sleep(2)
-        assert states == {"node1": "running", "node2": "running"}, status.stdout + status.stderr
+        wait_running(lambda: clusterctl("status", run_id, "--json"), ("node1", "node2"))
         for node in sb.nodes:   # the training's processes belong to the user here (the container's
             trainers = [p for p in processes.netns_pids(node.netns)    # root is the user's uid)
                         if b"ddp_smoke.py" in _cmdline(p)]

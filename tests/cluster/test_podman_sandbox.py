@@ -24,7 +24,7 @@ import yaml
 
 from clusterctl.cluster.sandbox import processes
 from clusterctl.run.slurm.submit import SCRIPT_NAME
-from tests.fixtures.sandbox import held_sandbox, own_sandbox
+from tests.fixtures.sandbox import held_sandbox, own_sandbox, wait_running
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.docker, pytest.mark.slow]
 
@@ -83,14 +83,7 @@ def test_a_run_on_podman_nodes_from_push_to_stop(sandbox_podman, cpu_image, runs
     assert len(new) == 1, (new, started.stdout + started.stderr)   # the detached run's record
     run_id = new[0]
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            status = clusterctl("status", run_id, "--json")
-            states = {r["node"]: r["state"] for r in json.loads(status.stdout or "{}").get("nodes", [])}
-            if states == {"node1": "running", "node2": "running"} or time.monotonic() > deadline:
-                break
-            time.sleep(2)
-        assert states == {"node1": "running", "node2": "running"}, status.stdout + status.stderr
+        wait_running(lambda: clusterctl("status", run_id, "--json"), ("node1", "node2"))
         for node in ("node1", "node2"):   # the container is on the node's Podman
             assert f"{run_id}-{node}" in " ".join(_podman_ps(sb, node))
         deadline = time.monotonic() + 90   # the run's first lines (its progress) read from the nodes
