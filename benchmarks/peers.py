@@ -49,9 +49,19 @@ Per way and node count (--nodes, default 2,4; one rank per node), in one run:
   arrived whole (``lines_ok``) in the user's terminal, and how many came mixed (a
   metrics line that does not parse).
 
+* ``lost_*`` (the ways that recover from a lost node: clusterctl and ray): a run of
+  LOST_STEPS steps slowed to LOST_STEP_SECONDS each, a checkpoint every 5 (clusterctl:
+  ``--max-restarts 1 --checkpoint DIR``, the next node ``spare: true`` in the inventory;
+  ray: Ray Train's own ``report(checkpoint=...)``/``get_checkpoint()`` and
+  ``FailureConfig(max_failures=1)``, the next node joining the cluster once every worker
+  is placed); once every rank passed step LOST_AT_STEP, node2's link goes down (the
+  sandbox's cable pulled, as ``clusterctl fault link-down``): ``lost_s`` is that moment to
+  every rank of the next attempt printing its first metrics line, ``lost_resumed_from``
+  the checkpoint's step, ``lost_same_weights`` whether rank 0's final weights equal those
+  of the same training run uninterrupted (torchrun on this machine, the same torch).
+
 Not measured here (the page says why): TorchX (its Slurm scheduler names nodes that must
-resolve by host name; the sandbox's do not), a node lost mid-run and the final weights
-after recovery (benchmarks/recovery.py measures clusterctl's).
+resolve by host name; the sandbox's do not).
 
 Run as root with the local engine up and the cpu image built::
 
@@ -109,6 +119,10 @@ REQUIREMENTS = REPO / "requirements" / "bench-peers.txt"
 WAYS = ("clusterctl", "by-hand", "ray", "mpirun")
 RUN_TIMEOUT = 300.0
 FAIL_STEP = 3
+#: the node-lost run: steps, seconds per step, and the step every rank has passed when the
+#: benchmark takes node2's link down (rank 1's node; the spare is the node after the last)
+LOST_STEPS, LOST_STEP_SECONDS, LOST_AT_STEP = 60, 0.25, 12
+LOST_NODE = "node2"
 OBJECT_STORE = 150_000_000
 RAY_PORT, DASHBOARD_PORT, RDZV_PORT = 6379, 8265, 29400
 #: figures of the peers that cannot run here (or not in this benchmark), transcribed from
@@ -140,18 +154,97 @@ from ray.train.torch import TorchTrainer
 def loop(config):
     sys.argv = ["train.py", *config["argv"]]
     import train
+    if config["recover"]:      # Ray Train's own checkpoints: reported by every rank, rank 0's kept
+        import os
+        import tempfile
+
+        import ray.train
+        import torch
+        from ray.train import Checkpoint
+
+        def load():
+            ckpt = ray.train.get_checkpoint()
+            if ckpt is None:
+                return None
+            with ckpt.as_directory() as d:
+                saved = torch.load(os.path.join(d, "bench-ckpt.pt"))
+            return saved["step"], saved["model"]
+
+        def save(step, state, rank):
+            with tempfile.TemporaryDirectory() as d:
+                ckpt = None
+                if rank == 0:
+                    torch.save({"step": step, "model": state}, os.path.join(d, "bench-ckpt.pt"))
+                    ckpt = Checkpoint.from_directory(d)
+                ray.train.report({"step": step}, checkpoint=ckpt)
+
+        train.LOAD, train.SAVE = load, save
     train.main()
 
 
 if __name__ == "__main__":
+    # ray_train.py N [--recover NAME] TRAIN_ARGS...: --recover retries once from the last
+    # checkpoint (FailureConfig(max_failures=1)), a run of its own name
     workers, argv = int(sys.argv[1]), sys.argv[2:]
+    recover = argv[:1] == ["--recover"]
+    name = argv[1] if recover else "peers-bench"
+    argv = argv[2:] if recover else argv
     trainer = TorchTrainer(
-        loop, train_loop_config={"argv": argv},
+        loop, train_loop_config={"argv": argv, "recover": recover},
         scaling_config=ScalingConfig(num_workers=workers, use_gpu=False,
                                      resources_per_worker={"CPU": 1}),
-        run_config=RunConfig(name="peers-bench", storage_path="/tmp/ray-peers-bench-results",
-                             failure_config=FailureConfig(max_failures=0)))
+        run_config=RunConfig(name=name, storage_path="/tmp/ray-peers-bench-results",
+                             failure_config=FailureConfig(max_failures=1 if recover else 0)))
     trainer.fit()
+'''
+
+
+#: train.py's additions for the node-lost run: a checkpoint after every step, loaded on
+#: start, through clusterctl's ``--checkpoint DIR`` (CLUSTERCTL_CHECKPOINT_DIR) or, under Ray
+#: Train, its own Checkpoint API (ray_train.py sets LOAD and SAVE), every 5 steps (a Ray
+#: Train report with a checkpoint took 2 s here: one per step would be most of the run); the data a rank drew
+#: before the checkpoint is drawn again, unused, so a resumed run ends with the weights of
+#: an uninterrupted one; PEERS_STEP_SECONDS slows each step
+RECOVERY_LINES = '''STARTED = round(time.time(), 3)
+STEP_SECONDS = float(os.environ.get("PEERS_STEP_SECONDS", "0"))
+CKPT_EVERY = 5  # steps between checkpoints
+CKPT = os.environ.get("CLUSTERCTL_CHECKPOINT_DIR")
+LOAD = None     # () -> (step, state dict) or None: Ray Train's get_checkpoint
+SAVE = None     # (step, state dict, rank): Ray Train's report, on every rank
+
+
+def resume(model, data, cfg, rank):
+    loaded = LOAD() if LOAD else None
+    if loaded is None and CKPT and (Path(CKPT) / "bench-ckpt.pt").exists():
+        saved = torch.load(Path(CKPT) / "bench-ckpt.pt")
+        loaded = saved["step"], saved["model"]
+    if loaded is None:
+        return 0
+    step, state = loaded
+    model.module.load_state_dict(state)
+    for _ in range(step):
+        torch.randn(cfg["batch"], cfg["features"], generator=data)
+        torch.randn(cfg["batch"], 1, generator=data)
+    # DDP lays its gradient bucket out anew after a process's first backward, and where a
+    # value lies in it decides the order gloo adds the ranks' parts (beyond 2 ranks, a
+    # different sum): one backward whose gradients are dropped, so that every step trained
+    # here uses the layout the uninterrupted run used (examples/ddp_smoke.py does the same)
+    model(torch.zeros(cfg["batch"], cfg["features"])).sum().backward()
+    model.zero_grad()
+    print(f"peers-bench resumed rank={rank} step={step} t={time.time():.3f}", flush=True)
+    return step
+
+
+def keep(step, model, rank):
+    time.sleep(STEP_SECONDS)
+    if step % CKPT_EVERY:
+        return
+    if SAVE:
+        SAVE(step, model.module.state_dict(), rank)
+    elif CKPT and rank == 0:
+        tmp = Path(CKPT) / f".bench-ckpt.{os.getpid()}"
+        torch.save({"step": step, "model": model.module.state_dict()}, tmp)
+        os.replace(tmp, Path(CKPT) / "bench-ckpt.pt")
 '''
 
 
@@ -178,12 +271,22 @@ def make_project(dst: Path) -> None:
     swaps = [
         ("from torch.nn.parallel import DistributedDataParallel\n",
          "from torch.nn.parallel import DistributedDataParallel\n\n"
-         'VALUE = "start"\nFAIL_RANK = -1\n'),
+         'VALUE = "start"\nFAIL_RANK = -1\n' + RECOVERY_LINES),
         ('    dist.init_process_group("gloo")\n',
          '    owned = not dist.is_initialized()\n    if owned:\n        dist.init_process_group("gloo")\n'),
         ("    rank, world = dist.get_rank(), dist.get_world_size()\n",
          "    rank, world = dist.get_rank(), dist.get_world_size()\n"
          '    print(f"peers-bench value={VALUE} rank={rank} ", flush=True)\n'),
+        ("    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr)\n",
+         "    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr)\n"
+         "    start = resume(model, data, cfg, rank)\n"),
+        ("    for step in range(1, args.steps + 1):\n",
+         "    for step in range(start + 1, args.steps + 1):\n"),
+        ("        optimizer.step()\n",
+         "        optimizer.step()\n"
+         "        keep(step, model, rank)\n"),
+        ('"samples": step * cfg["batch"], "time": round(time.time(), 3)}',
+         '"samples": step * cfg["batch"], "time": round(time.time(), 3), "start": STARTED}'),
         ("        x = torch.randn(",
          f"        if rank == FAIL_RANK and step == {FAIL_STEP}:\n"
          '            print(f"peers-bench failing rank={rank} t={time.time():.3f}", flush=True)\n'
@@ -311,6 +414,16 @@ class Timed:
 METRICS = re.compile(r"clusterctl-metrics (\{.*)$")
 
 
+def read_lines(fd: int, buf: bytes) -> tuple[list[str], bytes, bool]:
+    """What ``fd`` holds now, as whole lines after ``buf``; the rest of a line is the
+    returned buffer; True at the end of the output."""
+    data = os.read(fd, 65536)
+    if not data:
+        return [], buf, True
+    *lines, rest = (buf + data).split(b"\n")
+    return [raw.decode(errors="replace") for raw in lines], rest, False
+
+
 def watch(argv: list[str], env: dict[str, str], ranks: int, value: str | None = None,
           stop_at: float | None = None, timeout: float = RUN_TIMEOUT,
           inodes: set[int] | None = None) -> Timed:
@@ -350,13 +463,10 @@ def watch(argv: list[str], env: dict[str, str], ranks: int, value: str | None = 
             break
         if not sel.select(timeout=min(limit - now, 1.0)):
             continue
-        data = os.read(p.stdout.fileno(), 65536)
-        if not data:
+        lines, buf, eof = read_lines(p.stdout.fileno(), buf)
+        if eof:
             break
-        buf += data
-        while b"\n" in buf:
-            raw, buf = buf.split(b"\n", 1)
-            line = raw.decode(errors="replace")
+        for line in lines:
             res.out.append(line)
             if want is not None and res.ranks_s is None:
                 seen.update(want.findall(line))
@@ -382,6 +492,95 @@ def watch(argv: list[str], env: dict[str, str], ranks: int, value: str | None = 
     res.cpu_s = (c1.ru_utime + c1.ru_stime) - (c0.ru_utime + c0.ru_stime)
     res.peak_mb = peak[0]
     return res
+
+
+WEIGHTS = re.compile(r"rank 0/\d+ weights-sha256=([0-9a-f]+)")
+RESUMED = re.compile(r"peers-bench resumed rank=(\d+) step=(\d+)")
+
+
+def lost_run(argv: list[str], env: dict[str, str], ranks: int, ready, fault,
+             timeout: float = RUN_TIMEOUT) -> dict:
+    """Run ``argv``; once every rank passed LOST_AT_STEP and ``ready()`` says so, ``fault()``
+    (returns its time.time()); then the time every rank of the next attempt (a process that
+    started after the fault) printed its first metrics line, the step it resumed from, the
+    final weights and the exit status."""
+    p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
+                         stdin=subprocess.DEVNULL, start_new_session=True)
+    steps: dict[int, int] = {}
+    back: dict[int, float] = {}
+    resumed: set[int] = set()
+    res: dict = {"fault_at": None, "weights": None, "out": []}
+    sel = selectors.DefaultSelector()
+    sel.register(p.stdout, selectors.EVENT_READ)
+    buf, deadline = b"", time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if res["fault_at"] is None and len(steps) >= ranks and min(steps.values()) >= LOST_AT_STEP \
+                and ready():
+            res["fault_at"] = fault()
+        if not sel.select(timeout=0.25):
+            continue
+        lines, buf, eof = read_lines(p.stdout.fileno(), buf)
+        if eof:
+            break
+        for line in lines:
+            res["out"] = (res["out"] + [line])[-40:]
+            m = METRICS.search(line)
+            if m:
+                try:
+                    d = json.loads(m.group(1))
+                    rank, step, t, started = int(d["rank"]), int(d["step"]), float(d["time"]), d.get("start", 0)
+                except (ValueError, KeyError, TypeError):
+                    continue
+                if res["fault_at"] is None:
+                    steps[rank] = max(steps.get(rank, 0), step)
+                elif started > res["fault_at"]:
+                    back.setdefault(rank, t)
+            if (m := RESUMED.search(line)) and res["fault_at"] is not None:
+                resumed.add(int(m.group(2)))
+            if m := WEIGHTS.search(line):
+                res["weights"] = m.group(1)
+    else:
+        os.killpg(p.pid, signal.SIGKILL)
+        res["killed"] = True
+    res["rc"] = p.wait()
+    if res["fault_at"] is not None and len(back) >= ranks:
+        res["training_again_s"] = round(max(back.values()) - res["fault_at"], 2)
+    res["resumed_from"] = min(resumed) if resumed else None
+    return res
+
+
+def reference_weights(bench, n: int, steps: int) -> str | None:
+    """rank 0's weights after ``steps`` uninterrupted steps of n ranks: train.py under torchrun
+    on this machine (the peers' venv: the torch of the image, 2.13.0+cpu)."""
+    r = subprocess.run([str(venv_dir(bench.cache) / "bin" / "torchrun"), "--standalone",
+                        "--nproc-per-node", str(n), "train.py", "--steps", str(steps)],
+                       cwd=bench.project, capture_output=True, text=True, timeout=600,
+                       env={**os.environ, "OMP_NUM_THREADS": "1"})
+    m = WEIGHTS.search(r.stdout)
+    return m.group(1) if m else None
+
+
+def node_lost(bench, way, n: int) -> dict:
+    """The node-lost run of a way that recovers (row fields ``lost_*``)."""
+    argv, env = way.lost_argv(n, LOST_STEPS)
+    sb = bench.sb
+
+    def fault() -> float:
+        sandbox.set_link(sb.name, LOST_NODE, up=False)
+        return time.time()
+    try:
+        r = lost_run(argv, env, n, lambda: way.lost_ready(n), fault)
+    finally:
+        sandbox.set_link(sb.name, LOST_NODE, up=True)
+    way.lost_cleanup(n)
+    ref = bench.reference.get(n)
+    row = {"lost_rc": r["rc"], "lost_s": r.get("training_again_s"), "lost_resumed_from": r["resumed_from"],
+           "lost_weights": r["weights"], "lost_same_weights": None if not (ref and r["weights"]) else r["weights"] == ref}
+    if r["fault_at"] is None:
+        row["lost_note"] = "the fault was never injected: " + " / ".join(r["out"][-4:])
+    elif row["lost_s"] is None:
+        row["lost_note"] = "not every rank trained again: " + " / ".join(r["out"][-4:])
+    return row
 
 
 # --------------------------------------------------------------------------- the sandbox's processes
@@ -446,6 +645,17 @@ class Way:
     def extra(self, n: int) -> dict:
         return {}
 
+    recovers = False                 # offers recovery from a lost node (the node-lost run)
+
+    def lost_argv(self, n: int, steps: int) -> tuple[list[str], dict[str, str]]:
+        raise NotImplementedError
+
+    def lost_ready(self, n: int) -> bool:   # the spare can take the lost node's place now
+        return True
+
+    def lost_cleanup(self, n: int) -> None:
+        pass
+
 
 class Clusterctl(Way):
     name = "clusterctl"
@@ -455,6 +665,27 @@ class Clusterctl(Way):
         return ([sys.executable, "-m", "clusterctl", "launch", "--target", "cpu", "--workdir",
                  str(self.b.project), "--nodes", str(self.b.inventory(n)), "--",
                  "python", "train.py", "--steps", str(self.b.args.steps)], self.b.cli_env)
+
+    recovers = True
+
+    def lost_argv(self, n, steps):
+        """``--max-restarts 1 --checkpoint DIR`` on the n nodes and the next one as a spare."""
+        ckpt = self.b.tmp / f"ckpt-{n}"
+        shutil.rmtree(ckpt, ignore_errors=True)
+        ckpt.mkdir()
+        return ([sys.executable, "-m", "clusterctl", "launch", "--target", "cpu", "--workdir",
+                 str(self.b.project), "--nodes", str(self.b.inventory(n, spare=True)),
+                 "--max-restarts", "1", "--checkpoint", str(ckpt),
+                 "--set", f"PEERS_STEP_SECONDS={LOST_STEP_SECONDS}", "--",
+                 "python", "train.py", "--steps", str(steps)], self.b.cli_env)
+
+    def lost_cleanup(self, n):
+        """The lost node's container of the first attempt (clusterctl could not reach it)."""
+        from clusterctl.cluster.sandbox import processes
+        left = processes.node_docker(self.b.sb.name, LOST_NODE, "ps", "-aq", "--filter",
+                                     "label=io.clusterctl.run").stdout.split()
+        if left:
+            processes.node_docker(self.b.sb.name, LOST_NODE, "rm", "--force", *left)
 
 
 class ByHand(Way):
@@ -613,6 +844,32 @@ class Ray(Way):
                  str(venv_dir(self.b.cache) / "bin" / "python"), "ray_train.py", str(n),
                  "--steps", str(self.b.args.steps)], env)
 
+    recovers = True
+
+    def lost_argv(self, n, steps):
+        """The same submit with ``--recover``: FailureConfig(max_failures=1) and Ray Train's
+        checkpoints, a run name of its own."""
+        argv, env = self.argv(n)
+        runtime = json.loads(argv[argv.index("--runtime-env-json") + 1])
+        runtime["env_vars"]["PEERS_STEP_SECONDS"] = str(LOST_STEP_SECONDS)
+        argv[argv.index("--runtime-env-json") + 1] = json.dumps(runtime)
+        at = argv.index("ray_train.py") + 2
+        argv[at:] = ["--recover", f"peers-lost-{n}-{int(time.time())}", "--steps", str(steps)]
+        self.spare = None
+        return argv, env
+
+    def lost_ready(self, n):
+        """The spare joins once every worker is placed (before, Ray might place one there):
+        ``ray start`` on node n+1, in the background; ready when the cluster counts it."""
+        head = self.b.ips[0]
+        if getattr(self, "spare", None) is None:
+            cmd = (f"{self._ray()} start --address={head}:{RAY_PORT} --node-ip-address={self.b.ips[n]} "
+                   f"--temp-dir=/tmp/ray-{self.b.args.name}-{n + 1} --num-cpus=1 "
+                   f"--object-store-memory={OBJECT_STORE} --disable-usage-stats")
+            self.spare = subprocess.Popen([*self.b.ssh, self.b.ips[n], cmd + " >/dev/null 2>&1 </dev/null"])
+            return False
+        return alive_nodes(f"http://{head}:{DASHBOARD_PORT}") >= n + 1
+
     def extra(self, n):
         head = self._pids(n, 0)
         worker = self._pids(n, 1) if n > 1 else []
@@ -620,7 +877,7 @@ class Ray(Way):
                 "ray_worker_mb": round(rss_mb(worker)), "_head_pids": head}
 
     def teardown(self, n):
-        pids = set(self.started) | set(self._pids(max(self.b.args.nodes)))
+        pids = set(self.started) | set(self._pids(self.b.sb.node_count))   # the spare's too
         for pid in pids:
             try:
                 os.kill(pid, signal.SIGTERM)
@@ -634,7 +891,7 @@ class Ray(Way):
                 os.kill(pid, signal.SIGKILL)
             except OSError:
                 pass
-        for i in range(1, n + 1):
+        for i in range(1, self.b.sb.node_count + 1):
             shutil.rmtree(f"/tmp/ray-{self.b.args.name}-{i}", ignore_errors=True)
         shutil.rmtree("/tmp/ray-peers-bench-results", ignore_errors=True)
         self.started = []
@@ -654,6 +911,7 @@ class Bench:
         self.ips = [node["host"] for node in self.data["nodes"]]
         self.image = args.image
         self.run_id = 0
+        self.reference: dict[int, str | None] = {}   # n -> an uninterrupted run's weights
         self.cli_env = benchplot.cli_env(os.environ, DOCKER_HOST=engine.engine_url() or "",
                                          CLUSTERCTL_RUNS=str(tmp / "runs"))
         self.ssh_config = tmp / "ssh_config"
@@ -664,10 +922,12 @@ class Bench:
             "  GlobalKnownHostsFile /dev/null\n  LogLevel ERROR\n")
         self.ssh = ["ssh", "-F", str(self.ssh_config)]
 
-    def inventory(self, n: int) -> Path:
-        path = self.tmp / f"inventory-{n}.yaml"
+    def inventory(self, n: int, spare: bool = False) -> Path:
+        """The first n nodes (``spare``: and the next one, ``spare: true``)."""
+        path = self.tmp / f"inventory-{n}{'-spare' if spare else ''}.yaml"
         if not path.exists():
-            path.write_text(yaml.safe_dump({**self.data, "nodes": self.data["nodes"][:n]}, sort_keys=False))
+            nodes = self.data["nodes"][:n] + ([{**self.data["nodes"][n], "spare": True}] if spare else [])
+            path.write_text(yaml.safe_dump({**self.data, "nodes": nodes}, sort_keys=False))
         return path
 
     def once(self, way: Way, n: int, value: str | None, stop_wait: float | None = None,
@@ -730,6 +990,9 @@ def run_way(bench: Bench, way: Way, n: int, log) -> dict:
             if r.killed or gone is None:
                 row["fail_note"] = (f"still running {args.stop_wait:.0f} s after the rank failed: "
                                     "killed by the benchmark")
+        if way.recovers and n + 1 <= bench.sb.node_count and n >= 2:
+            log(f"  {way.name} at {n} nodes: {LOST_NODE}'s link down at step {LOST_AT_STEP} ...")
+            row.update(node_lost(bench, way, n))
         row["result"] = "ok"
     except (RuntimeError, OSError, subprocess.SubprocessError, UserError) as e:
         row["result"] = f"failed: {e}"[:600]
@@ -748,7 +1011,7 @@ def add_ratios(rows: list[dict]) -> list[dict]:
     base = {r["nodes"]: r for r in rows if r["way"] == "clusterctl"}
     for r in rows:
         b = base.get(r["nodes"])
-        for key in ("setup_s", "edit_s", "fail_stop_s", "head_cpu_s", "head_mb"):
+        for key in ("setup_s", "edit_s", "fail_stop_s", "head_cpu_s", "head_mb", "lost_s"):
             if b and r.get(key) is not None and b.get(key):
                 r[f"x_{key}"] = round(r[key] / b[key], 2)
     return rows
@@ -764,6 +1027,13 @@ def print_rows(rows: list[dict]) -> None:
               f"{f(r.get('fail_stop_s')):>13} {f(r.get('fail_rc')):>4} {f(r.get('head_cpu_s')):>10} "
               f"{f(r.get('head_mb')):>8} {f(r.get('lines_ok'))}/{f(r.get('lines_expected')):<6}  "
               f"{r.get('result', '')[:60]}", flush=True)
+    lost = [r for r in rows if r.get("lost_rc") is not None or r.get("lost_note")]
+    if lost:
+        print(f"\n{LOST_NODE}'s link down at step {LOST_AT_STEP}, a spare beside (ways that recover):")
+    for r in lost:
+        print(f"{r['nodes']:>5} {r['way']:<11} training again {f(r.get('lost_s'), ' s')}, resumed from step "
+              f"{f(r.get('lost_resumed_from'))}, same weights as uninterrupted: {f(r.get('lost_same_weights'))}, "
+              f"exit {f(r.get('lost_rc'))} {r.get('lost_note') or ''}"[:200], flush=True)
     print("\n(over clusterctl's at the same node count)")
     for r in rows:
         if r["way"] != "clusterctl":
@@ -803,7 +1073,7 @@ def check(args: argparse.Namespace) -> None:
                         "each once, e.g. clusterctl,ray")
     args.ways = ways
     sandbox.check_name(args.name)
-    sandbox.parse_subnet(args.subnet, max(args.nodes))
+    sandbox.parse_subnet(args.subnet, max(args.nodes) + 1)
     benchplot.check_outputs(args.json, args.plot)
     if not Path(args.cache).resolve().parent.is_dir():
         raise UserError(f"--cache {args.cache}: its parent directory does not exist")
@@ -831,13 +1101,16 @@ def run(args: argparse.Namespace) -> int:
     try:
         t = time.monotonic()
         inventory = tmp / "sandbox.yaml"
-        print(f"sandbox {args.name}: {max(args.nodes)} nodes, sharing this machine's "
+        print(f"sandbox {args.name}: {max(args.nodes) + 1} nodes (the last a spare), sharing this machine's "
               f"{os.cpu_count()} cores ...", flush=True)
-        sb = sandbox.up(max(args.nodes), name=args.name, subnet=args.subnet, slots=1,
-                        inventory_path=inventory)
+        sb = sandbox.up(max(args.nodes) + 1, name=args.name, subnet=args.subnet, slots=1,
+                        inventory_path=inventory)   # the last one: the node-lost run's spare
         extra["sandbox_up_s"] = round(time.monotonic() - t, 1)
         bench = Bench(args, sb, tmp, inventory)
         make_project(bench.project)
+        for n in args.nodes:
+            bench.reference[n] = reference_weights(bench, n, LOST_STEPS)
+            print(f"uninterrupted weights, {n} ranks x {LOST_STEPS} steps: {bench.reference[n]}", flush=True)
         if set(args.ways) & {"clusterctl", "by-hand"}:
             t = time.monotonic()
             results = distribute.push_image(args.image, load_inventory(inventory), strategy="relay")

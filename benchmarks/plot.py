@@ -155,14 +155,18 @@ SHAPES: dict[str, dict[str, tuple[str, ...]]] = {
         # exit -> every process of the job gone), fail_exit_s (-> the user's command returned),
         # fail_rc (its exit status); head_cpu_s, head_mb (the user's command's process tree,
         # an edit run); ray_head_*: the Ray head node's daemons; lines_ok of lines_expected
-        # metrics lines arrived whole, lines_mixed not; x_FIGURE: over clusterctl's
+        # metrics lines arrived whole, lines_mixed not; x_FIGURE: over clusterctl's;
+        # lost_*: the node-lost run (ways that recover): lost_s (node2's link down -> every
+        # rank of the next attempt training), lost_resumed_from (the checkpoint's step),
+        # lost_same_weights (the final weights are an uninterrupted run's), lost_rc, lost_note
         "rows": ("nodes:int", "way:str", "result:str", "needs?:str", "setup_s?:num",
                  "cluster_up_s?:num", "edit_s?:num", "edit_runs?:list", "fail_stop_s?:num",
                  "fail_exit_s?:num", "fail_rc?:int", "fail_note?:str", "head_cpu_s?:num",
                  "head_mb?:num", "ray_head_mb?:num", "ray_head_procs?:int", "ray_worker_mb?:num",
                  "ray_head_cpu_s?:num", "lines_expected?:int", "lines_ok?:int", "lines_mixed?:int",
                  "x_setup_s?:num", "x_edit_s?:num", "x_fail_stop_s?:num", "x_head_cpu_s?:num",
-                 "x_head_mb?:num"),
+                 "x_head_mb?:num", "lost_s?:num", "lost_rc?:int", "lost_resumed_from?:int",
+                 "lost_weights?:str", "lost_same_weights?:bool", "lost_note?:str", "x_lost_s?:num"),
         # published figures of the peers that cannot set up here, transcribed
         "published": ("what:str", "seconds:num", "source?:str"),
     },
@@ -836,6 +840,16 @@ def peers_table(doc: dict) -> str:
           _f(r.get("head_mb"), 0) + x(r, "head_mb"),
           "-" if r.get("lines_ok") is None else f"{r['lines_ok']:,} of {r.get('lines_expected') or 0:,}",
           (r.get("result") or "-").split(":")[0]] for r in rows])]
+    lost = [r for r in rows if r.get("lost_rc") is not None or r.get("lost_note")]
+    if lost:
+        tables.append(_md(
+            ["nodes", "way", "node2 lost -> every rank training again s", "resumed from step",
+             "final weights = uninterrupted run's", "exit status", "note"],
+            [[str(r["nodes"]), r["way"], _f(r.get("lost_s"), 1) + x(r, "lost_s"),
+              "-" if r.get("lost_resumed_from") is None else str(r["lost_resumed_from"]),
+              {True: "yes", False: "NO", None: "-"}[r.get("lost_same_weights")],
+              "-" if r.get("lost_rc") is None else str(r["lost_rc"]), r.get("lost_note") or ""]
+             for r in lost]))
     ray = [r for r in rows if r.get("ray_head_mb") is not None]
     if ray:
         tables.append(_md(
@@ -1318,7 +1332,8 @@ PEER_COLORS = {"clusterctl": "#1f77b4", "by-hand": "#7f7f7f", "mpirun": "#2ca02c
 def _peers(plt, doc: dict):
     rows = [r for r in doc["rows"] if (r.get("result") or "ok") == "ok"]
     panels = (("setup_s", "set-up -> first run s"), ("edit_s", "one-line edit -> every rank s"),
-              ("fail_stop_s", "rank fails -> all gone s"), ("head_mb", "head MB (Ray: + head node)"))
+              ("fail_stop_s", "rank fails -> all gone s"), ("lost_s", "node lost -> training again s"),
+              ("head_mb", "head MB (Ray: + head node)"))
     fig, axes = plt.subplots(1, len(panels), figsize=SIZE, dpi=DPI)
     counts = sorted({r["nodes"] for r in doc["rows"]})
     ways = _ordered([r["way"] for r in doc["rows"]], PEER_WAYS)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -45,9 +46,10 @@ def test_the_project_is_the_example_with_the_benchmarks_lines(tmp_path):
     peers.make_project(project)
     text = (project / "train.py").read_text()
     example = (REPO / "examples" / "own-project" / "train.py").read_text()
-    # everything of the example is still there, plus the three additions
-    assert text.count("\n") == example.count("\n") + 10
+    # everything of the example is still there, plus the additions (the node-lost run's too)
+    assert text.count("\n") == example.count("\n") + 10 + 2 + peers.RECOVERY_LINES.count("\n")
     assert 'VALUE = "start"\nFAIL_RANK = -1\n' in text and "if owned:" in text
+    assert "start = resume(model, data, cfg, rank)" in text and "keep(step, model, rank)" in text
     peers.edit(project, "VALUE", '"v2"')
     peers.edit(project, "FAIL_RANK", "1")
     assert 'VALUE = "v2"\nFAIL_RANK = 1\n' in (project / "train.py").read_text()
@@ -109,3 +111,43 @@ def test_the_committed_data_file_draws(tmp_path):
     assert png_size(out) == (800, 450)
     assert json.loads((DATA / "peers.json").read_text())["benchmark"] == "peers"
     assert (Path(DATA).parent / "img" / "peers.png").is_file()
+
+
+def test_lost_run_times_every_rank_of_the_next_attempt_from_the_fault(tmp_path):
+    """A stand-in job (no cluster: this tests the benchmark's reading): two ranks step until
+    the fault, which the script sees as a file; then a "next attempt" (a start time after
+    the fault) resumes and prints its weights. The fault waits for every rank past
+    LOST_AT_STEP and for ``ready``."""
+    flag = tmp_path / "fault"
+    script = (
+        "import json, os, sys, time\n"
+        "def line(rank, step, start):\n"
+        "    print('clusterctl-metrics ' + json.dumps({'rank': rank, 'step': step, 'time': time.time(),"
+        " 'start': start}), flush=True)\n"
+        "t0 = time.time()\n"
+        "step = 0\n"
+        f"while not os.path.exists({str(flag)!r}):\n"
+        "    step += 1\n"
+        "    for r in (0, 1): line(r, step, t0)\n"
+        "    time.sleep(0.02)\n"
+        "time.sleep(0.3)\n"
+        "t1 = time.time()\n"
+        "for r in (0, 1): print(f'peers-bench resumed rank={r} step=6 t={t1}', flush=True)\n"
+        "for r in (0, 1): line(r, 7, t1)\n"
+        "print('rank 0/2 weights-sha256=abc123', flush=True)\n")
+    asked = []
+
+    def ready():
+        asked.append(time.time())
+        return len(asked) > 3           # not at once: the spare first joins
+
+    def fault():
+        flag.write_text("down")
+        return time.time()
+    res = peers.lost_run([sys.executable, "-c", script], {}, 2, ready, fault, timeout=60)
+    assert res["rc"] == 0 and res["fault_at"] is not None and len(asked) == 4
+    assert 0.3 <= res["training_again_s"] < 10 and res["resumed_from"] == 6 and res["weights"] == "abc123"
+    # a job that never gets past the fault step is never faulted, and says so
+    res = peers.lost_run([sys.executable, "-c", "print('clusterctl-metrics {\"rank\": 0, \"step\": 1, "
+                          "\"time\": 1, \"start\": 0}')"], {}, 1, lambda: True, fault, timeout=30)
+    assert res["fault_at"] is None and "training_again_s" not in res
