@@ -1331,9 +1331,9 @@ PEER_COLORS = {"clusterctl": "#1f77b4", "by-hand": "#7f7f7f", "mpirun": "#2ca02c
 
 def _peers(plt, doc: dict):
     rows = [r for r in doc["rows"] if (r.get("result") or "ok") == "ok"]
-    panels = (("setup_s", "set-up -> first run s"), ("edit_s", "one-line edit -> every rank s"),
-              ("fail_stop_s", "rank fails -> all gone s"), ("lost_s", "node lost -> training again s"),
-              ("head_mb", "head MB (Ray: + head node)"))
+    panels = (("setup_s", "set-up -> first run s"), ("edit_s", "edit -> every rank s"),
+              ("fail_stop_s", "rank fails -> gone s"), ("lost_s", "node lost -> training s"),
+              ("head_mb", "head MB (+ Ray's head)"))
     fig, axes = plt.subplots(1, len(panels), figsize=SIZE, dpi=DPI)
     counts = sorted({r["nodes"] for r in doc["rows"]})
     ways = _ordered([r["way"] for r in doc["rows"]], PEER_WAYS)
