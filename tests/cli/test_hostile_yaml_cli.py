@@ -237,11 +237,13 @@ def test_nesting_at_the_limit_is_read_and_x_is_what_is_wrong(tmp_path, kind, pre
         assert f"{path}:{prefix.count(chr(10)) + 1}: x: unknown" in output, output
 
 
-#: clusterctl's own CLI, telling how long it took from its command line to its exit.
+#: clusterctl's own CLI, telling how much CPU it spent from its command line to its exit (the
+#: work: on 2 shared cores the suite's background image builds stretch wall time past a
+#: second (CI, 2026-11-29), while the defect this guards against cost 7 to 17 s of CPU).
 _TIMED = ("import atexit, sys, time\n"
           "from clusterctl.cli import main\n"
-          "start = time.perf_counter()\n"
-          "atexit.register(lambda: print('took-s', time.perf_counter() - start, file=sys.stderr))\n"
+          "start = time.process_time()\n"
+          "atexit.register(lambda: print('took-s', time.process_time() - start, file=sys.stderr))\n"
           "sys.argv = ['clusterctl', *sys.argv[1:]]\n"
           "main()\n")
 
@@ -257,4 +259,4 @@ def test_a_real_clusterctl_refuses_a_deep_inventory_in_well_under_a_second(tmp_p
     assert proc.returncode == 2 and "Traceback" not in text, text
     assert f"{inv}:" in text and f"nest deeper than {yamlfile.MAX_DEPTH} levels" in text, text
     took = float(text.split("took-s")[1].split()[0])
-    assert took < 1.0, f"{took:.2f} s from the command line to the refusal"
+    assert took < 1.0, f"{took:.2f} s of CPU from the command line to the refusal"

@@ -9,7 +9,8 @@ finds them even after the daemon died.
 Contract: :func:`run` (a host tool, failures as messages), :func:`start_dockerd`,
 for failure tests :func:`kill_dockerd` / :func:`restart_dockerd` by sandbox and node name,
 :func:`node_docker`, a node's Podman (:func:`write_podman_confs`, :func:`node_podman`,
-:func:`remove_podman_containers`), :func:`in_netns`, :func:`stop_pid`, :func:`terminate`,
+:func:`podman_owner`, :func:`remove_podman_containers`; rootful, or the login user's rootless
+one with ``up --user``), :func:`in_netns`, :func:`stop_pid`, :func:`terminate`,
 :func:`netns_pids`, :func:`processes_using`, :func:`cgroup_dirs`, :func:`remove_cgroups`.
 Imports only the model of the sandbox package.
 """
