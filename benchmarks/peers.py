@@ -104,6 +104,7 @@ import yaml
 
 from clusterctl.cluster import distribute, engine, sandbox
 from clusterctl.cluster.inventory import load_inventory
+from clusterctl.cluster.sandbox import processes
 from clusterctl.core.errors import UserError
 from clusterctl.core.tools import require_binaries
 from clusterctl.image import targets
@@ -681,7 +682,6 @@ class Clusterctl(Way):
 
     def lost_cleanup(self, n):
         """The lost node's container of the first attempt (clusterctl could not reach it)."""
-        from clusterctl.cluster.sandbox import processes
         left = processes.node_docker(self.b.sb.name, LOST_NODE, "ps", "-aq", "--filter",
                                      "label=io.clusterctl.run").stdout.split()
         if left:

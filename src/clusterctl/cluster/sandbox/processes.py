@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 
 from clusterctl.cluster import dockerd
-from clusterctl.cluster.sandbox.model import SandboxNode, load
+from clusterctl.cluster.sandbox.model import SSH_USER, SandboxNode, load
 from clusterctl.core.errors import EnvironmentProblem, NodeError
 
 # Node daemons own no network set-up (the sandbox does it), and are disposable: a short
@@ -127,13 +127,13 @@ def podman_confs(node: SandboxNode, rootless: bool = False) -> tuple[str, str]:
 FUSE_OVERLAYFS = "/usr/bin/fuse-overlayfs"
 
 
-def write_podman_confs(node: SandboxNode, user: str = "root") -> None:
+def write_podman_confs(node: SandboxNode, user: str = SSH_USER) -> None:
     """The node's Podman configuration (rewritten each ``up``; nothing runs: Podman is
     daemonless, each ``podman`` its sshd starts reads them).  ``user`` other than root: a
     rootless Podman, whose home, runtime dir, state and graph root ``user`` owns (made
     here, fresh, in root's directories: nothing another user planted is followed)."""
     node.dir.mkdir(parents=True, exist_ok=True)
-    rootless = user != "root"
+    rootless = user != SSH_USER
     conf, storage = podman_confs(node, rootless=rootless)
     node.podman_conf.write_text(conf)
     node.podman_storage_conf.write_text(storage)
@@ -163,7 +163,8 @@ def node_podman(node: SandboxNode, *args: str, check: bool = False,
     uid = podman_owner(node)
     if uid != 0:
         try:
-            name, gid = pwd.getpwuid(uid).pw_name, pwd.getpwuid(uid).pw_gid
+            pw = pwd.getpwuid(uid)
+            name, gid = pw.pw_name, pw.pw_gid
         except KeyError:  # the account is gone: its uid still owns the storage
             name, gid = str(uid), uid
         env.update(node.user_env(name), USER=name, LOGNAME=name)
