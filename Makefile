@@ -43,7 +43,7 @@ help:
 	@echo "make bench-plots redraw docs/benchmarks/img/ from docs/benchmarks/data/ (no root)"
 	@echo "make docs-serve  serve the documentation site on http://127.0.0.1:8000 while you edit docs/"
 	@echo "make reference   rewrite docs/reference/*.md from the code (after changing a command, option, job or inventory key)"
-	@echo "make lint        ruff, hadolint on every rendered Dockerfile, shellcheck on the scripts sent to nodes"
+	@echo "make lint        ruff, hadolint on every rendered Dockerfile, shellcheck on the scripts sent to nodes and scripts/gpu-checks"
 	@echo "make golden      rewrite the golden Dockerfiles, sbatch scripts and the nccl smoke dry-run after a reviewed change"
 	@echo "make lock        refresh $(LOCK) from pyproject.toml (needs uv; UV_ARGS=--upgrade for newest versions)"
 	@echo "make bench-push / bench-launch / bench-collective [BENCH_ARGS=...]   benchmarks (root; create their own sandboxes)"
@@ -141,7 +141,7 @@ lint: $(CLUSTERCTL)
 	$(VENV)/bin/ruff check src tests benchmarks
 	env PATH="$(abspath $(VENV))/bin:$$PATH" $(VENV)/bin/python -m pytest -q tests/image/test_hadolint.py
 	@command -v shellcheck >/dev/null || { echo "make lint needs shellcheck: make setup installs it" >&2; exit 2; }
-	shellcheck src/clusterctl/*/scripts/*.sh
+	shellcheck src/clusterctl/*/scripts/*.sh scripts/gpu-checks
 
 golden: $(CLUSTERCTL)
 	UPDATE_GOLDEN=1 $(VENV)/bin/python -m pytest -q tests/image/test_golden.py tests/run/test_slurm_script.py \

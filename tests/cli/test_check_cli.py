@@ -270,3 +270,52 @@ def test_gpu_problems_from_recorded_tool_output_on_a_real_sshd(tmp_path):
         (node,) = __import__("json").loads(js.stdout)
         assert node["accelerator"]["kind"] == "cuda" and node["accelerator"]["busy"] == [1]
         assert node["accelerator"]["driver"] == "550.54.15"
+
+
+@pytest.mark.docker
+def test_captured_h200_node_more_ranks_than_gpus_on_a_real_sshd(tmp_path):
+    """A node whose stand-in nvidia-smi prints what a real H200 machine's printed
+    (tests/fixtures/accel/captured-h200-probe.txt; a container toolkit hook stands in too):
+    `check --target nccl` warns that the inventory's `slots: 2` exceeds its one GPU, and a
+    launch of ddp-smoke-nccl (nproc_per_node: slots) is refused before anything starts,
+    quoting what NCCL said when two ranks were put on that GPU."""
+    from pathlib import Path
+
+    from clusterctl.cluster import accelprobe, containers
+    from clusterctl.cluster.inventory import load_inventory
+    from clusterctl.run import launch
+    from clusterctl.run.jobs import load_job
+    from tests.fixtures import REPO
+    from tests.fixtures.sshd import running_sshd
+
+    parts = accelprobe.parse_parts("CCTOK", (REPO / "tests" / "fixtures" / "accel" /
+                                             "captured-h200-probe.txt").read_text())
+    (tmp_path / "smi.xml").write_text(parts["smi_xml"][1])
+    (tmp_path / "apps.csv").write_text(parts["smi_apps"][1])
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, body in {
+            "nvidia-smi": f'case "$1" in -q) cat {tmp_path}/smi.xml;; '
+                          f'--query-compute-apps=*) cat {tmp_path}/apps.csv;; *) exit 2;; esac',
+            "nvidia-container-runtime-hook": "exit 0"}.items():
+        (bin_dir / name).write_text(f"#!/bin/sh\n{body}\n")
+        (bin_dir / name).chmod(0o755)
+    with running_sshd(env={"PATH": f"{bin_dir}:/usr/local/bin:/usr/bin:/bin"}) as server:
+        inv = server.write_inventory(nodes=[server.node("gpu1", 0, slots=2)])
+        r = _check("--nodes", str(inv), "--target", "nccl")
+        assert r.exit_code == 0, r.output
+        assert "gpu1: warning: `slots:` gives 2 processes here but the node has 1 GPU" in r.output, r.output
+        assert "gpu1: warning: GPU 0 is busy: python3 (pid 468, 1002 MiB)" in r.output, r.output
+
+        run_id = "gpu-count-" + Path(tmp_path).name[-8:]
+        with pytest.raises(launch.PreflightFailed) as failed:
+            launch.launch(load_job(REPO / "jobs" / "ddp-smoke-nccl.yaml"), load_inventory(inv),
+                          push=False, run_id=run_id)
+        text = str(failed.value)
+        assert "preflight failed, nothing was started" in text
+        assert ("the job starts 2 processes here but the node has 1 GPU: each rank takes the GPU "
+                "of its LOCAL_RANK, so NCCL stops at the first collective with 'Duplicate GPU "
+                "detected'") in text, text
+        left = subprocess.run(["docker", "-H", ENGINE_SOCKET, "ps", "-aq", "--filter",
+                               f"label={containers.RUN_LABEL}={run_id}"], capture_output=True, text=True, check=True)
+        assert left.stdout == ""

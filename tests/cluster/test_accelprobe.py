@@ -1,8 +1,10 @@
 """The accelerator probe's parsers and judge, on RECORDED tool output (no GPU or MLU here).
 
-Every sample under tests/fixtures/accel/ was written by hand from the tools' documented
-formats (its README says which), never captured on hardware: these tests prove the parsing
-and the judging, not that a real nvidia-smi or cnmon prints exactly this.  The probe script
+The samples under tests/fixtures/accel/ were written by hand from the tools' documented
+formats (its README says which), except one CAPTURED on a lent NVIDIA H200 machine
+(``captured-h200-probe.txt``, tests named ``..._captured_...``): the hand-written ones prove
+the parsing and the judging of faults no healthy machine shows, the captured one that a
+real nvidia-smi (driver 580, XML DTD v13) reads as the hand-written ones do.  The probe script
 itself runs for real on this machine (which has none of the tools) and on a real sshd with
 stand-in tools on its PATH (tests/cli/test_check_cli.py).
 """
@@ -190,3 +192,61 @@ def test_the_images_cuda_from_nvidias_label_else_its_env():
                                           "Env": ["CUDA_VERSION=12.3.0"]}}) == "12.3.2.001"
     assert image_cuda_version({"Config": {"Labels": None, "Env": ["PATH=/bin", "CUDA_VERSION=11.4.2"]}}) == "11.4.2"
     assert image_cuda_version({"Config": {"Env": ["PATH=/bin"]}}) is None and image_cuda_version({}) is None
+
+
+# --------------------------------------------------------------------------- captured on an H200
+
+def captured() -> dict[str, tuple[int, str]]:
+    return ap.parse_parts("CCTOK", rec("captured-h200-probe.txt"))
+
+
+def test_captured_h200_probe_parts_and_smi_xml():
+    parts = captured()
+    assert sorted(parts) == ["cdi_specs", "smi_apps", "smi_xml", "toolkit", "xid"]
+    assert all(rc == 0 for rc, _ in parts.values())
+    r = ap.parse_smi_xml(parts["smi_xml"][1])
+    assert (r.driver, r.cuda) == ("580.159.04", "13.0")
+    (g,) = r.gpus
+    assert (g.index, g.name, g.bus_id, g.uuid) == (0, "NVIDIA H200", "00000000:00:06.0",
+                                                   "GPU-8dd9049d-bcfd-97d6-d76f-3f62cfb13a38")
+    # Hopper: ECC on and counted, page retirement N/A (row remapping instead), no remap pending
+    assert (g.ecc_uncorrected, g.retired_pages, g.retirement_pending, g.remap_pending,
+            g.remap_failure) == (0, None, False, False, False)
+    assert g.processes == ((468, "python3"),)
+    assert ap.parse_compute_apps(parts["smi_apps"][1]) == [
+        ap.ComputeApp("GPU-8dd9049d-bcfd-97d6-d76f-3f62cfb13a38", 468, "python3", "1002 MiB")]
+
+
+def test_captured_h200_judged_as_that_machine_was():
+    """No container toolkit and no CDI spec on that machine: a GPU target cannot start there
+    (Docker's --gpus, Podman's CDI names); the driver runs NGC 24.01's CUDA 12.3.2 and 13.0;
+    the GPU was busy with another process; nothing else is wrong with it."""
+    for runtime, words in (("docker", "no NVIDIA Container Toolkit"), ("podman", "no CDI spec names nvidia.com/gpu")):
+        found = ap.judge(captured(), runtime=runtime, toolkit_version="12.3.2", wants="cuda")
+        assert len(found.problems) == 1 and found.problems[0].startswith(words), found.problems
+        assert found.warnings == ["GPU 0 is busy: python3 (pid 468, 1002 MiB) (another job? a run "
+                                  "there shares its memory)"]
+        assert (found.kind, found.count) == ("cuda", 1)
+        assert found.facts["models"] == ["NVIDIA H200"] and found.facts["busy"] == [0]
+    assert not ap.judge(captured(), toolkit_version="13.0", wants="cuda").warnings[1:]
+    old = ap.judge(captured(), toolkit_version="13.0", wants=None)
+    assert old.problems == [] and old.warnings[0].startswith("no NVIDIA Container Toolkit")
+
+
+def test_processes_against_devices():
+    one_gpu = {"kind": "cuda", "count": 1}
+    (problem,) = ap.processes_findings(one_gpu, 2, wants="cuda", source="the job starts").problems
+    assert problem.startswith("the job starts 2 processes here but the node has 1 GPU: each rank "
+                              "takes the GPU of its LOCAL_RANK, so NCCL stops at the first collective "
+                              "with 'Duplicate GPU detected'")
+    assert problem.endswith("set the node's `slots: 1` (a job with nproc_per_node: slots) or NPROC_PER_NODE=1")
+    idle = ap.processes_findings({"kind": "cuda", "count": 8}, 1, wants="cuda", source="`slots:` gives")
+    assert idle.problems == [] and idle.warnings == [
+        "`slots:` gives 1 process here but the node has 8 GPUs: 7 stay idle (set `slots: 8` with "
+        "nproc_per_node: slots to use them all)"]
+    mlu = ap.processes_findings({"kind": "mlu", "count": 2}, 4, wants="mlu", source="the job starts")
+    assert "node has 2 MLUs" in mlu.problems[0] and "two ranks share one device" in mlu.problems[0]
+    for accel, wants in ((one_gpu, None), (one_gpu, "mlu"), (None, "cuda"),
+                         ({"kind": "cuda", "count": 0}, "cuda"), ({"kind": "cuda", "count": 2}, "cuda")):
+        got = ap.processes_findings(accel, 2, wants=wants, source="x")
+        assert got.problems == got.warnings == [], (accel, wants)

@@ -1,7 +1,8 @@
 """core.nodestats: the parsers of docker stats, nvidia-smi and cnmon output (fast tier).
 
-docker stats' output is RECORDED on the local engine; nvidia-smi's and cnmon's are STAND-INS
-in their documented formats (no GPU or MLU is reachable here): tests/fixtures/top/README.md.
+docker stats' output is RECORDED on the local engine; nvidia-smi's is RECORDED on a lent H200
+machine (``..._captured_...``) and also a STAND-IN in its documented format (several GPUs, N/A
+values); cnmon's is a STAND-IN (no MLU was reachable): tests/fixtures/top/README.md.
 """
 
 from __future__ import annotations
@@ -56,6 +57,13 @@ def test_nvidia_smi_parse_stand_in_output():
     assert [g.index for g in got] == [0, 1, 2, 3]
     assert got[2].util_percent == 0.0
     assert got[3] == GpuUse(3, None, None, 81559 * MIB)  # [Not Supported], [N/A]
+
+
+def test_nvidia_smi_parse_captured_h200_output():
+    """Three reads of a real H200 (driver 580.159.04): idle, a small nccl training, bf16 products."""
+    got = parse_nvidia_smi((FIXTURES / "nvidia-smi-query-h200.csv").read_text())
+    assert got == [GpuUse(0, 0.0, 0, 143771 * MIB), GpuUse(0, 0.0, 529 * MIB, 143771 * MIB),
+                   GpuUse(0, 100.0, 1011 * MIB, 143771 * MIB)]
 
 
 def test_nvidia_smi_skips_what_is_not_a_gpu_line():

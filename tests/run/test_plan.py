@@ -26,12 +26,14 @@ from clusterctl.run.launch import local_facts, new_record
 from clusterctl.run.plan import (
     MASK,
     check_inputs,
+    job_device,
     job_devices,
     make_plan,
     mask_env,
     mask_text,
     masked,
     node_devices,
+    node_processes,
     parse_sets,
     plan_record,
     render_dry_run,
@@ -608,6 +610,18 @@ def _gpu_nodes(tmp_path):
           - {name: gpu1, host: 10.0.0.21, slots: 4, interface: ib0}
           - {name: gpu2, host: 10.0.0.22, slots: 4, interface: ib0}
     """))
+
+
+def test_node_processes_and_job_device_are_what_the_plan_counts(tmp_path, two_nodes):
+    """What launch's preflight compares with each node's GPUs: the plan's own process counts
+    (slots, NPROC_PER_NODE from --set or the node's env) and the target's device and CUDA."""
+    nccl, inv = load_job("ddp-smoke-nccl"), _gpu_nodes(tmp_path)
+    assert node_processes(nccl, inv) == {"gpu1": 4, "gpu2": 4}
+    assert node_processes(nccl, inv, {"NPROC_PER_NODE": "2"}) == {"gpu1": 2, "gpu2": 2}
+    plans = make_plan(nccl, inv, run_id="r", overrides={"NPROC_PER_NODE": "2"})
+    assert [p.nproc for p in plans] == [2, 2]
+    assert job_device(nccl) == ("cuda", "12.3.2")
+    assert job_device(load_job("ddp-smoke")) == (None, None)      # cpu: nothing to compare
 
 
 def test_ddp_smoke_takes_backend_and_device_from_the_target(tmp_path, two_nodes):

@@ -143,6 +143,9 @@ def check(
                                          expected_arch=needs.arch if needs else None,
                                          image_ref=image, toolkit_version=toolkit,
                                          wants_device=spec.device if spec else None)
+        if spec is not None:   # what a job with nproc_per_node: slots would start
+            preflight.judge_processes(checks, {n.name: n.slots for n in inventory.nodes},
+                                      source="`slots:` gives", warn_only=True)
         if network:
             netcheck.check_nodes(cluster, checks)
     if json_:

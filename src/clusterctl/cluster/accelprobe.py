@@ -25,6 +25,8 @@ Contract:
     parse_dcgmi_health(text)               DcgmHealth from ``dcgmi health -c``'s table
     parse_cnmon_info(text)                 [MluCard] from ``cnmon info``
     judge(parts, *, runtime, toolkit_version, wants) -> Findings
+    processes_findings(accelerator, processes, *, wants, source) -> Findings
+                                           a node's ranks against its GPUs/MLUs
 """
 
 from __future__ import annotations
@@ -469,3 +471,38 @@ def judge(parts: dict[str, tuple[int, str]], *, runtime: str = "docker",
     if "mlu_devices" in parts and "mlu" in table.devices:
         return _mlu(parts, table.devices["mlu"])
     return Findings()
+
+
+def processes_findings(accelerator: dict | None, processes: int, *, wants: str | None,
+                       source: str, table: accelerators.Accelerators | None = None) -> Findings:
+    """A node's process count against its devices (pure).  ``accelerator``: what the probe
+    found there (:attr:`clusterctl.cluster.preflight.NodeCheck.accelerator`: kind, count);
+    ``processes``: the ranks the node starts; ``wants``: the device kind they compute on
+    (nothing is judged for another kind, or where the node's tool reported no count);
+    ``source``: where the number comes from, in the message ("the job starts",
+    "slots: says").  Each rank takes the device of its LOCAL_RANK: more processes than
+    devices is a problem (two ranks share a device, or a rank asks for one past the last);
+    fewer is a warning (devices left idle)."""
+    found = Findings()
+    if not accelerator or wants is None or accelerator.get("kind") != wants:
+        return found
+    count = accelerator.get("count") or 0
+    if count < 1 or processes == count:
+        return found
+    device = (table or accelerators.load()).devices.get(wants)
+    unit = (device.unit if device else None) or "device"
+    have = f"{count} {unit}{'s' if count != 1 else ''}"
+    if processes > count:
+        says = device.shared_device_error if device and device.shared_device_error else \
+            "two ranks share one device"
+        found.problems.append(
+            f"{source} {processes} processes here but the node has {have}: each rank takes the "
+            f"{unit} of its LOCAL_RANK, so {says} (or a rank asks for a {unit} past the last); "
+            f"set the node's `slots: {count}` (a job with nproc_per_node: slots) or NPROC_PER_NODE={count}")
+    else:
+        idle = count - processes
+        found.warnings.append(
+            f"{source} {processes} process{'es' if processes != 1 else ''} here but the node has "
+            f"{have}: {idle} stay{'s' if idle == 1 else ''} idle (set `slots: {count}` with "
+            "nproc_per_node: slots to use them all)")
+    return found

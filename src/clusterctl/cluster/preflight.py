@@ -37,7 +37,7 @@ import shlex
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -1026,6 +1026,22 @@ def interfaces(checks: Iterable[NodeCheck]) -> dict[str, str]:
 def init_nodes(checks: Iterable[NodeCheck]) -> list[str]:
     """The nodes that have Docker's init binary, for launch (``docker run --init``)."""
     return [c.node for c in checks if c.init]
+
+
+def judge_processes(checks: Iterable[NodeCheck], processes: Mapping[str, int], *,
+                    source: str = "the job starts", warn_only: bool = False) -> None:
+    """Each node's ranks (``processes``: node -> count) against the GPUs or MLUs its probe
+    counted, for the device kind each check was asked about (``wants_device``): a problem
+    or a warning added to the node's check (:func:`clusterctl.cluster.accelprobe.processes_findings`);
+    ``warn_only``: the count is not the job's (``check`` reads the inventory's slots), so
+    more processes than devices is a warning too."""
+    for c in checks:
+        if c.node not in processes:
+            continue
+        found = accelprobe.processes_findings(c.accelerator, processes[c.node], wants=c.wants_device,
+                                              source=source)
+        (c.warnings if warn_only else c.problems).extend(found.problems)
+        c.warnings.extend(found.warnings)
 
 
 # --------------------------------------------------------------------------- presentation

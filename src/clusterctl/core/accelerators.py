@@ -69,6 +69,7 @@ class Device(_Model):
 
     name: str
     description: str
+    unit: str | None = None                 # one device in messages (GPU, MLU)
     driver: Driver | None = None
     docker_flag: str | None = None          # e.g. --gpus (value: all, N or count=N)
     device_files: list[str] = []            # host device file prefixes (--device)
@@ -78,6 +79,9 @@ class Device(_Model):
     min_driver: dict[str, str] = {}         # toolkit MAJOR.MINOR[.PATCH] -> oldest driver
     compat_driver: dict[str, str] = {}      # toolkit MAJOR -> oldest driver of minor compatibility
     hardware_errors: dict[int, str] = {}    # driver error code (Xid) -> meaning: the hardware failed
+    # what its collective library says when two ranks of a node share one device (a node
+    # given more processes than devices): preflight names it when it refuses such a plan
+    shared_device_error: str | None = None
 
     @field_validator("cdi_kind")
     @classmethod

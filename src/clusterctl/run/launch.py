@@ -207,7 +207,8 @@ def dry_run(job: Job, inventory: Inventory, *, run_id: str | None = None, image:
 def preflight(cluster: Cluster, devices: Mapping[str, Sequence[str]], *,
               image_ref: str | None = None, compare_image: bool = True,
               on_warning: Callable[[str, str], None] | None = None,
-              choose_port: bool = False
+              choose_port: bool = False, wants_device: str | None = None,
+              toolkit_version: str | None = None, processes: Mapping[str, int] | None = None
               ) -> tuple[dict[str, str], list[str], dict[str, str | None], list[int]]:
     """Check every node before anything starts; returns the interface found per node,
     the nodes that have Docker's init binary (their containers get ``--init``), each
@@ -220,14 +221,23 @@ def preflight(cluster: Cluster, devices: Mapping[str, Sequence[str]], *,
     :func:`~clusterctl.run.plan.job_devices`),
     the interface, the master port free on the master, and what must match across the
     nodes (:func:`clusterctl.cluster.preflight.apply_consistency`: ``image_ref``'s ID where
-    given and ``compare_image``, Docker, kernel, driver, clock).  PreflightFailed naming every problem on every
-    node (exit 2); ``on_warning(node, text)`` gets each warning (e.g. a clock skew).
+    given and ``compare_image``, Docker, kernel, driver, clock).  ``wants_device`` (the
+    accelerator kind the job computes on: :func:`clusterctl.run.plan.job_device`) makes
+    what the job cannot run without on a GPU or MLU node a problem (no driver, no container
+    toolkit or CDI spec, a driver older than ``toolkit_version`` needs), and ``processes``
+    (node -> ranks, :func:`clusterctl.run.plan.node_processes`) is compared with the node's
+    devices (:func:`clusterctl.cluster.preflight.judge_processes`).  PreflightFailed naming
+    every problem on every node (exit 2); ``on_warning(node, text)`` gets each warning (e.g.
+    a clock skew).
     """
     host_paths = {node: [d.split(":", 1)[0] for d in specs] for node, specs in devices.items()}
     checks = pf.run_preflight(cluster, devices_for=lambda node: host_paths.get(node.name, []),
                               check_master_port=True, image_ref=image_ref,
                               compare_image=compare_image,
-                              master_port_mode="choose" if choose_port else "pinned")
+                              master_port_mode="choose" if choose_port else "pinned",
+                              wants_device=wants_device, toolkit_version=toolkit_version)
+    if processes:
+        pf.judge_processes(checks, processes)
     if any(c.problems for c in checks):
         raise PreflightFailed(checks)
     for c in checks:
@@ -711,6 +721,7 @@ def _check_and_plan(run: _Run, cluster: Cluster) -> list[plan.NodePlan]:
         if held is not None:
             raise UserError(records.held_message(pinned.port, inv.master.name, held, pinned.where))
     warm = bool(run.attempt == 0 and run.policy.recovers and run.spares)
+    device, toolkit = plan.job_device(job)
     # the code travels while preflight checks the nodes (a copy on a node is a cache:
     # when preflight fails, nothing was started all the same)
     # (leaving the pool waits for the sync, also when preflight raises)
@@ -722,7 +733,9 @@ def _check_and_plan(run: _Run, cluster: Cluster) -> list[plan.NodePlan]:
         interfaces, init_nodes, node_ids, listening = preflight(
             cluster, {n.name: [*plan.node_devices(job, n), *extra] for n in inv.nodes},
             image_ref=run.ref, compare_image=not run.push, on_warning=run.on_warning,
-            choose_port=pinned is None)
+            choose_port=pinned is None, wants_device=device,
+            toolkit_version=toolkit if run.image is None else None,   # the target's own image
+            processes=plan.node_processes(job, inv, run.overrides) if device else None)
         code, sent = shipping.result() if shipping is not None else (None, {})
         if warming is not None:
             warming.result()

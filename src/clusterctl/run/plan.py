@@ -579,6 +579,24 @@ def nproc_for(job: Job, slots: int, upper: Mapping[str, str], who: str) -> int:
     return slots if job.nproc_per_node == "slots" else int(job.nproc_per_node)
 
 
+def node_processes(job: Job, inventory: Inventory, overrides: Mapping[str, str] | None = None
+                   ) -> dict[str, int]:
+    """{node: processes it starts} as the plan will count them (:func:`nproc_for`), for
+    preflight to compare with the node's GPUs or MLUs before anything starts."""
+    _, env_sets = split_sets(job, overrides or {})
+    return {n.name: nproc_for(job, n.slots, {**n.env, **env_sets}, f"node {n.name}")
+            for n in inventory.nodes}
+
+
+def job_device(job: Job) -> tuple[str | None, str | None]:
+    """(the accelerator kind the job's ranks compute on, the toolkit version its target's
+    image is built against): (None, None) for a CPU job or one without a target."""
+    target = targets.get_target(job.target) if job.target else None
+    if target is None or target.device in (None, "cpu"):
+        return None, None
+    return target.device, target.pins.get("cuda")
+
+
 def job_environment(job: Job, target, values: Mapping[str, str], node_env: Mapping[str, str],
                     env_sets: Mapping[str, str]) -> tuple[dict[str, str], dict[str, str]]:
     """Layer 1 (launch values and the contract's extras; the interface is added by
@@ -857,6 +875,6 @@ def render_dry_run(plans: Sequence[NodePlan], json: bool = False) -> str:
 __all__ = [
     "CODE_ENV", "MASK", "CodeMount", "NodePlan", "check_inputs", "container_name", "docker_run_argv", "host_entries",
     "job_devices", "job_environment", "make_plan", "mask_env", "mask_text", "masked", "node_devices",
-    "nproc_for", "parse_sets", "plan_record", "render_dry_run", "run_labels", "secret_params",
+    "job_device", "node_processes", "nproc_for", "parse_sets", "plan_record", "render_dry_run", "run_labels", "secret_params",
     "secret_values", "split_sets",
 ]
