@@ -68,3 +68,15 @@ def test_ipexs_bf16_refusal_on_an_avx2_cpu_names_the_instructions_and_the_float3
     assert "avx512bw" in advice and "float32" in advice and "ddp-smoke" in advice
     assert hints.match(f"[default1]:{IPEX_BF16}") == advice
     assert hints.match("ipex 2.8.0 bf16: ipex.optimize done, parameters torch.bfloat16") is None
+
+
+DUPLICATE = "[rank1]: Duplicate GPU detected : rank 1 and rank 0 both on CUDA device 60"
+
+
+def test_nccl_duplicate_gpu_names_local_rank_and_the_processes():
+    """NCCL 2.28.9's line as two ranks on one H200 printed it (docs/how-to/gpu-mlu-nodes.md)."""
+    advice = hints.match(DUPLICATE)
+    assert advice is not None and advice not in (hints.match(ABORT), hints.match(IPEX_BF16))
+    assert "torch.cuda.set_device(int(os.environ['LOCAL_RANK']))" in advice
+    assert "CUDA_VISIBLE_DEVICES" in advice
+    assert hints.match("[rank0]: Last error:") is None

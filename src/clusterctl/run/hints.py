@@ -27,6 +27,13 @@ HINTS: tuple[tuple[str, str], ...] = (
      "/proc/cpuinfo flags list them, or train in float32: ipex.optimize(model, optimizer) "
      "without dtype=torch.bfloat16 and no bf16 autocast; for ddp-smoke-ipex, launch ddp-smoke "
      "(troubleshooting: \"IPEX's bf16 training stops on a CPU without AVX-512\")"),
+    # NCCL's words (2.28.9 on an H200, torch 2.11) when two ranks of a node use one GPU
+    ("Duplicate GPU detected",
+     "two ranks of this node use the same GPU: the script does not select the GPU of its "
+     "LOCAL_RANK (torch.cuda.set_device(int(os.environ['LOCAL_RANK'])) before "
+     "init_process_group), or CUDA_VISIBLE_DEVICES leaves fewer GPUs than the node's "
+     "processes (launch already refuses more processes than nvidia-smi lists) "
+     "(troubleshooting: \"NCCL stops with Duplicate GPU detected\")"),
 )
 
 
