@@ -251,3 +251,19 @@ def test_a_locked_account_and_missing_subordinate_ids_are_found(tmp_path):
     assert lifecycle._has_subordinate_ids(sub, fake("alice", 1001))
     assert lifecycle._has_subordinate_ids(sub, fake("dave", 1002))     # by uid
     assert not lifecycle._has_subordinate_ids(sub, fake("bob", 1003))
+
+
+def test_ensure_fuse_gives_dev_fuse_udevs_mode_and_names_a_missing_one(tmp_path):
+    """A machine whose /dev was not made by udev may have /dev/fuse 0600 (seen on a CI
+    machine: every rootless container start failed 'fuse: failed to open /dev/fuse')."""
+    from clusterctl.cluster.sandbox.lifecycle import ensure_fuse
+    from clusterctl.core.errors import EnvironmentProblem
+
+    dev = tmp_path / "fuse"
+    dev.write_text("")
+    dev.chmod(0o600)
+    assert ensure_fuse(dev) == f"{dev} was mode 0600; made 0666, as udev makes it"
+    assert dev.stat().st_mode & 0o777 == 0o666
+    assert ensure_fuse(dev) is None
+    with pytest.raises(EnvironmentProblem, match=r"none is missing: rootless Podman.s fuse-overlayfs needs .*\(modprobe fuse"):
+        ensure_fuse(tmp_path / "none")

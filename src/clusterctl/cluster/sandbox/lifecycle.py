@@ -54,7 +54,7 @@ from clusterctl.cluster.sandbox.model import (
     save,
     state_base,
 )
-from clusterctl.core.errors import UserError
+from clusterctl.core.errors import EnvironmentProblem, UserError
 from clusterctl.core.invoker import hand_over
 from clusterctl.core.tools import require_binaries
 
@@ -176,6 +176,27 @@ def ensure_mqueue() -> None:
         return
     mq.mkdir(exist_ok=True)
     processes.run(["mount", "-t", "mqueue", "mqueue", str(mq)])
+
+
+#: the mode udev's default rule gives /dev/fuse on every systemd distribution
+#: (50-udev-default.rules: ``KERNEL=="fuse", MODE="0666"``)
+FUSE_MODE = 0o666
+
+
+def ensure_fuse(dev: Path = Path("/dev/fuse")) -> str | None:
+    """Rootless Podman's fuse-overlayfs opens /dev/fuse as the user. A machine whose /dev
+    was not made by udev (a container, a VM image) may have it 0600: give it the mode udev
+    gives it.  Returns what was changed (for the caller to say), None when nothing was.
+    EnvironmentProblem when there is no /dev/fuse (the kernel's fuse module)."""
+    try:
+        st = dev.stat()
+    except FileNotFoundError:
+        raise EnvironmentProblem(f"{dev} is missing: rootless Podman's fuse-overlayfs needs the kernel's "
+                                 "fuse module (modprobe fuse; in a container, pass --device /dev/fuse)") from None
+    if (st.st_mode & FUSE_MODE) == FUSE_MODE:
+        return None
+    os.chmod(dev, FUSE_MODE)
+    return f"{dev} was mode {st.st_mode & 0o777:04o}; made {FUSE_MODE:04o}, as udev makes it"
 
 
 def check_bandwidth(rate: str | None) -> None:
@@ -330,6 +351,7 @@ def _bring_up(sb: Sandbox, old: Sandbox | None) -> None:
     sshd.ensure_keys(sb)
     if sb.rootless:
         ensure_mqueue()
+        ensure_fuse()   # the mode udev gives it (docs/how-to/podman.md)
     network.ensure_bridge(sb)
     network.shape(sb.bridge, sb.bandwidth)
     for node in sb.nodes:
