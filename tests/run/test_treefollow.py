@@ -20,19 +20,24 @@ FAKE_DOCKER = r"""#!/bin/sh
 # stand-in for the docker CLI (no engine needed): what each subcommand of the follow prints
 case "$1" in
   logs) printf '2026-11-27T10:00:00.1Z first line\n\n2026-11-27T10:00:01Z %s\nno newline at the end' "$LONG" ;;
-  inspect) printf '{"Name":"/c1","State":{"Status":"exited","ExitCode":3,"StartedAt":"2026-11-27T10:00:00Z","FinishedAt":"2026-11-27T10:00:02.5Z"},"Config":{"Labels":{"io.clusterctl.rank":"4"}}}\n' ;;
-  rm) exit 0 ;;
+  inspect) if [ -n "$RUNNING" ]; then
+             printf '{"Name":"/c1","State":{"Status":"running","Running":true,"ExitCode":0,"StartedAt":"2026-11-27T10:00:00Z","FinishedAt":"0001-01-01T00:00:00Z"},"Config":{"Labels":{}}}\n'
+           else
+             printf '{"Name":"/c1","State":{"Status":"exited","Running":false,"ExitCode":3,"StartedAt":"2026-11-27T10:00:00Z","FinishedAt":"2026-11-27T10:00:02.5Z"},"Config":{"Labels":{"io.clusterctl.rank":"4"}}}\n'
+           fi ;;
+  rm) echo "$@" >> "$RM_LOG"; exit 0 ;;
   wait) sleep 1; echo 3 ;;
 esac
 """
 
 
-def run_with_fake_docker(tmp_path: Path, argv: tuple[str, ...]) -> subprocess.CompletedProcess:
+def run_with_fake_docker(tmp_path: Path, argv: tuple[str, ...], **more: str) -> subprocess.CompletedProcess:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
     (bin_dir / "docker").write_text(FAKE_DOCKER)
     (bin_dir / "docker").chmod(0o755)
-    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "LONG": "x" * 7000}
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "LONG": "x" * 7000,
+           "RM_LOG": str(tmp_path / "rm.log"), **more}
     # fd 3 is the tree's own stdout, as the tree's node program gives it to each command
     return subprocess.run(["sh", "-c", 'exec 3>&1; exec "$@"', "sh", *argv], capture_output=True,
                           text=True, env=env, timeout=30)
@@ -52,6 +57,21 @@ def test_the_log_command_writes_whole_protocol_lines_then_the_final_state(tmp_pa
     assert removed and r.stderr.strip().endswith(REMOVED)
     assert (state.name, state.status, state.exit_code, state.rank) == ("c1", "exited", 3, 4)
     assert state.finished.isoformat() == "2026-11-27T10:00:02.500000+00:00"
+
+
+def test_a_stream_that_ends_while_the_container_runs_leaves_it_running(tmp_path):
+    """The log stream ends also when the tree above the node is cut mid-run (fd 3 breaks):
+    the container then runs on, followed over the node's own connection, and must not be
+    removed (a ``rm --force`` killed it with 137 once in CI).  Its state is still said."""
+    logs, _ = follow_commands("node7", "c1", remove=True)
+    r = run_with_fake_docker(tmp_path, logs.argv, RUNNING="1")
+    assert r.returncode == 0, r.stderr
+    state, removed = parse_final("node7", r.stderr)
+    assert state.running and not removed and REMOVED not in r.stderr
+    assert not (tmp_path / "rm.log").exists()
+    ended = run_with_fake_docker(tmp_path, logs.argv)        # the same once it has ended: removed
+    assert parse_final("node7", ended.stderr)[1]
+    assert (tmp_path / "rm.log").read_text().split() == ["rm", "--force", "c1"]
 
 
 def test_the_wait_command_sends_signs_of_life_until_docker_wait_answers(tmp_path):

@@ -50,10 +50,16 @@ _STATE_FORMAT = ('{"Name":{{json .Name}},"State":{{json .State}},'
 #: $4 "clusterctl-tree-l NODE 1 ": its output, timestamped, one protocol line per line as
 #: it comes, on the tree's fd 3 (:mod:`~clusterctl.cluster.transport.tree`), a line longer
 #: than 3000 bytes in pieces (each written whole: a pipe keeps writes under 4 KiB apart);
-#: then on stderr its final state (one JSON line), then REMOVED.
+#: then on stderr its final state (one JSON line), then REMOVED.  Removed only once the
+#: state says it is no longer running: the stream also ends when the tree above this node is
+#: cut (fd 3 breaks, ``sed`` and ``logs`` end on the broken pipe) while the container runs
+#: on, followed from then on over the node's own connection; a ``rm --force`` there killed
+#: it (exit 137), seen once in CI when a test cut a hop mid-run.
 _FOLLOW_SCRIPT = ('"$RT" logs --follow --timestamps "$1" 2>&1 | LC_ALL=C sed -u "s/.\\{3000\\}/&\\n/g" |'
                   ' LC_ALL=C sed -u "s/^/$4/; s/\\$/ ./" >&3; '
-                  '"$RT" inspect --type container --format "$3" "$1" >&2 2>/dev/null; '
+                  's=$("$RT" inspect --type container --format "$3" "$1" 2>/dev/null); '
+                  'printf "%s\\n" "$s" >&2; '
+                  'case "$s" in *\'"Running":true\'*|"") exit 0;; esac; '
                   '[ "$2" != rm ] || { "$RT" rm --force "$1" > /dev/null 2>&1 && echo ' + REMOVED + ' >&2; }')
 _ERR_KEEP = 64 * 1024   # what is kept of a command's stderr: its final state is one line
 
