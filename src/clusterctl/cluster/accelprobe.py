@@ -480,7 +480,7 @@ def processes_findings(accelerator: dict | None, processes: int, *, wants: str |
     ``processes``: the ranks the node starts; ``wants``: the device kind they compute on
     (nothing is judged for another kind, or where the node's tool reported no count);
     ``source``: where the number comes from, in the message ("the job starts",
-    "slots: says").  Each rank takes the device of its LOCAL_RANK: more processes than
+    "`slots:` gives").  Each rank takes the device of its LOCAL_RANK: more processes than
     devices is a problem (two ranks share a device, or a rank asks for one past the last);
     fewer is a warning (devices left idle)."""
     found = Findings()

@@ -484,8 +484,7 @@ def _resolve(job: Job, inventory: Inventory, *, run_id: str, image: str | None,
 
     nodes = list(inventory.nodes)
     uppers = [{**node.env, **env_sets} for node in nodes]    # layers 4 and 5, per node
-    nprocs = [nproc_for(job, node.slots, upper, f"node {node.name}")
-              for node, upper in zip(nodes, uppers, strict=True)]
+    nprocs = list(node_processes(job, inventory, overrides).values())   # one count, preflight's too
     shared = {
         "nnodes": str(len(nodes)),
         "world_size": str(sum(nprocs)),
