@@ -273,13 +273,13 @@ def test_gpu_problems_from_recorded_tool_output_on_a_real_sshd(tmp_path):
 
 
 @pytest.mark.docker
-def test_captured_h200_node_more_ranks_than_gpus_on_a_real_sshd(tmp_path):
+def test_captured_h200_node_more_ranks_than_gpus_on_a_real_sshd(tmp_path, runs_dir):
     """A node whose stand-in nvidia-smi prints what a real H200 machine's printed
     (tests/fixtures/accel/captured-h200-probe.txt; a container toolkit hook stands in too):
     `check --target nccl` warns that the inventory's `slots: 2` exceeds its one GPU, and a
     launch of ddp-smoke-nccl (nproc_per_node: slots) is refused before anything starts,
     quoting what NCCL said when two ranks were put on that GPU."""
-    from pathlib import Path
+    import uuid
 
     from clusterctl.cluster import accelprobe, containers
     from clusterctl.cluster.inventory import load_inventory
@@ -307,7 +307,7 @@ def test_captured_h200_node_more_ranks_than_gpus_on_a_real_sshd(tmp_path):
         assert "gpu1: warning: `slots:` gives 2 processes here but the node has 1 GPU" in r.output, r.output
         assert "gpu1: warning: GPU 0 is busy: python3 (pid 468, 1002 MiB)" in r.output, r.output
 
-        run_id = "gpu-count-" + Path(tmp_path).name[-8:]
+        run_id = "gpu-count-" + uuid.uuid4().hex[:8]   # its record in the test's own runs/
         with pytest.raises(launch.PreflightFailed) as failed:
             launch.launch(load_job(REPO / "jobs" / "ddp-smoke-nccl.yaml"), load_inventory(inv),
                           push=False, run_id=run_id)
