@@ -92,6 +92,14 @@ def test_task_prolog_points_each_node_at_its_own_docker_socket(gold):
     assert gold.nodes[0].docker_host in GOLDEN_PROLOG  # the socket the node's dockerd serves
 
 
+def test_hosts_file_names_each_node_before_the_machines_own_lines(gold):
+    machine = "127.0.0.1\tlocalhost\n10.0.0.9\tnode1 # the machine's own node1\n"
+    assert slurm.render_hosts(gold, machine) == (
+        "# /etc/hosts of sandbox gold's Slurm jobs (`clusterctl sandbox up --slurm`)\n"
+        "10.213.7.11\tnode1\n10.213.7.12\tnode2\n# this machine's /etc/hosts:\n"
+        "127.0.0.1\tlocalhost\n10.0.0.9\tnode1 # the machine's own node1\n")
+
+
 def test_task_prolog_of_a_podman_sandbox_also_gives_each_task_its_nodes_podman(monkeypatch):
     """Without the node's CONTAINERS_CONF a task's `podman` is the machine's default one:
     a Slurm job on Podman nodes then found no pushed image ("short-name ... did not
@@ -166,6 +174,21 @@ def test_every_task_has_its_nodes_own_address(slurm3):
     addrs = {task: re.search(r"inet ([0-9.]+)/", line).group(1) for task, line in out.items()}
     assert addrs == {"0": slurm3.nodes["node1"], "1": slurm3.nodes["node2"],
                      "2": slurm3.nodes["node3"]}
+
+
+@pytest.mark.sandbox
+@pytest.mark.slow
+def test_a_task_resolves_every_nodes_slurm_name_and_the_machines_hosts_stay_as_they_were(slurm3):
+    """TorchX's dist.ddp on Slurm gives torchrun rank 0's node by its Slurm name
+    (SLURM_JOB_NODELIST_HET_GROUP_0): without the names resolving, every rank waits on a
+    rendezvous at a host that is not found (tried: torchx 0.7.0 on this sandbox)."""
+    before = Path("/etc/hosts").read_bytes()
+    out = _lines(slurm3.slurm("srun", "-N3", "-l", "getent", "hosts", "node1"))
+    assert {task: line.split() for task, line in out.items()} == \
+        {str(i): [slurm3.nodes["node1"], "node1"] for i in range(3)}
+    out = _lines(slurm3.slurm("srun", "-N1", "-w", "node1", "-l", "getent", "hosts", "node3"))
+    assert out["0"].split() == [slurm3.nodes["node3"], "node3"]
+    assert Path("/etc/hosts").read_bytes() == before     # the binding stayed in slurmd's namespace
 
 
 @pytest.mark.sandbox

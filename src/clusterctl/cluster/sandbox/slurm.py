@@ -7,7 +7,12 @@ client; an own slurm.conf under ``<sandbox dir>/slurm/`` with ports derived from
 the subnet, so two sandboxes' controllers (both in the root namespace, listening on
 all addresses) never collide.  Each slurmd runs in its node's netns AND its own UTS
 namespace (``hostname nodeX``), started with ``nsenter --net=...`` (``ip netns exec``
-remounts /sys, and slurmd then finds no cgroups).  slurmd's own environment does not
+remounts /sys, and slurmd then finds no cgroups), and its own mount namespace (slave
+propagation: the machine's mounts still reach it, its own reach nothing) in which the
+sandbox's ``hosts`` file is bound over /etc/hosts: a job resolves ``node1``... to the
+nodes' addresses, as on a real cluster (TorchX's and torchrun's rendezvous name rank 0's
+node by its Slurm name), while the machine's /etc/hosts stays as it is and two sandboxes'
+``node1`` never collide.  slurmd's own environment does not
 reach job steps: a TaskProlog prints ``export DOCKER_HOST=...`` so that a task uses
 its node's own Docker engine.  No accounting: no sacct.
 
@@ -15,7 +20,7 @@ Everything lives under one directory, and every daemon names it on its command
 line, so ``stop`` finds them by pidfile and, after a crash, by that path.
 
 Contract: :data:`PARTITION`, :func:`ports`, :func:`render_conf` and
-:func:`render_task_prolog` (pure), :func:`start` (idempotent), :func:`stop`,
+:func:`render_task_prolog`, :func:`render_hosts` (pure), :func:`start` (idempotent), :func:`stop`,
 :func:`node_states`, :func:`running`, :func:`require_slurm`.
 Imports the model and processes of the sandbox package.
 """
@@ -80,6 +85,7 @@ class _Paths:
         self.dir = _dir(name)
         self.conf = self.dir / "slurm.conf"
         self.task_prolog = self.dir / "task_prolog"
+        self.hosts = self.dir / "hosts"
         self.munge_dir = self.dir / "munge"
         self.munge_key = self.munge_dir / "munge.key"
         self.munge_socket = self.munge_dir / "munge.sock"
@@ -177,6 +183,15 @@ def render_task_prolog(sb: Sandbox) -> str:
     return "\n".join(lines)
 
 
+def render_hosts(sb: Sandbox, machine_hosts: str) -> str:
+    """The /etc/hosts a job on the sandbox's Slurm sees (pure): the machine's own lines, then
+    each node's Slurm name at its address (after the machine's, a name the machine already
+    maps would resolve the machine's way: the nodes' lines go first)."""
+    own = [f"{n.ip}\t{n.name}" for n in sb.nodes]
+    return "\n".join([f"# /etc/hosts of sandbox {sb.name}'s Slurm jobs (`clusterctl sandbox up --slurm`)",
+                      *own, "# this machine's /etc/hosts:", machine_hosts.rstrip("\n"), ""])
+
+
 # --------------------------------------------------------------------------- processes
 
 
@@ -247,11 +262,14 @@ def _ensure_slurmd(p: _Paths, node: SandboxNode) -> None:
         return
     stop_pid(p.slurmd_pid(node.name))
     p.node_dir(node.name).mkdir(parents=True, exist_ok=True)
-    # its own UTS namespace: `hostname` in a task says nodeX, as on a real cluster
-    script = f"hostname {shlex.quote(node.name)}; exec slurmd -D -N {shlex.quote(node.name)} " \
+    # its own UTS namespace: `hostname` in a task says nodeX, as on a real cluster; its own
+    # mount namespace: the sandbox's hosts file is the task's /etc/hosts
+    script = f"mount --bind {shlex.quote(str(p.hosts))} /etc/hosts && " \
+             f"hostname {shlex.quote(node.name)} && exec slurmd -D -N {shlex.quote(node.name)} " \
              f"-f {shlex.quote(str(p.conf))}"
-    proc = _spawn(["nsenter", f"--net=/run/netns/{node.netns}", "unshare", "--uts",
-                   "sh", "-c", script], p.node_dir(node.name) / "slurmd.out", _env(p))
+    proc = _spawn(["nsenter", f"--net=/run/netns/{node.netns}", "unshare", "--uts", "--mount",
+                   "--propagation", "slave", "sh", "-c", script],
+                  p.node_dir(node.name) / "slurmd.out", _env(p))
     _wait_pidfile(proc, p.slurmd_pid(node.name), "slurmd", p.slurmd_log(node.name), node=node.name)
 
 
@@ -308,6 +326,12 @@ def start(sb: Sandbox, timeout: float = 60.0) -> None:
     p.conf.write_text(conf)
     p.task_prolog.write_text(render_task_prolog(sb))
     p.task_prolog.chmod(0o755)
+    try:
+        machine_hosts = Path("/etc/hosts").read_text(errors="replace")
+    except OSError:
+        machine_hosts = ""
+    p.hosts.write_text(render_hosts(sb, machine_hosts))
+    p.hosts.chmod(0o644)
     _ensure_munged(p)
     _ensure_ctld(p)
     for node in sb.nodes:
