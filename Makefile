@@ -55,7 +55,7 @@ help:
 	@echo "make bench-ssh [BENCH_ARGS=...]                 head CPU per node of one login + 3 commands: clusterctl vs paramiko vs OpenSSH multiplexing (root)"
 	@echo "make bench-top [BENCH_ARGS=...]                 what clusterctl top costs a running training's step rate (root)"
 	@echo "make bench-exec [BENCH_ARGS=...]                a short command on 1/8/16/32 nodes: clusterctl exec (and its eager CLI) vs pdsh vs clush vs an ssh loop (root)"
-	@echo "make bench-peers [BENCH_ARGS=...]               the own-project DDP through clusterctl, pdsh+docker, Ray and mpirun, 2/4 nodes (root)"
+	@echo "make bench-peers [BENCH_ARGS=...]               the own-project DDP through clusterctl, pdsh+docker, Ray, mpirun and TorchX on Slurm, 2/4 nodes (root)"
 
 setup:
 	$(SUDO) env VENV=$(VENV) bash scripts/setup-host

@@ -26,7 +26,19 @@ it).  The ways, each with the peer's own documented tooling:
 * ``mpirun``: as Intel's oneCCL guide starts PyTorch: ``mpiexec -f HOSTFILE -n N -ppn 1``
   (MPICH's hydra, what Intel MPI's mpirun is; ``apt-get install mpich``) over ssh, no
   container: ``python mpi_train.py`` (train.py with its rank from hydra's PMI_RANK and
-  PMI_SIZE) in the tree tar'ed to every node as by hand, with the peers' venv's Python.
+  PMI_SIZE) in the tree tar'ed to every node as by hand, with the peers' venv's Python;
+* ``clusterctl-slurm`` and ``torchx``: the same training through the sandbox's real Slurm
+  (made with the sandbox when one of them is asked for): ``clusterctl launch ... --scheduler
+  slurm`` (one sbatch job of the inventory's nodes, a container per node of the code
+  image), and ``torchx run -s slurm -cfg partition=sandbox dist.ddp -j Nx1 --cpu 1 --script
+  train.py`` from the project directory (TorchX's heterogeneous job of N one-node groups,
+  each a torchrun whose rendezvous is rank 0's node by its Slurm name, which the sandbox's
+  Slurm jobs resolve; the job runs in the project directory with the venv it was submitted
+  from: the shared file system of a Slurm site).  Without Slurm accounting ``torchx run``
+  exits 1 after its submit and ``torchx status``/``log`` fail (they read ``sacct``), so the
+  user follows the replicas' output files and scontrol (TORCHX_FOLLOW); ``edit_queued_s``
+  is how long Slurm kept the job queued (TorchX's heterogeneous job starts on Slurm's
+  backfill pass, every 30 s by default).
 
 Per way and node count (--nodes, default 2,4; one rank per node), in one run:
 
@@ -60,8 +72,8 @@ Per way and node count (--nodes, default 2,4; one rank per node), in one run:
   the checkpoint's step, ``lost_same_weights`` whether rank 0's final weights equal those
   of the same training run uninterrupted (torchrun on this machine, the same torch).
 
-Not measured here (the page says why): TorchX (its Slurm scheduler names nodes that must
-resolve by host name; the sandbox's do not).
+Not measured here (the page says why): dstack and SkyPilot (their set-up downloads from
+the internet); TorchX's recovery (``--max_retries``: the whole job requeued by Slurm).
 
 Run as root with the local engine up and the cpu image built::
 
@@ -75,7 +87,8 @@ It creates its own sandbox ("bpeer", 10.213.81.0/24; --name/--subnet), one rank 
 and removes it at the end, also on failure or Ctrl-C; the Ray daemons it started are
 stopped by their process ids (``ray stop`` would end every Ray process of this machine).
 Bad input (--repeat below 1, bad --nodes or --ways, a malformed --name or --subnet, an
-output in a directory that does not exist, not root, no pdsh or mpiexec.hydra, no engine or no cpu image) is
+output in a directory that does not exist, not root, no pdsh or mpiexec.hydra, no Slurm for
+its ways, no engine or no cpu image) is
 one message saying what is valid and exit status 2, before the sandbox is made.
 """
 
@@ -87,6 +100,7 @@ import os
 import re
 import resource
 import selectors
+import shlex
 import shutil
 import signal
 import statistics
@@ -104,7 +118,7 @@ import yaml
 
 from clusterctl.cluster import distribute, engine, sandbox
 from clusterctl.cluster.inventory import load_inventory
-from clusterctl.cluster.sandbox import processes
+from clusterctl.cluster.sandbox import processes, slurm
 from clusterctl.core.errors import UserError
 from clusterctl.core.tools import require_binaries
 from clusterctl.image import targets
@@ -117,7 +131,8 @@ else:                           # run as a script: benchmarks/ is sys.path[0]
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLE = REPO / "examples" / "own-project"
 REQUIREMENTS = REPO / "requirements" / "bench-peers.txt"
-WAYS = ("clusterctl", "by-hand", "ray", "mpirun")
+WAYS = ("clusterctl", "by-hand", "ray", "mpirun", "clusterctl-slurm", "torchx")
+SLURM_WAYS = ("clusterctl-slurm", "torchx")
 RUN_TIMEOUT = 300.0
 FAIL_STEP = 3
 #: the node-lost run: steps, seconds per step, and the step every rank has passed when the
@@ -135,9 +150,6 @@ PUBLISHED = [
     {"what": "SkyPilot: sky exec on a running cluster (SSH node pools install k3s from the "
              "internet: not here)", "seconds": 5.7, "source": "skypilot PR #3157"},
     {"what": "SkyPilot: 100 nodes launched on Kubernetes", "seconds": 56, "source": "skypilot PR #4393"},
-    {"what": "TorchX slurm dist.ddp, 2 nodes, tried by hand on this sandbox's Slurm: submit -> "
-             "both ranks running (14.6 s of it queued for Slurm's backfill pass)", "seconds": 18.5,
-     "source": "FIELD-NOTES 2026-11-28, torchx 0.7.0"},
     {"what": "nvidia-resiliency-ext: in-job restart after a fault", "seconds": 60,
      "source": "NVRx docs"},
 ]
@@ -406,10 +418,11 @@ class Timed:
     peak_mb: float = 0.0
     lines_ok: int = 0
     lines_mixed: int = 0
-    out: list[str] = field(default_factory=list)
+    out: list[tuple[float, str]] = field(default_factory=list)   # (seconds after the start, line)
     killed: bool = False
     end_wall: float = 0.0            # time.time() when the command had exited
     gone_at: float | None = None     # time.time() when no job process was left (after fail_at)
+    queued_s: float | None = None    # how long Slurm kept the job queued (TorchX's follow says)
 
 
 METRICS = re.compile(r"clusterctl-metrics (\{.*)$")
@@ -468,7 +481,7 @@ def watch(argv: list[str], env: dict[str, str], ranks: int, value: str | None = 
         if eof:
             break
         for line in lines:
-            res.out.append(line)
+            res.out.append((time.monotonic() - t0, line))
             if want is not None and res.ranks_s is None:
                 seen.update(want.findall(line))
                 if len(seen) >= ranks:
@@ -476,6 +489,8 @@ def watch(argv: list[str], env: dict[str, str], ranks: int, value: str | None = 
             m = re.search(r"peers-bench failing rank=\d+ t=([0-9.]+)", line)
             if m and res.fail_at is None:
                 res.fail_at = float(m.group(1))
+            if m := re.match(r"peers-bench slurm-queued-s=(\d+)$", line):
+                res.queued_s = float(m.group(1))
             m = METRICS.search(line)
             if m:
                 try:
@@ -631,6 +646,12 @@ class Way:
     def __init__(self, bench: Bench) -> None:
         self.b = bench
 
+    def inodes(self, n: int) -> set[int]:     # the namespaces the job's processes may be in
+        return netns_inodes(self.b.sb, n)
+
+    def ready(self, n: int) -> None:          # before the set-up's clock starts: the cluster settled
+        pass
+
     def setup(self, n: int) -> dict:          # what to do once per node count before the first run
         return {}
 
@@ -686,6 +707,55 @@ class Clusterctl(Way):
                                      "label=io.clusterctl.run").stdout.split()
         if left:
             processes.node_docker(self.b.sb.name, LOST_NODE, "rm", "--force", *left)
+
+
+class ClusterctlSlurm(Way):
+    """``clusterctl launch --scheduler slurm``: the same launch through the sandbox's Slurm
+    (one sbatch job of the inventory's n nodes, a container per node from the code image),
+    beside TorchX's Slurm way."""
+
+    name = "clusterctl-slurm"
+    needs = "Slurm (a slurmd on every node), a container engine, the cpu image; nothing of clusterctl"
+
+    def inodes(self, n):
+        return netns_inodes(self.b.sb, self.b.sb.node_count)
+
+    def argv(self, n):
+        argv, env = Clusterctl(self.b).argv(n)
+        at = argv.index("--")
+        return argv[:at] + ["--scheduler", "slurm"] + argv[at:], \
+            {**env, "SLURM_CONF": self.b.sb.slurm_conf or ""}
+
+    def ready(self, n):
+        slurm_settled(self.b)
+
+    def teardown(self, n):
+        cancel_slurm_jobs(self.b)
+
+
+def slurm_settled(bench, limit: float = 240.0) -> None:
+    """Wait until Slurm counts every node idle (``idle``, not ``idle*``: not responding, or
+    ``alloc``: a job left), so that a Slurm way's set-up starts on a settled cluster: the
+    node-lost runs before it take node2's link down.  (The first run through clusterctl's
+    Slurm way once took 41 s at 2 nodes against 6 s at 4; the cause was not found, --trace
+    keeps every command's stamped output to see it.)"""
+    end = time.monotonic() + limit
+    while time.monotonic() < end:
+        states = slurm.node_states(bench.sb.name)
+        if states and all(v == "idle" for v in states.values()):
+            return
+        time.sleep(0.5)
+    raise RuntimeError(f"Slurm's nodes did not all come back idle within {limit:.0f} s: "
+                       f"{slurm.node_states(bench.sb.name)}")
+
+
+def cancel_slurm_jobs(bench) -> None:
+    """Every job left on the sandbox's Slurm (one the benchmark gave up on)."""
+    env = {**os.environ, "SLURM_CONF": bench.sb.slurm_conf or ""}
+    jobs = subprocess.run(["squeue", "-h", "-o", "%A"], capture_output=True, text=True,
+                          env=env).stdout.split()
+    if jobs:
+        subprocess.run(["scancel", *jobs], capture_output=True, env=env)
 
 
 class ByHand(Way):
@@ -897,7 +967,69 @@ class Ray(Way):
         self.started = []
 
 
-WAY_CLASSES = {"clusterctl": Clusterctl, "by-hand": ByHand, "ray": Ray, "mpirun": Mpirun}
+#: TorchX's Slurm submit, then what a user does without Slurm accounting (``torchx run``
+#: exits 1 and ``torchx status``/``log`` fail: they read ``sacct``): follow the replicas'
+#: ``slurm-ID-ROLE-K.out``/``.err`` files in the project directory until scontrol says the
+#: job ended, then exit with its exit code (and say how long Slurm kept the job queued:
+#: ``peers-bench slurm-queued-s=N``, whole seconds).  {submit}: the ``torchx run`` command line.
+TORCHX_FOLLOW = r"""
+out=$({submit} 2>&1)
+id=$(printf '%s\n' "$out" | sed -n 's#^slurm://[^/]*/\([0-9][0-9]*\)$#\1#p' | head -n 1)
+[ -n "$id" ] || {{ printf '%s\n' "$out" >&2; exit 125; }}
+files=; for k in $(seq 0 {last}); do files="$files slurm-$id-train-$k.out slurm-$id-train-$k.err"; done
+tail -q -n +1 -F $files 2>/dev/null &
+follower=$!
+while states=$(scontrol show job "$id" 2>/dev/null | grep -o 'JobState=[A-Z_]*') &&
+      printf '%s\n' "$states" | grep -qE '=(PENDING|CONFIGURING|RUNNING|COMPLETING|REQUEUE[A-Z_]*|SUSPENDED)$'; do
+    sleep 0.25
+done
+sleep 0.5; kill $follower
+show=$(scontrol show job "$id" 2>/dev/null)
+code=$(printf '%s\n' "$show" | sed -n 's/.* ExitCode=\([0-9]*\):.*/\1/p' | sort -n | tail -n 1)
+submitted=$(printf '%s\n' "$show" | sed -n 's/.*SubmitTime=\([0-9T:-]*\).*/\1/p' | sort | head -n 1)
+started=$(printf '%s\n' "$show" | sed -n 's/.*StartTime=\([0-9T:-]*\).*/\1/p' | sort | tail -n 1)
+if [ -n "$submitted" ] && [ -n "$started" ]; then
+    echo "peers-bench slurm-queued-s=$(( $(date -d "$started" +%s) - $(date -d "$submitted" +%s) ))"
+fi
+exit "${{code:-125}}"
+"""
+
+
+class TorchX(Way):
+    """``torchx run -s slurm dist.ddp -j Nx1``, TorchX's documented way onto a Slurm cluster:
+    one heterogeneous job of N one-node groups, each a ``torchrun`` whose rendezvous is
+    rank 0's node by its Slurm name; the job runs in the project directory (the shared file
+    system a Slurm site has: here every node is this machine) with the venv it was submitted
+    from.  Without Slurm accounting the user follows the output files (TORCHX_FOLLOW)."""
+
+    name = "torchx"
+    needs = ("Slurm (a slurmd on every node); Python with torchx, torch and tomli (the venv) "
+             "and the project on a file system every node shares")
+
+    def inodes(self, n):
+        return netns_inodes(self.b.sb, self.b.sb.node_count)   # Slurm picks the nodes
+
+    def ready(self, n):
+        slurm_settled(self.b)
+
+    def argv(self, n):
+        submit = (f"{venv_dir(self.b.cache) / 'bin' / 'torchx'} run -s slurm -cfg partition="
+                  f"{slurm.PARTITION} dist.ddp -j {n}x1 --cpu 1 --script train.py -- "
+                  f"--steps {self.b.args.steps}")
+        env = {**os.environ, "SLURM_CONF": self.b.sb.slurm_conf or "",
+               "PATH": f"{venv_dir(self.b.cache) / 'bin'}:{os.environ.get('PATH', '')}"}
+        return ["bash", "-c", f"cd {shlex.quote(str(self.b.project))}\n"
+                + TORCHX_FOLLOW.format(submit=submit, last=n - 1)], env
+
+    def teardown(self, n):
+        """Every job still there (one the benchmark gave up on), and the output files."""
+        cancel_slurm_jobs(self.b)
+        for f in self.b.project.glob("slurm-*.*"):
+            f.unlink()
+
+
+WAY_CLASSES = {"clusterctl": Clusterctl, "by-hand": ByHand, "ray": Ray, "mpirun": Mpirun,
+               "clusterctl-slurm": ClusterctlSlurm, "torchx": TorchX}
 
 
 # --------------------------------------------------------------------------- the bench
@@ -911,6 +1043,7 @@ class Bench:
         self.ips = [node["host"] for node in self.data["nodes"]]
         self.image = args.image
         self.run_id = 0
+        self.runs = 0                # commands run (--trace numbers their logs)
         self.reference: dict[int, str | None] = {}   # n -> an uninterrupted run's weights
         self.cli_env = benchplot.cli_env(os.environ, DOCKER_HOST=engine.engine_url() or "",
                                          CLUSTERCTL_RUNS=str(tmp / "runs"))
@@ -934,38 +1067,53 @@ class Bench:
              inodes: set[int] | None = None) -> tuple[Timed, float]:
         prep = way.prepare(n)
         argv, env = way.argv(n)
-        return watch(argv, env, n, value, stop_at=stop_wait, inodes=inodes), prep
+        res = watch(argv, env, n, value, stop_at=stop_wait, inodes=inodes)
+        if self.args.trace:          # what the user saw, each line stamped with its second
+            self.runs += 1
+            path = Path(self.args.trace) / f"{self.runs:02d}-{way.name}-{n}-{value or 'fail'}.log"
+            path.write_text(f"$ {shlex.join(argv)}\n" + "".join(f"{t:8.2f} {line}\n" for t, line in res.out)
+                            + f"exit {res.rc} after {res.exit_s:.2f} s\n")
+        return res, prep
+
+
+def tail(res: Timed, k: int = 6) -> str:
+    return " / ".join(line for _, line in res.out[-k:])
 
 
 def run_way(bench: Bench, way: Way, n: int, log) -> dict:
     """One way at ``n`` nodes: set-up and first run, --repeat edits, the failure."""
     args = bench.args
     row: dict = {"nodes": n, "way": way.name, "needs": way.needs}
-    inodes = netns_inodes(bench.sb, n)
+    inodes = way.inodes(n)
     try:
         edit(bench.project, "VALUE", '"first"')
+        way.ready(n)
         t = time.monotonic()
         row.update(way.setup(n))
         first, _ = bench.once(way, n, "first")
         if first.ranks_s is None or first.rc != 0:
-            raise RuntimeError(f"first run exited {first.rc}: " + " / ".join(first.out[-6:]))
+            raise RuntimeError(f"first run exited {first.rc}: " + tail(first))
         row["setup_s"] = round(time.monotonic() - t - first.exit_s + first.ranks_s, 2)
-        edits, cpu, mem, ok, mixed = [], [], [], [], []
+        edits, cpu, mem, ok, mixed, queued = [], [], [], [], [], []
         for k in range(args.repeat):
             value = f"v{n}-{k}-{int(time.time())}"
             edit(bench.project, "VALUE", f'"{value}"')
             t = time.monotonic()
             r, prep = bench.once(way, n, value)
             if r.ranks_s is None or r.rc != 0:
-                raise RuntimeError(f"edit run exited {r.rc}: " + " / ".join(r.out[-6:]))
+                raise RuntimeError(f"edit run exited {r.rc}: " + tail(r))
             edits.append(prep + r.ranks_s)
             cpu.append(r.cpu_s)
             mem.append(r.peak_mb)
             ok.append(r.lines_ok)
             mixed.append(r.lines_mixed)
+            if r.queued_s is not None:
+                queued.append(r.queued_s)
         row.update(edit_s=round(statistics.median(edits), 2), edit_runs=[round(e, 2) for e in edits],
                    head_cpu_s=round(statistics.median(cpu), 2), head_mb=round(max(mem)),
                    lines_expected=n * args.steps, lines_ok=min(ok), lines_mixed=max(mixed))
+        if queued:                    # of the edit's seconds, queued for Slurm
+            row["edit_queued_s"] = statistics.median(queued)
         if isinstance(way, Ray):
             extra = way.extra(n)
             head = extra.pop("_head_pids")
@@ -981,7 +1129,7 @@ def run_way(bench: Bench, way: Way, n: int, log) -> dict:
         edit(bench.project, "FAIL_RANK", "-1")
         row["fail_rc"] = r.rc if not r.killed else None
         if r.fail_at is None:
-            row["fail_note"] = "the failing rank's line never reached the user: " + " / ".join(r.out[-4:])
+            row["fail_note"] = "the failing rank's line never reached the user: " + tail(r, 4)
         else:
             end = r.end_wall
             gone = r.gone_at or wait_gone(inodes, max(0.0, args.stop_wait - (time.time() - r.fail_at)))
@@ -1007,23 +1155,30 @@ def run_way(bench: Bench, way: Way, n: int, log) -> dict:
 
 
 def add_ratios(rows: list[dict]) -> list[dict]:
-    """Each figure over clusterctl's at the same node count (x_NAME)."""
+    """Each figure over clusterctl's at the same node count (x_NAME); a Slurm way's also over
+    clusterctl's Slurm way's (xs_NAME)."""
     base = {r["nodes"]: r for r in rows if r["way"] == "clusterctl"}
+    on_slurm = {r["nodes"]: r for r in rows if r["way"] == SLURM_WAYS[0]}
     for r in rows:
         b = base.get(r["nodes"])
         for key in ("setup_s", "edit_s", "fail_stop_s", "head_cpu_s", "head_mb", "lost_s"):
             if b and r.get(key) is not None and b.get(key):
                 r[f"x_{key}"] = round(r[key] / b[key], 2)
+        b = on_slurm.get(r["nodes"])
+        if r["way"] in SLURM_WAYS[1:] and b:
+            for key in ("setup_s", "edit_s", "fail_stop_s"):
+                if r.get(key) is not None and b.get(key):
+                    r[f"xs_{key}"] = round(r[key] / b[key], 2)
     return rows
 
 
 def print_rows(rows: list[dict]) -> None:
     def f(v, suffix=""):
         return "-" if v is None else f"{v}{suffix}"
-    print(f"\n{'nodes':>5} {'way':<11} {'set-up s':>9} {'edit s':>7} {'fail->stop s':>13} {'rc':>4} "
+    print(f"\n{'nodes':>5} {'way':<16} {'set-up s':>9} {'edit s':>7} {'fail->stop s':>13} {'rc':>4} "
           f"{'head CPU s':>10} {'head MB':>8} {'lines ok/exp':>13}  result")
     for r in rows:
-        print(f"{r['nodes']:>5} {r['way']:<11} {f(r.get('setup_s')):>9} {f(r.get('edit_s')):>7} "
+        print(f"{r['nodes']:>5} {r['way']:<16} {f(r.get('setup_s')):>9} {f(r.get('edit_s')):>7} "
               f"{f(r.get('fail_stop_s')):>13} {f(r.get('fail_rc')):>4} {f(r.get('head_cpu_s')):>10} "
               f"{f(r.get('head_mb')):>8} {f(r.get('lines_ok'))}/{f(r.get('lines_expected')):<6}  "
               f"{r.get('result', '')[:60]}", flush=True)
@@ -1031,14 +1186,14 @@ def print_rows(rows: list[dict]) -> None:
     if lost:
         print(f"\n{LOST_NODE}'s link down at step {LOST_AT_STEP}, a spare beside (ways that recover):")
     for r in lost:
-        print(f"{r['nodes']:>5} {r['way']:<11} training again {f(r.get('lost_s'), ' s')}, resumed from step "
+        print(f"{r['nodes']:>5} {r['way']:<16} training again {f(r.get('lost_s'), ' s')}, resumed from step "
               f"{f(r.get('lost_resumed_from'))}, same weights as uninterrupted: {f(r.get('lost_same_weights'))}, "
               f"exit {f(r.get('lost_rc'))} {r.get('lost_note') or ''}"[:200], flush=True)
     print("\n(over clusterctl's at the same node count)")
     for r in rows:
         if r["way"] != "clusterctl":
             bits = [f"{k[2:]} x{v:.2f}" for k, v in r.items() if k.startswith("x_")]
-            print(f"{r['nodes']:>3} nodes {r['way']:>8}: " + (", ".join(bits) or "-"))
+            print(f"{r['nodes']:>3} nodes {r['way']:>16}: " + (", ".join(bits) or "-"))
 
 
 def parser() -> argparse.ArgumentParser:
@@ -1062,6 +1217,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--subnet", default="10.213.81.0/24", help="sandbox subnet")
     ap.add_argument("--json", default=None, metavar="FILE", help="write the rows and conditions as JSON")
     ap.add_argument("--plot", default=None, metavar="FILE.png", help="draw the figures per way")
+    ap.add_argument("--trace", default=None, metavar="DIR",
+                    help="write each command's output there, each line stamped with its second")
     return ap
 
 
@@ -1075,6 +1232,8 @@ def check(args: argparse.Namespace) -> None:
     sandbox.check_name(args.name)
     sandbox.parse_subnet(args.subnet, max(args.nodes) + 1)
     benchplot.check_outputs(args.json, args.plot)
+    if args.trace is not None and not Path(args.trace).is_dir():
+        raise UserError(f"--trace {args.trace}: not a directory; give an existing one")
     if not Path(args.cache).resolve().parent.is_dir():
         raise UserError(f"--cache {args.cache}: its parent directory does not exist")
     if args.setup_only:
@@ -1085,6 +1244,8 @@ def check(args: argparse.Namespace) -> None:
         require_binaries("pdsh", packages="pdsh")
     if "mpirun" in ways:
         require_binaries("mpiexec.hydra", packages="mpich")
+    if set(SLURM_WAYS) & set(ways):
+        slurm.require_slurm()
     distribute.source_image(engine.client(), args.image)   # no engine, or no such image
 
 
@@ -1104,14 +1265,15 @@ def run(args: argparse.Namespace) -> int:
         print(f"sandbox {args.name}: {max(args.nodes) + 1} nodes (the last a spare), sharing this machine's "
               f"{os.cpu_count()} cores ...", flush=True)
         sb = sandbox.up(max(args.nodes) + 1, name=args.name, subnet=args.subnet, slots=1,
-                        inventory_path=inventory)   # the last one: the node-lost run's spare
+                        inventory_path=inventory,   # the last one: the node-lost run's spare
+                        with_slurm=bool(set(SLURM_WAYS) & set(args.ways)))
         extra["sandbox_up_s"] = round(time.monotonic() - t, 1)
         bench = Bench(args, sb, tmp, inventory)
         make_project(bench.project)
         for n in args.nodes:
             bench.reference[n] = reference_weights(bench, n, LOST_STEPS)
             print(f"uninterrupted weights, {n} ranks x {LOST_STEPS} steps: {bench.reference[n]}", flush=True)
-        if set(args.ways) & {"clusterctl", "by-hand"}:
+        if set(args.ways) & {"clusterctl", "by-hand", "clusterctl-slurm"}:
             t = time.monotonic()
             results = distribute.push_image(args.image, load_inventory(inventory), strategy="relay")
             failed = [f"{r.node}: {r.error}" for r in results if not r.ok]

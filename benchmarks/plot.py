@@ -148,7 +148,8 @@ SHAPES: dict[str, dict[str, tuple[str, ...]]] = {
         "conditions": ("repeat:int", "steps:int", "image?:str", "venv_install_s?:num",
                        "venv_mb?:num", "ray?:str", "torchx?:str", "torch?:str",
                        "sandbox_up_s?:num", "image_push_s?:num", "note?:str"),
-        # one row per node count and way (clusterctl | by-hand | ray | mpirun): needs (what every node
+        # one row per node count and way (clusterctl | by-hand | ray | mpirun | clusterctl-slurm |
+        # torchx): needs (what every node
         # holds); setup_s (nothing of the project on the nodes -> every rank of the first run
         # running; ray: ray start on every node included, cluster_up_s of it); edit_s (a
         # one-line edit -> every rank running it, median of edit_runs); fail_stop_s (a rank's
@@ -158,7 +159,9 @@ SHAPES: dict[str, dict[str, tuple[str, ...]]] = {
         # metrics lines arrived whole, lines_mixed not; x_FIGURE: over clusterctl's;
         # lost_*: the node-lost run (ways that recover): lost_s (node2's link down -> every
         # rank of the next attempt training), lost_resumed_from (the checkpoint's step),
-        # lost_same_weights (the final weights are an uninterrupted run's), lost_rc, lost_note
+        # lost_same_weights (the final weights are an uninterrupted run's), lost_rc, lost_note;
+        # edit_queued_s (clusterctl-slurm, torchx): of edit_s, the seconds Slurm kept the job queued;
+        # xs_FIGURE (torchx): over clusterctl-slurm's
         "rows": ("nodes:int", "way:str", "result:str", "needs?:str", "setup_s?:num",
                  "cluster_up_s?:num", "edit_s?:num", "edit_runs?:list", "fail_stop_s?:num",
                  "fail_exit_s?:num", "fail_rc?:int", "fail_note?:str", "head_cpu_s?:num",
@@ -166,7 +169,8 @@ SHAPES: dict[str, dict[str, tuple[str, ...]]] = {
                  "ray_head_cpu_s?:num", "lines_expected?:int", "lines_ok?:int", "lines_mixed?:int",
                  "x_setup_s?:num", "x_edit_s?:num", "x_fail_stop_s?:num", "x_head_cpu_s?:num",
                  "x_head_mb?:num", "lost_s?:num", "lost_rc?:int", "lost_resumed_from?:int",
-                 "lost_weights?:str", "lost_same_weights?:bool", "lost_note?:str", "x_lost_s?:num"),
+                 "lost_weights?:str", "lost_same_weights?:bool", "lost_note?:str", "x_lost_s?:num",
+                 "edit_queued_s?:num", "xs_setup_s?:num", "xs_edit_s?:num", "xs_fail_stop_s?:num"),
         # published figures of the peers that cannot set up here, transcribed
         "published": ("what:str", "seconds:num", "source?:str"),
     },
@@ -815,7 +819,8 @@ def exec_table(doc: dict) -> str:
                          _f(r.get("wall_over_clusterctl"), 2, "x")] for r in doc["rows"]])
 
 
-PEER_WAYS = ("clusterctl", "by-hand", "mpirun", "ray", "torchx")
+PEER_WAYS = ("clusterctl", "by-hand", "mpirun", "ray", "clusterctl-slurm", "torchx")
+SLURM_PEER_WAYS = ("clusterctl-slurm", "torchx")
 
 
 def peers_table(doc: dict) -> str:
@@ -850,6 +855,16 @@ def peers_table(doc: dict) -> str:
               {True: "yes", False: "NO", None: "-"}[r.get("lost_same_weights")],
               "-" if r.get("lost_rc") is None else str(r["lost_rc"]), r.get("lost_note") or ""]
              for r in lost]))
+    on_slurm = [r for r in rows if r["way"] in SLURM_PEER_WAYS]
+    if on_slurm:
+        def over(r: dict, key: str) -> str:        # over clusterctl's Slurm way's, as the data says
+            return "" if r.get(f"xs_{key}") is None else f" ({r[f'xs_{key}']:.2f}x)"
+        tables.append(_md(
+            ["nodes", "on Slurm", "set-up -> first run s", "one-line edit -> every rank s",
+             "of it queued by Slurm s", "rank fails -> every process gone s", "exit status"],
+            [[str(r["nodes"]), r["way"], _f(r.get("setup_s"), 1) + over(r, "setup_s"),
+              _f(r.get("edit_s"), 1) + over(r, "edit_s"), _f(r.get("edit_queued_s"), 0),
+              _f(r.get("fail_stop_s"), 1) + over(r, "fail_stop_s"), rc(r)] for r in on_slurm]))
     ray = [r for r in rows if r.get("ray_head_mb") is not None]
     if ray:
         tables.append(_md(
@@ -1326,7 +1341,7 @@ def _exec(plt, doc: dict):
 
 
 PEER_COLORS = {"clusterctl": "#1f77b4", "by-hand": "#7f7f7f", "mpirun": "#2ca02c", "ray": "#ff7f0e",
-               "torchx": "#9467bd"}
+               "clusterctl-slurm": "#17becf", "torchx": "#9467bd"}
 
 
 def _peers(plt, doc: dict):

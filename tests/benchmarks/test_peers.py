@@ -22,7 +22,7 @@ from tests.benchmarks.test_plot import COND, DATA, REPO, png_size, roundtrip
 @pytest.mark.parametrize(("args", "message"), [
     (["--repeat", "0"], 'argument --repeat: "0": give a whole number, 1 or more'),
     (["--nodes", "2,0"], 'argument --nodes: "2,0": give node counts from 1 to'),
-    (["--ways", "ray,slurmm"], '--ways "ray,slurmm": give ways from clusterctl, by-hand, ray'),
+    (["--ways", "ray,slurmm"], '--ways "ray,slurmm": give ways from clusterctl, by-hand, ray, mpirun, clusterctl-slurm, torchx'),
     (["--ways", "ray,ray"], "each once"),
     (["--name", "Bad Name!"], "Bad Name!"),
     (["--subnet", "10.1.2.3/33"], "10.1.2.3/33"),
@@ -91,6 +91,10 @@ def test_rows_ratios_and_table():
          "lines_expected": 400, "lines_ok": 390, "lines_mixed": 0},
         {"nodes": 2, "way": "by-hand", "result": "ok", "edit_s": 5.0, "fail_rc": None,
          "fail_note": "still running 90 s after the rank failed: killed by the benchmark"},
+        {"nodes": 2, "way": "torchx", "result": "ok", "setup_s": 30.0, "edit_s": 28.0,
+         "edit_queued_s": 24.0, "fail_stop_s": 1.5, "fail_rc": 1},
+        {"nodes": 2, "way": "clusterctl-slurm", "result": "ok", "setup_s": 7.5, "edit_s": 5.0,
+         "fail_stop_s": 1.2, "fail_rc": 1},
     ])
     ray = rows[1]
     assert ray["x_edit_s"] == 3.0 and ray["x_setup_s"] == 1.5 and ray["x_head_mb"] == 0.8
@@ -102,6 +106,9 @@ def test_rows_ratios_and_table():
            "| 390 of 400 | ok |" in table
     assert "| 2 | by-hand | - | 5.0 (1.25x) | - | - | killed |" in table
     assert "| 2 | 20 | 800 |" in table and "| dstack submit -> running | 10.0 | - |" in table
+    # the two ways through Slurm side by side: TorchX over clusterctl's Slurm way, Slurm's queue apart
+    assert "| 2 | clusterctl-slurm | 7.5 | 5.0 | - | 1.2 | 1 |\n" \
+           "| 2 | torchx | 30.0 (4.00x) | 28.0 (5.60x) | 24 | 1.5 (1.25x) | 1 |" in table
 
 
 def test_the_committed_data_file_draws(tmp_path):
@@ -151,3 +158,51 @@ def test_lost_run_times_every_rank_of_the_next_attempt_from_the_fault(tmp_path):
     res = peers.lost_run([sys.executable, "-c", "print('clusterctl-metrics {\"rank\": 0, \"step\": 1, "
                           "\"time\": 1, \"start\": 0}')"], {}, 1, lambda: True, fault, timeout=30)
     assert res["fault_at"] is None and "training_again_s" not in res
+
+
+def _stand_ins(bin_dir: Path, submit_out: str, exit_codes: str) -> None:
+    """Stand-ins for `torchx` and `scontrol` (the real ones need a Slurm cluster: the benchmark
+    runs them): the submit prints ``submit_out`` and writes both replicas' output files; the
+    job is RUNNING for its first two queries, then FAILED with ``exit_codes`` per component,
+    submitted at 23:59:50 and started at 00:00:25 (the first component; the next 3 s sooner)."""
+    bin_dir.mkdir()
+    (bin_dir / "torchx").write_text(
+        "#!/bin/sh\nprintf 'torchx 2026-11-29 INFO Log directory\\n' >&2\n"
+        f"printf '%s\\n' '{submit_out}'\n"
+        "printf 'peers-bench value=x rank=0 \\n' > slurm-7-train-0.out\n"
+        "printf 'peers-bench value=x rank=1 \\n' > slurm-7-train-1.out\n"
+        "printf 'Traceback (most recent call last):\\n' > slurm-7-train-1.err\nexit 1\n")
+    codes = " ".join(f"ExitCode={c}:0" for c in exit_codes.split(","))
+    (bin_dir / "scontrol").write_text(
+        "#!/bin/sh\nn=$(cat queries 2>/dev/null || echo 0); echo $((n + 1)) > queries\n"
+        "if [ \"$n\" -lt 2 ]; then echo '   JobState=RUNNING Reason=None'; exit 0; fi\n"
+        "t=25; for c in " + codes + "; do echo '   JobState=FAILED Reason=NonZeroExitCode'; "
+        "echo \"   Requeue=1 Restarts=0 BatchFlag=1 Reboot=0 $c\"; "
+        "echo '   SubmitTime=2026-11-29T23:59:50 EligibleTime=2026-11-29T23:59:50'; "
+        "echo \"   StartTime=2026-11-30T00:00:$t EndTime=2026-11-30T00:01:00\"; t=$((t - 3)); done\n")
+    for f in bin_dir.iterdir():
+        f.chmod(0o755)
+
+
+def test_torchx_follow_prints_every_replicas_output_and_exits_with_the_jobs_code_stand_in_slurm(tmp_path):
+    _stand_ins(tmp_path / "bin", "slurm://torchx/7", "0,1")
+    script = peers.TORCHX_FOLLOW.format(submit="torchx run -s slurm dist.ddp", last=1)
+    r = subprocess.run(["bash", "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=60,
+                       env={"PATH": f"{tmp_path / 'bin'}:/usr/bin:/bin"})
+    assert r.returncode == 1, r.stderr                    # the largest of the components' codes
+    assert r.stdout.splitlines() == ["peers-bench value=x rank=0 ", "peers-bench value=x rank=1 ",
+                                     "Traceback (most recent call last):",
+                                     "peers-bench slurm-queued-s=35"]   # to the last start
+    for f in (*tmp_path.glob("slurm-7-*"), tmp_path / "queries"):
+        f.unlink()
+    res = peers.watch(["bash", "-c", f"cd {tmp_path}\n" + script],
+                      {"PATH": f"{tmp_path / 'bin'}:/usr/bin:/bin"}, 2, "x")
+    assert res.rc == 1 and res.ranks_s is not None and res.queued_s == 35
+
+
+def test_torchx_follow_without_a_job_handle_says_what_torchx_said_and_exits_125(tmp_path):
+    _stand_ins(tmp_path / "bin", "sbatch: error: Batch job submission failed", "0")
+    script = peers.TORCHX_FOLLOW.format(submit="torchx run -s slurm dist.ddp", last=1)
+    r = subprocess.run(["bash", "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=60,
+                       env={"PATH": f"{tmp_path / 'bin'}:/usr/bin:/bin"})
+    assert r.returncode == 125 and "Batch job submission failed" in r.stderr and r.stdout == ""
