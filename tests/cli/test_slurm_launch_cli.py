@@ -137,6 +137,21 @@ def test_without_container_the_script_uses_the_inventorys_runtime(tmp_path, runt
     assert runs in result.output and other not in result.output
 
 
+def test_a_spare_in_the_inventory_takes_no_rank_on_slurm_and_the_user_is_told(tmp_path):
+    """Before, --nodelist and --nodes counted the spare: it ran as one more rank."""
+    inv = tmp_path / "inv.yaml"
+    inv.write_text("nodes:\n  - {name: node1, host: 10.0.0.1}\n  - {name: node2, host: 10.0.0.2}\n"
+                   "  - {name: node3, host: 10.0.0.3, spare: true}\n")
+    result = runner.invoke(app, ["launch", "ddp-smoke", "--scheduler", "slurm", "--nodes", str(inv), "--dry-run"])
+    assert result.exit_code == 0, result.output
+    assert "#SBATCH --nodes=2\n" in result.output and "#SBATCH --nodelist=node1,node2\n" in result.output
+    assert f"note: node3 (spare: true in {inv}) takes no rank on Slurm" in result.output
+    assert "give --nnodes N instead of --nodes" in result.output
+    mismatch = runner.invoke(app, ["launch", "ddp-smoke", "--scheduler", "slurm", "--nodes", str(inv),
+                                   "--nnodes", "3", "--dry-run"])
+    _refused(mismatch, "--nnodes 3 disagrees with the inventory's 2 nodes")
+
+
 @pytest.mark.parametrize(("runtimes", "args", "fragments"), [
     (("docker", "podman"), [], ["inv.yaml: the nodes' runtime differs: docker (node1), podman (node2)",
                                 "valid: the same `runtime` on every node, or --container pyxis"]),

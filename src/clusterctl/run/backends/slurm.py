@@ -76,7 +76,12 @@ class SlurmBackend(Backend):
                 opts.get("container"),
                 {n.name: node_runtime(n).name for n in inventory.nodes} if inventory else {},
                 str(inventory.path) if inventory else ""),
-            nodelist=inventory.names if inventory else ())
+            nodelist=[n.name for n in inventory.active] if inventory else ())
+        spares = [n.name for n in inventory.nodes if n.spare] if inventory else []
+        if spares:   # Slurm allocates what --nodelist names: a spare there would be a rank
+            ui.note(f"note: {', '.join(spares)} (spare: true in {inventory.path}) takes no rank "
+                    "on Slurm, and Slurm cannot swap it in: the job names its nodes, so a requeued "
+                    "attempt waits for them; give --nnodes N instead of --nodes for Slurm to choose")
         overrides = plan.parse_sets(req.sets, os.environ)
         run_id = records.check_run_id(req.run_id) if req.run_id else records.new_run_id(spec.name)
         image = req.image
