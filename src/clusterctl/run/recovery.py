@@ -249,7 +249,9 @@ CONDITIONS: dict[str, Callable[[Rule, _Facts], object]] = {
 }
 
 
-_NODES_SLURM = "Slurm picks each attempt's nodes (and requeues on a node failure by itself)"
+_NODES_SLURM = ("Slurm picks each attempt's nodes with `--nnodes` (and requeues on a node failure "
+                "by itself); with `--nodes FILE` the job names its nodes, and a requeued attempt "
+                "waits for them")
 _NODES_KUBE = "the scheduler picks the pods' nodes"
 
 #: The recovery rules, in the order :func:`decide` applies them (the first ``end`` or
