@@ -61,19 +61,20 @@ Per way and node count (--nodes, default 2,4; one rank per node), in one run:
   arrived whole (``lines_ok``) in the user's terminal, and how many came mixed (a
   metrics line that does not parse).
 
-* ``lost_*`` (the ways that recover from a lost node: clusterctl and ray): a run of
+* ``lost_*`` (the ways that recover from a lost node: clusterctl, ray, torchx): a run of
   LOST_STEPS steps slowed to LOST_STEP_SECONDS each, a checkpoint every 5 (clusterctl:
   ``--max-restarts 1 --checkpoint DIR``, the next node ``spare: true`` in the inventory;
   ray: Ray Train's own ``report(checkpoint=...)``/``get_checkpoint()`` and
   ``FailureConfig(max_failures=1)``, the next node joining the cluster once every worker
-  is placed); once every rank passed step LOST_AT_STEP, node2's link goes down (the
+  is placed; torchx: ``--max_retries 1``, Slurm requeueing the job onto idle nodes, which
+  it does once it calls the lost node down: about 10 minutes, the run's limit 15); once every rank passed step LOST_AT_STEP, node2's link goes down (the
   sandbox's cable pulled, as ``clusterctl fault link-down``): ``lost_s`` is that moment to
   every rank of the next attempt printing its first metrics line, ``lost_resumed_from``
   the checkpoint's step, ``lost_same_weights`` whether rank 0's final weights equal those
   of the same training run uninterrupted (torchrun on this machine, the same torch).
 
 Not measured here (the page says why): dstack and SkyPilot (their set-up downloads from
-the internet); TorchX's recovery (``--max_retries``: the whole job requeued by Slurm).
+the internet); clusterctl's Slurm way after a lost node (its job names its nodes).
 
 Run as root with the local engine up and the cpu image built::
 
@@ -585,7 +586,7 @@ def node_lost(bench, way, n: int) -> dict:
         sandbox.set_link(sb.name, LOST_NODE, up=False)
         return time.time()
     try:
-        r = lost_run(argv, env, n, lambda: way.lost_ready(n), fault)
+        r = lost_run(argv, env, n, lambda: way.lost_ready(n), fault, timeout=way.lost_timeout)
     finally:
         sandbox.set_link(sb.name, LOST_NODE, up=True)
     way.lost_cleanup(n)
@@ -668,6 +669,7 @@ class Way:
         return {}
 
     recovers = False                 # offers recovery from a lost node (the node-lost run)
+    lost_timeout = RUN_TIMEOUT       # the node-lost run's limit
 
     def lost_argv(self, n: int, steps: int) -> tuple[list[str], dict[str, str]]:
         raise NotImplementedError
@@ -979,8 +981,13 @@ id=$(printf '%s\n' "$out" | sed -n 's#^slurm://[^/]*/\([0-9][0-9]*\)$#\1#p' | he
 files=; for k in $(seq 0 {last}); do files="$files slurm-$id-train-$k.out slurm-$id-train-$k.err"; done
 tail -q -n +1 -F $files 2>/dev/null &
 follower=$!
-while states=$(scontrol show job "$id" 2>/dev/null | grep -o 'JobState=[A-Z_]*') &&
-      printf '%s\n' "$states" | grep -qE '=(PENDING|CONFIGURING|RUNNING|COMPLETING|REQUEUE[A-Z_]*|SUSPENDED)$'; do
+going() {{
+    states=$(scontrol show job "$id" 2>/dev/null | grep -o 'JobState=[A-Z_]*') &&
+        printf '%s\n' "$states" | grep -qE '=(PENDING|CONFIGURING|RUNNING|COMPLETING|REQUEUE[A-Z_]*|SUSPENDED)$'
+}}
+# {settle} s more before believing an end: a job Slurm requeues after a node failure
+# may show NODE_FAIL for a moment first
+while going || {{ [ {settle} -gt 0 ] && sleep {settle} && going; }}; do
     sleep 0.25
 done
 sleep 0.5; kill $follower
@@ -1019,7 +1026,35 @@ class TorchX(Way):
         env = {**os.environ, "SLURM_CONF": self.b.sb.slurm_conf or "",
                "PATH": f"{venv_dir(self.b.cache) / 'bin'}:{os.environ.get('PATH', '')}"}
         return ["bash", "-c", f"cd {shlex.quote(str(self.b.project))}\n"
-                + TORCHX_FOLLOW.format(submit=submit, last=n - 1)], env
+                + TORCHX_FOLLOW.format(submit=submit, last=n - 1, settle=0)], env
+
+    recovers = True
+    lost_timeout = 900.0             # Slurm declares a node down after SlurmdTimeout (300 s)
+
+    def lost_argv(self, n, steps):
+        """TorchX's own recovery: ``--max_retries 1`` (the job is submitted ``--requeue`` and
+        its script requeues it after a failed srun), the checkpoint directory and the slower
+        steps through ``--env``; Slurm may place the next attempt on any idle node."""
+        ckpt = self.b.tmp / f"ckpt-torchx-{n}"
+        shutil.rmtree(ckpt, ignore_errors=True)
+        ckpt.mkdir()
+        submit = (f"{venv_dir(self.b.cache) / 'bin' / 'torchx'} run -s slurm -cfg partition="
+                  f"{slurm.PARTITION} dist.ddp -j {n}x1 --cpu 1 --max_retries 1 --env "
+                  f"CLUSTERCTL_CHECKPOINT_DIR={ckpt},PEERS_STEP_SECONDS={LOST_STEP_SECONDS} "
+                  f"--script train.py -- --steps {steps}")
+        _, env = self.argv(n)
+        return ["bash", "-c", f"cd {shlex.quote(str(self.b.project))}\n"
+                + TORCHX_FOLLOW.format(submit=submit, last=n - 1, settle=5)], env
+
+    def lost_ready(self, n):
+        """The fault hits the job only when Slurm placed one of its groups on node2."""
+        env = {**os.environ, "SLURM_CONF": self.b.sb.slurm_conf or ""}
+        nodes = subprocess.run(["squeue", "-h", "-t", "RUNNING", "-o", "%N"], capture_output=True,
+                               text=True, env=env).stdout.split()
+        return LOST_NODE in nodes
+
+    def lost_cleanup(self, n):
+        self.teardown(n)
 
     def teardown(self, n):
         """Every job still there (one the benchmark gave up on), and the output files."""

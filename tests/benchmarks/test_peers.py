@@ -186,7 +186,7 @@ def _stand_ins(bin_dir: Path, submit_out: str, exit_codes: str) -> None:
 
 def test_torchx_follow_prints_every_replicas_output_and_exits_with_the_jobs_code_stand_in_slurm(tmp_path):
     _stand_ins(tmp_path / "bin", "slurm://torchx/7", "0,1")
-    script = peers.TORCHX_FOLLOW.format(submit="torchx run -s slurm dist.ddp", last=1)
+    script = peers.TORCHX_FOLLOW.format(submit="torchx run -s slurm dist.ddp", last=1, settle=0)
     r = subprocess.run(["bash", "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=60,
                        env={"PATH": f"{tmp_path / 'bin'}:/usr/bin:/bin"})
     assert r.returncode == 1, r.stderr                    # the largest of the components' codes
@@ -202,7 +202,7 @@ def test_torchx_follow_prints_every_replicas_output_and_exits_with_the_jobs_code
 
 def test_torchx_follow_without_a_job_handle_says_what_torchx_said_and_exits_125(tmp_path):
     _stand_ins(tmp_path / "bin", "sbatch: error: Batch job submission failed", "0")
-    script = peers.TORCHX_FOLLOW.format(submit="torchx run -s slurm dist.ddp", last=1)
+    script = peers.TORCHX_FOLLOW.format(submit="torchx run -s slurm dist.ddp", last=1, settle=0)
     r = subprocess.run(["bash", "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=60,
                        env={"PATH": f"{tmp_path / 'bin'}:/usr/bin:/bin"})
     assert r.returncode == 125 and "Batch job submission failed" in r.stderr and r.stdout == ""
