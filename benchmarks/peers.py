@@ -725,14 +725,13 @@ class ClusterctlSlurm(Way):
     def argv(self, n):
         argv, env = Clusterctl(self.b).argv(n)
         at = argv.index("--")
-        return argv[:at] + ["--scheduler", "slurm"] + argv[at:], \
-            {**env, "SLURM_CONF": self.b.sb.slurm_conf or ""}
+        return argv[:at] + ["--scheduler", "slurm"] + argv[at:], {**env, **self.b.slurm_env}
 
     def ready(self, n):
         slurm_settled(self.b)
 
     def teardown(self, n):
-        cancel_slurm_jobs(self.b)
+        slurm.cancel_jobs(self.b.sb.name)
 
 
 def slurm_settled(bench, limit: float = 240.0) -> None:
@@ -749,15 +748,6 @@ def slurm_settled(bench, limit: float = 240.0) -> None:
         time.sleep(0.5)
     raise RuntimeError(f"Slurm's nodes did not all come back idle within {limit:.0f} s: "
                        f"{slurm.node_states(bench.sb.name)}")
-
-
-def cancel_slurm_jobs(bench) -> None:
-    """Every job left on the sandbox's Slurm (one the benchmark gave up on)."""
-    env = {**os.environ, "SLURM_CONF": bench.sb.slurm_conf or ""}
-    jobs = subprocess.run(["squeue", "-h", "-o", "%A"], capture_output=True, text=True,
-                          env=env).stdout.split()
-    if jobs:
-        subprocess.run(["scancel", *jobs], capture_output=True, env=env)
 
 
 class ByHand(Way):
@@ -1019,14 +1009,18 @@ class TorchX(Way):
     def ready(self, n):
         slurm_settled(self.b)
 
-    def argv(self, n):
-        submit = (f"{venv_dir(self.b.cache) / 'bin' / 'torchx'} run -s slurm -cfg partition="
-                  f"{slurm.PARTITION} dist.ddp -j {n}x1 --cpu 1 --script train.py -- "
-                  f"--steps {self.b.args.steps}")
-        env = {**os.environ, "SLURM_CONF": self.b.sb.slurm_conf or "",
-               "PATH": f"{venv_dir(self.b.cache) / 'bin'}:{os.environ.get('PATH', '')}"}
+    def _follow(self, n: int, steps: int, options: str = "", settle: int = 0):
+        """``torchx run ... dist.ddp -j Nx1 [options]`` from the project directory, followed
+        (TORCHX_FOLLOW), with the venv first on PATH (the job runs with what it was submitted from)."""
+        bin_dir = venv_dir(self.b.cache) / "bin"
+        submit = (f"{bin_dir / 'torchx'} run -s slurm -cfg partition={slurm.PARTITION} dist.ddp "
+                  f"-j {n}x1 --cpu 1 {options}--script train.py -- --steps {steps}")
+        env = {**os.environ, **self.b.slurm_env, "PATH": f"{bin_dir}:{os.environ.get('PATH', '')}"}
         return ["bash", "-c", f"cd {shlex.quote(str(self.b.project))}\n"
-                + TORCHX_FOLLOW.format(submit=submit, last=n - 1, settle=0)], env
+                + TORCHX_FOLLOW.format(submit=submit, last=n - 1, settle=settle)], env
+
+    def argv(self, n):
+        return self._follow(n, self.b.args.steps)
 
     recovers = True
     lost_timeout = 900.0             # Slurm declares a node down after SlurmdTimeout (300 s)
@@ -1038,27 +1032,20 @@ class TorchX(Way):
         ckpt = self.b.tmp / f"ckpt-torchx-{n}"
         shutil.rmtree(ckpt, ignore_errors=True)
         ckpt.mkdir()
-        submit = (f"{venv_dir(self.b.cache) / 'bin' / 'torchx'} run -s slurm -cfg partition="
-                  f"{slurm.PARTITION} dist.ddp -j {n}x1 --cpu 1 --max_retries 1 --env "
-                  f"CLUSTERCTL_CHECKPOINT_DIR={ckpt},PEERS_STEP_SECONDS={LOST_STEP_SECONDS} "
-                  f"--script train.py -- --steps {steps}")
-        _, env = self.argv(n)
-        return ["bash", "-c", f"cd {shlex.quote(str(self.b.project))}\n"
-                + TORCHX_FOLLOW.format(submit=submit, last=n - 1, settle=5)], env
+        return self._follow(n, steps, settle=5, options=(
+            f"--max_retries 1 --env CLUSTERCTL_CHECKPOINT_DIR={ckpt},"
+            f"PEERS_STEP_SECONDS={LOST_STEP_SECONDS} "))
 
     def lost_ready(self, n):
         """The fault hits the job only when Slurm placed one of its groups on node2."""
-        env = {**os.environ, "SLURM_CONF": self.b.sb.slurm_conf or ""}
-        nodes = subprocess.run(["squeue", "-h", "-t", "RUNNING", "-o", "%N"], capture_output=True,
-                               text=True, env=env).stdout.split()
-        return LOST_NODE in nodes
+        return slurm.node_states(self.b.sb.name).get(LOST_NODE) in ("alloc", "mix")
 
     def lost_cleanup(self, n):
         self.teardown(n)
 
     def teardown(self, n):
         """Every job still there (one the benchmark gave up on), and the output files."""
-        cancel_slurm_jobs(self.b)
+        slurm.cancel_jobs(self.b.sb.name)
         for f in self.b.project.glob("slurm-*.*"):
             f.unlink()
 
@@ -1089,6 +1076,7 @@ class Bench:
             f"  StrictHostKeyChecking yes\n  UserKnownHostsFile {sb.known_hosts_path}\n"
             "  GlobalKnownHostsFile /dev/null\n  LogLevel ERROR\n")
         self.ssh = ["ssh", "-F", str(self.ssh_config)]
+        self.slurm_env = {"SLURM_CONF": sb.slurm_conf or ""}   # Slurm's clients, this sandbox's
 
     def inventory(self, n: int, spare: bool = False) -> Path:
         """The first n nodes (``spare``: and the next one, ``spare: true``)."""

@@ -21,6 +21,7 @@ line, so ``stop`` finds them by pidfile and, after a crash, by that path.
 
 Contract: :data:`PARTITION`, :func:`ports`, :func:`render_conf` and
 :func:`render_task_prolog`, :func:`render_hosts` (pure), :func:`start` (idempotent), :func:`stop`,
+:func:`cancel_jobs`,
 :func:`node_states`, :func:`running`, :func:`require_slurm`.
 Imports the model and processes of the sandbox package.
 """
@@ -337,6 +338,11 @@ def start(sb: Sandbox, timeout: float = 60.0) -> None:
     for node in sb.nodes:
         _ensure_slurmd(p, node)
     _wait_idle(sb, timeout)
+
+
+def cancel_jobs(name: str) -> None:
+    """Cancel every job of sandbox ``name``'s Slurm (nothing when its controller is down)."""
+    _cancel_all(_Paths(name))
 
 
 def _cancel_all(p: _Paths) -> None:
