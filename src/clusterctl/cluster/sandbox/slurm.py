@@ -185,9 +185,9 @@ def render_task_prolog(sb: Sandbox) -> str:
 
 
 def render_hosts(sb: Sandbox, machine_hosts: str) -> str:
-    """The /etc/hosts a job on the sandbox's Slurm sees (pure): the machine's own lines, then
-    each node's Slurm name at its address (after the machine's, a name the machine already
-    maps would resolve the machine's way: the nodes' lines go first)."""
+    """The /etc/hosts a job on the sandbox's Slurm sees (pure): each node's Slurm name at its
+    address, then the machine's own lines (the first match wins, so a name the machine also
+    maps resolves to the sandbox's node)."""
     own = [f"{n.ip}\t{n.name}" for n in sb.nodes]
     return "\n".join([f"# /etc/hosts of sandbox {sb.name}'s Slurm jobs (`clusterctl sandbox up --slurm`)",
                       *own, "# this machine's /etc/hosts:", machine_hosts.rstrip("\n"), ""])
