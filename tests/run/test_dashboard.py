@@ -21,7 +21,7 @@ from typer.testing import CliRunner
 from clusterctl.cli import app
 from clusterctl.core.errors import UserError
 from clusterctl.run import logs, records
-from clusterctl.run.dashboard import Dashboard, needs_token
+from clusterctl.run.dashboard import Dashboard, livetail, needs_token
 from clusterctl.run.dashboard import files as dfiles
 
 T0 = datetime.now(timezone.utc) - timedelta(minutes=5)
@@ -296,3 +296,79 @@ def test_an_ipv6_loopback_is_served_without_a_token(runs_dir):
         conn.close()
     finally:
         d.close()
+
+
+# --- a plain --detach run: followed from its nodes by the dashboard itself (livetail) ------
+
+def test_a_ring_reads_like_a_file_that_forgets_its_beginning():
+    ring = livetail.Ring(keep=100)
+    empty = ring.read(None, limit=1000, tail=1000)
+    assert (empty.lines, empty.start, empty.next, empty.reset) == ([], livetail.BASE, livetail.BASE, False)
+    for i in range(30):
+        ring.append(f"line {i:02d}")                # 8 bytes each with the newline
+    kept = ring.read(None, limit=1000, tail=1000)
+    assert kept.lines == [f"line {i:02d}" for i in range(18, 30)]    # 12 x 8 = 96 <= 100
+    assert kept.next == kept.size == livetail.BASE + 30 * 8
+    # from an offset it gave: the next lines, at most `limit` bytes, whole lines only
+    part = ring.read(kept.start, limit=20, tail=1000)
+    assert part.lines == ["line 18", "line 19"] and part.next == kept.start + 16
+    assert ring.read(part.next, limit=1000, tail=1000).lines[0] == "line 20"
+    assert ring.read(kept.next, limit=1000, tail=1000).lines == []
+    # the tail is the last `tail` bytes' whole lines
+    assert ring.read(None, limit=1000, tail=17).lines == ["line 28", "line 29"]
+    # an offset it never gave (a file's, or one it has forgotten): from what it keeps, reset
+    for stale in (0, 5000, livetail.BASE, kept.next + 1):
+        again = ring.read(stale, limit=1000, tail=1000)
+        assert again.reset and again.lines == kept.lines, stale
+    # one line longer than `limit` still comes (a page never stalls on it)
+    ring.append("x" * 300)
+    assert ring.read(kept.next, limit=10, tail=1000).lines == ["x" * 300]
+
+
+def test_only_the_callers_own_live_plain_detached_runs_over_ssh_are_followed(runs_dir):
+    plain = make("plain-1", detached=True, state="running")
+    assert livetail.wanted(plain)
+    assert not livetail.wanted(make("sup-1", detached=True, supervised=True, state="running"))
+    assert not livetail.wanted(make("fol-1", state="running"))                   # launch writes its files
+    assert not livetail.wanted(make("end-1", detached=True, state="stopped"))
+    assert not livetail.wanted(make("slurm-1", detached=True, state="running", scheduler="slurm"))
+    other = make("other-1", detached=True, state="running")
+    other.uid = os.geteuid() + 1
+    assert not livetail.wanted(other)                          # another user's: their nodes, their identity
+
+
+def test_a_plain_detached_runs_page_says_it_follows_the_nodes_and_names_a_node_it_cannot_reach(
+        served, runs_dir):
+    """The inventory the record names is gone: the live tail says so in the log, no traceback,
+    and the page's JSON says where the output comes from."""
+    rec = make("plain-2", detached=True, state="running")
+    d = served()
+    status, run = ask_json(d, "/api/runs/plain-2")
+    assert status == 200 and run["output_from_nodes"] and not run["output_on_nodes"]
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        status, chunk = ask_json(d, "/api/runs/plain-2/log")
+        assert status == 200, chunk
+        if chunk["lines"]:
+            break
+        time.sleep(0.1)
+    assert chunk["lines"] == [f"node1[0]| [clusterctl] cannot follow this run's nodes: "
+                              f"{chunk['lines'][0].split(': ', 1)[1]}"]
+    assert "/x/inv.yaml" in chunk["lines"][0]
+    assert chunk["start"] >= livetail.BASE
+    # a file offset is not one of its offsets: the page is told to start again
+    status, again = ask_json(d, "/api/runs/plain-2/log?after=10")
+    assert again["reset"] and again["lines"] == chunk["lines"]
+    status, mine = ask_json(d, "/api/runs/plain-2/log?node=node2")
+    assert status == 200 and mine["lines"] == []
+    assert not (rec.dir / records.MERGED_LOG).exists()          # nothing written under runs/
+    status, curves = ask_json(d, "/api/runs/plain-2/metrics")
+    assert status == 200 and curves["nodes"] == {}
+
+
+def test_the_how_to_page_states_the_live_tails_bounds():
+    from pathlib import Path
+    page = (Path(__file__).parents[2] / "docs/how-to/dashboard.md").read_text().replace("\n", " ")
+    assert f"last {livetail.TAIL_LINES:,} lines" in page
+    assert f"at most {livetail.KEEP_BYTES // 2**20} MB" in page
+    assert f"for {livetail.IDLE_S:g} s is let go" in page

@@ -137,3 +137,75 @@ def test_the_dashboard_follows_a_real_run_in_a_real_browser(clean_nodes, cpu_ima
     finally:
         stopped = clusterctl("stop", run_id, env=env)
         assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+
+
+def test_a_plain_detached_runs_output_and_curves_come_from_its_nodes(clean_nodes, cpu_image, runs_dir):
+    """No supervisor writes runs/<id>/merged.log for a plain `launch --detach`: the dashboard
+    follows the containers itself (livetail), writes nothing under runs/, and `stop` still
+    keeps every node's whole output there, which the page then reads instead (reset)."""
+    import http.client
+    import json
+
+    from clusterctl.run import records
+    from clusterctl.run.dashboard import Dashboard
+
+    started = clusterctl(
+        "launch", "ddp-smoke", "--nodes", str(clean_nodes.inventory_path), "--image", cpu_image,
+        "--nproc-per-node", "1", "--detach", "--set", "DDP_SMOKE_STEPS=400",
+        "--set", "DDP_SMOKE_STEP_SECONDS=0.2", "--set", "DDP_SMOKE_PROGRESS=1",
+        "--set", "DDP_SMOKE_METRICS=1", env={**os.environ})
+    assert started.returncode == 0, started.stdout + started.stderr
+    run_id = re.search(r"run (\S+) started detached", started.stdout).group(1)
+    d = Dashboard(runs_dir, port=0).start()
+
+    def get(path: str):
+        conn = http.client.HTTPConnection("127.0.0.1", d.port, timeout=30)
+        try:
+            conn.request("GET", path)
+            r = conn.getresponse()
+            return r.status, json.loads(r.read())
+        finally:
+            conn.close()
+
+    try:
+        status, run = get(f"/api/runs/{run_id}")
+        assert status == 200 and run["output_from_nodes"], run
+        step = re.compile(r"^(node\d)\[\d\]\| rank \d step (\d+)/400")
+        seen: dict[str, int] = {}
+        after, lines = None, []
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and (len(seen) < 3 or min(seen.values()) < 10):
+            status, chunk = get(f"/api/runs/{run_id}/log" + ("" if after is None else f"?after={after}"))
+            assert status == 200 and not chunk["reset"], chunk
+            lines += chunk["lines"]
+            after = chunk["next"]
+            for line in chunk["lines"]:
+                if m := step.match(line):
+                    seen[m.group(1)] = int(m.group(2))
+            time.sleep(0.5)
+        assert sorted(seen) == list(clean_nodes.nodes) and min(seen.values()) >= 10, (seen, lines[-20:])
+        status, curves = get(f"/api/runs/{run_id}/metrics")
+        assert sorted(curves["nodes"]) == list(clean_nodes.nodes), curves
+        assert all(len(c["step"]) >= 3 for c in curves["nodes"].values()), curves
+        status, node2 = get(f"/api/runs/{run_id}/log?node=node2")
+        assert node2["lines"] and all("|" not in ln[:8] for ln in node2["lines"]), node2["lines"][:3]
+        conn = http.client.HTTPConnection("127.0.0.1", d.port, timeout=30)
+        conn.request("GET", "/metrics")
+        prom = conn.getresponse().read().decode()
+        conn.close()
+        assert f'clusterctl_run_last_step{{run="{run_id}",node="node3"' in prom, prom
+        run_dir = runs_dir / run_id
+        assert not (run_dir / records.MERGED_LOG).exists()      # the dashboard wrote nothing
+    finally:
+        stopped = clusterctl("stop", run_id, env={**os.environ})
+    assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+    try:
+        # stopped: its files now, each node's whole output from step 1 (the tail had it too)
+        status, run = get(f"/api/runs/{run_id}")
+        assert not run["output_from_nodes"] and run["state"] == "stopped", run
+        status, chunk = get(f"/api/runs/{run_id}/log?after={after}")
+        assert chunk["reset"] and chunk["start"] == 0, chunk
+        text = (runs_dir / run_id / "node2.log").read_text()
+        assert "step 1/400" in text and f"step {seen['node2']}/400" in text
+    finally:
+        d.close()

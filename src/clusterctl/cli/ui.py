@@ -33,7 +33,9 @@ def ui(
 ) -> None:
     """Serve a dashboard of the runs in a browser: the runs table, a run's nodes and attempts,
     its merged output as it grows, and its loss and throughput curves from the metrics lines
-    the training prints. Reads runs/ only; starts, stops and asks no node. Ctrl-C stops it."""
+    the training prints. Reads runs/, and follows the output of your own plain `--detach`
+    runs from their nodes as `logs -f` does (in memory); starts and stops nothing. Ctrl-C
+    stops it."""
     root = (runs or runs_dir()).resolve()
     secret = new_token() if token or needs_token(host) else None
     dashboard = Dashboard(root, host=host, port=port, token=secret)

@@ -34,6 +34,7 @@ import socket
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from http import HTTPStatus
 from http.cookies import CookieError, SimpleCookie
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -44,7 +45,8 @@ from urllib.parse import parse_qs, quote, urlsplit
 from clusterctl.core.errors import UserError
 from clusterctl.run import logs, metrics, records
 from clusterctl.run.dashboard import views
-from clusterctl.run.dashboard.files import CHUNK, Refused, RunsDir, run_id_of
+from clusterctl.run.dashboard.files import CHUNK, TAIL, Lines, Refused, RunsDir, run_id_of
+from clusterctl.run.dashboard.livetail import LiveTails
 
 #: What each static file is served as; nothing else under static/ is served.
 _TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8",
@@ -108,9 +110,8 @@ class _Samples:
         self.offset: int | None = None
         self.per_node: dict[str, deque[metrics.Sample]] = {}
 
-    def update(self, runs: RunsDir, run_id: str, parts: list[str]) -> None:
-        chunk = runs.read_lines(run_id, parts, after=self.offset, limit=METRICS_READ,
-                                tail=METRICS_READ)
+    def update(self, read: Callable[..., Lines]) -> None:
+        chunk = read(after=self.offset, limit=METRICS_READ, tail=METRICS_READ)
         if chunk.reset:
             self.per_node.clear()
         pairs = ((p[0], p[2]) for p in map(logs.parse_prefixed, chunk.lines) if p is not None)
@@ -136,6 +137,7 @@ class Dashboard:
         self.token = token
         self.static = _static_files()
         self._samples: dict[tuple[str, str], _Samples] = {}
+        self.live = LiveTails()
         self._lock = threading.Lock()
         handler = type("Handler", (_Handler,), {"dashboard": self})
         server = ThreadingHTTPServer
@@ -180,6 +182,7 @@ class Dashboard:
             self.server.shutdown()
             self._thread.join()
         self.server.server_close()
+        self.live.close()
 
     # -- what the API answers ------------------------------------------------------------
 
@@ -192,28 +195,35 @@ class Dashboard:
     def log(self, run_id: str, *, after: int | None, attempt: int | None,
             node: str | None) -> dict:
         record = self.runs.record(run_id)
-        parts = self._attempt(record, attempt)
-        if node is None:
-            name = records.MERGED_LOG
-        elif node in {n.node for n in (record if attempt is None else
-                                       record.at_attempt(attempt)).nodes}:
-            name = f"{node}.log"
-        else:
+        self._attempt(record, attempt)        # 404 naming the attempts there are
+        if node is not None and node not in {n.node for n in (
+                record if attempt is None else record.at_attempt(attempt)).nodes}:
             raise Refused(404, f"run {record.run_id} has no node {node!r}")
-        return self.runs.read_lines(record.run_id, [*parts, name], after=after,
-                                    limit=CHUNK).json()
+        return self._reader(record, attempt, node)(after=after, limit=CHUNK, tail=TAIL).json()
+
+    def _reader(self, record: records.RunRecord, attempt: int | None,
+                node: str | None) -> Callable[..., Lines]:
+        """Where an attempt's merged output (``node`` None) or a node's is read: its file under
+        runs/<id>/, or for a plain detached run the dashboard's own live tail of its nodes
+        (:mod:`~clusterctl.run.dashboard.livetail`)."""
+        parts = self._attempt(record, attempt)
+        if attempt in (None, record.attempt) and self.live.wanted(record):
+            return lambda **kw: self.live.read(record, node, **kw)
+        name = records.MERGED_LOG if node is None else f"{node}.log"
+        return lambda **kw: self.runs.read_lines(record.run_id, [*parts, name], **kw)
 
     def curves(self, run_id: str, *, attempt: int | None) -> dict:
         record = self.runs.record(run_id)
         parts = self._attempt(record, attempt)
         key = (record.run_id, "/".join(parts))
+        read = self._reader(record, attempt, None)
         with self._lock:
             cached = self._samples.pop(key, None) or _Samples()
             self._samples[key] = cached          # newest last: the oldest go first
             while len(self._samples) > CACHED_RUNS:
                 self._samples.pop(next(iter(self._samples)))
             try:
-                cached.update(self.runs, record.run_id, [*parts, records.MERGED_LOG])
+                cached.update(read)
             except Refused as e:
                 if e.status != 404:
                     raise

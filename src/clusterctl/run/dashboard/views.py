@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 
 from clusterctl.run import metrics, records
+from clusterctl.run.dashboard import livetail
 
 #: The runs table's columns, as ``clusterctl runs`` prints them (records.summary_rows).
 COLUMNS = ("run", "user", "job", "code", "nodes", "state", "exit", "started", "finished", "why")
@@ -79,10 +80,12 @@ def detail(record: records.RunRecord) -> dict:
         "slurm_job": record.slurm_job, "master": (f"{record.master_addr}:{record.master_port}"
                                                   if record.master_addr else None),
         "detached": record.detached, "supervised": record.supervised,
-        # a plain --detach run is followed by nobody: its output stays on the nodes until
-        # `clusterctl logs`/`stop`, so runs/<id>/merged.log does not grow
-        "output_on_nodes": record.detached and not record.supervised
-                           and record.scheduler == "ssh" and record.state in records.LIVE_STATES,
+        # a plain --detach run is followed by nobody, so runs/<id>/merged.log does not grow:
+        # the dashboard follows the caller's own from its nodes (livetail); another user's
+        # output stays on the nodes until its owner's `clusterctl logs`/`stop`
+        "output_from_nodes": livetail.wanted(record),
+        "output_on_nodes": (record.detached and not record.supervised and record.scheduler == "ssh"
+                            and record.state in records.LIVE_STATES and not livetail.wanted(record)),
         "attempt": record.attempt, "max_restarts": record.max_restarts,
         "excluded": dict(record.excluded), "note": shown_state(record)[1],
         "attempt_lines": records.attempt_lines(record),

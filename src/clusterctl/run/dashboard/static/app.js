@@ -89,8 +89,10 @@ function showDetail(d) {
   const notes = [];
   if (d.note) notes.push(d.note);
   if (d.why && d.why !== d.note) notes.push(d.why);
-  if (d.output_on_nodes) notes.push("A detached run without a supervisor: its output stays on the nodes " +
-      "until `clusterctl logs " + d.run + "` or `clusterctl stop " + d.run + "`; this page shows what runs/ holds.");
+  if (d.output_from_nodes) notes.push("A detached run without a supervisor: this page follows its output " +
+      "from the nodes while it is open (each node's latest lines; `clusterctl logs " + d.run + "` has them all).");
+  if (d.output_on_nodes) notes.push("Another user's detached run without a supervisor: its output stays on the " +
+      "nodes until its owner's `clusterctl logs " + d.run + "` or `clusterctl stop " + d.run + "`; this page shows what runs/ holds.");
   if (d.first_failure) {
     const f = d.first_failure;
     notes.push("first failure: " + f.node + "[" + f.rank + "] " + f.exit + (f.reason ? ": " + f.reason : ""));
