@@ -157,6 +157,7 @@ def test_a_plain_detached_runs_output_and_curves_come_from_its_nodes(clean_nodes
     assert started.returncode == 0, started.stdout + started.stderr
     run_id = re.search(r"run (\S+) started detached", started.stdout).group(1)
     d = Dashboard(runs_dir, port=0).start()
+    d.live.idle = 4.0          # let go sooner than the 120 s default: checked below
 
     def get(path: str):
         conn = http.client.HTTPConnection("127.0.0.1", d.port, timeout=30)
@@ -196,6 +197,21 @@ def test_a_plain_detached_runs_output_and_curves_come_from_its_nodes(clean_nodes
         assert f'clusterctl_run_last_step{{run="{run_id}",node="node3"' in prom, prom
         run_dir = runs_dir / run_id
         assert not (run_dir / records.MERGED_LOG).exists()      # the dashboard wrote nothing
+        # nobody asks for `idle` seconds: the run is let go (its streams end while it runs) ...
+        tail = d.live._tails[run_id]
+        assert tail.done.wait(30), "the idle run's streams were not let go"
+        status, run = get(f"/api/runs/{run_id}")
+        assert run["state"] == "running"
+        # ... and followed again when asked: a new span, so the page's old offset resets it
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            status, again = get(f"/api/runs/{run_id}/log?after={after}")
+            assert again["reset"], again
+            if any(step.match(line) for line in again["lines"]):
+                break
+            time.sleep(0.5)
+        assert d.live._tails[run_id] is not tail and any(step.match(x) for x in again["lines"]), again
+        after = again["next"]
     finally:
         stopped = clusterctl("stop", run_id, env={**os.environ})
     assert stopped.returncode == 0, stopped.stdout + stopped.stderr

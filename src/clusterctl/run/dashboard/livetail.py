@@ -17,8 +17,9 @@ over SSH, the run's secrets masked), into memory only:
   closed); the next request follows it again.  At most :data:`MOST_RUNS` runs at once.
 
 Offsets: a live tail's byte offsets count from :data:`BASE`, far past any file offset the page
-could hold, so a page that moves between the two sources (the run is stopped and its files
-appear; the dashboard restarted) is told to start again (``reset``), as it is when a file
+could hold, and each tail started gets its own span (:data:`SPAN` apart), so a page that moves
+between sources (the run is stopped and its files appear; the run is followed again after it
+was let go; the dashboard restarted) is told to start again (``reset``), as it is when a file
 shrank.
 
 Contract: :class:`LiveTails` (``wanted(record)``, ``read(record, node, after=, limit=,
@@ -46,8 +47,9 @@ KEEP_BYTES = 4 * 1024 * 1024
 IDLE_S = 120.0
 #: Runs followed at once (the least recently asked about goes first).
 MOST_RUNS = 8
-#: Where a live tail's offsets start (see the module docstring).
+#: Where live tails' offsets start, and how far apart each tail's start (see the docstring).
 BASE = 1 << 50
+SPAN = 1 << 40
 
 
 def wanted(record: records.RunRecord) -> bool:
@@ -62,10 +64,10 @@ class Ring:
     """Lines appended at one end, the oldest dropped past ``keep`` bytes; read by byte offset
     like a file that forgets its beginning (offsets from :data:`BASE`)."""
 
-    def __init__(self, keep: int = KEEP_BYTES) -> None:
+    def __init__(self, keep: int = KEEP_BYTES, base: int = BASE) -> None:
         self.keep = keep
         self.lines: deque[tuple[int, bytes]] = deque()   # (offset of the line, its bytes)
-        self.start = self.end = BASE
+        self.start = self.end = base
         self._lock = threading.Lock()
 
     def append(self, text: str) -> None:
@@ -104,11 +106,13 @@ class Ring:
 class _Tail:
     """One run followed: its merged ring and each node's, fed by one consumer thread."""
 
-    def __init__(self, record: records.RunRecord, keep: int) -> None:
+    def __init__(self, record: records.RunRecord, keep: int, *, base: int, idle: float,
+                 clock: Callable[[], float]) -> None:
         self.record = record
-        self.merged = Ring(keep)
-        self.nodes = {n.node: Ring(keep) for n in record.nodes}
-        self.asked = time.monotonic()
+        self.idle, self.clock = idle, clock
+        self.merged = Ring(keep, base)
+        self.nodes = {n.node: Ring(keep, base) for n in record.nodes}
+        self.asked = clock()
         self.done = threading.Event()
         self._stop = threading.Event()
         self._cluster = None
@@ -141,8 +145,11 @@ class _Tail:
             merger = logs.Merger(sink)
             threads = logs.start_followers(self._cluster, sources, merger, tail=TAIL_LINES)
             # until every stream ends: the containers ended, or close() cut the connections
+            # (the dashboard closed, or no page asked about the run for `idle` seconds)
             while any(t.is_alive() for t in threads.values()):
                 merger.drain(timeout=0.2)
+                if not self._stop.is_set() and self.clock() - self.asked > self.idle:
+                    self.close()
             merger.drain()
         except (ClusterctlError, OSError) as e:
             sink.write(record.nodes[0].node if record.nodes else "-",
@@ -170,6 +177,7 @@ class LiveTails:
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.keep, self.idle, self.most, self.clock = keep, idle, most, clock
         self._tails: dict[str, _Tail] = {}
+        self._started = 0
         self._lock = threading.Lock()
 
     wanted = staticmethod(wanted)
@@ -185,8 +193,9 @@ class LiveTails:
                 if now - other.asked > self.idle:
                     gone.append(self._tails.pop(run_id))
             if tail is None:
-                tail = _Tail(record, self.keep)
-                tail.asked = now
+                tail = _Tail(record, self.keep, base=BASE + self._started % 1024 * SPAN,
+                             idle=self.idle, clock=self.clock)
+                self._started += 1
                 tail.thread.start()
             tail.asked = now
             self._tails[record.run_id] = tail          # newest last: the oldest go first
