@@ -29,13 +29,18 @@ decides, as in git):
    checkouts (Ray's and SkyPilot's users' top complaint: ``.git`` filling the upload cap).
 2. :data:`BUILTIN_EXCLUDES`, and any directory that holds a ``pyvenv.cfg`` (a virtual
    environment, whatever it is called).
-3. Inside a git work tree (git answers): what ``git ls-files --cached --others
-   --exclude-standard`` does not list in the root (:func:`clusterctl.code.gitinfo.listed`:
-   every ignore source git reads, the parents' ``.gitignore`` and ``core.excludesFile``
-   included; tracked files are listed even when a ``.gitignore`` names them).  Below a
-   gitlink (a submodule, a nested repository) git does not look: there its ``.gitignore``
-   files are read as in 4.  Elsewhere (no git, no repository, a repository git refuses):
-   ``.git/info/exclude`` when the root is the top of a git work tree, then 4.
+3. Inside a git work tree: what ``git ls-files --cached --others --exclude-standard``
+   does not list in the root (:func:`clusterctl.code.gitinfo.listed`: every ignore source
+   git reads, the parents' ``.gitignore`` and ``core.excludesFile`` included; tracked
+   files are listed even when a ``.gitignore`` names them).  Below a gitlink (a
+   submodule, a nested repository) that repository's own git lists what is there.  When
+   git cannot list the root's repository (no git, a git that hangs, another user's
+   repository: "dubious ownership") the workdir is refused, naming git's reason and the
+   fix: a walk without git would miss the parents' ``.gitignore``, ``info/exclude`` and
+   ``core.excludesFile`` and ship what git leaves out.  A nested repository git cannot
+   list is a problem of the walk (a ``.clusterctlignore`` line may leave it out).
+   Outside any repository (no ``.git`` in the root or above it), and with
+   ``use_git=False``: ``.git/info/exclude`` when the root holds one, then 4.
 4. For each directory from the root down: its ``.gitignore`` (unless git has read it, 3),
    then its ``.clusterctlignore`` (same syntax), both relative to that directory.  Deeper
    files are read later, so they decide first; at one level ``.clusterctlignore`` comes
@@ -43,8 +48,10 @@ decides, as in git):
    take back what a deeper ``.gitignore`` drops, write the ``!`` line in a
    ``.clusterctlignore`` at that depth.
 5. :data:`CREDENTIALS`, after all of the above: a path that would ship and looks like a
-   credential is left out unless a ``.clusterctlignore`` names it on a ``!`` line without
-   wildcards (:class:`LeftOut` says which and why; ``walk(left_out=...)`` collects them).
+   credential (matched case-insensitively) is left out unless a ``.clusterctlignore``
+   names it on a ``!`` line without wildcards (a glob character escaped with ``\\`` is
+   no wildcard; :class:`LeftOut` says which and why and gives that line;
+   ``walk(left_out=...)`` collects them).
 
 A built-in exclusion (2) is lifted only by a ``!`` line of a ``.clusterctlignore``: a
 ``.gitignore`` written as an allow-list (``*`` then ``!*/`` and ``!*.py``) would otherwise
@@ -72,6 +79,7 @@ with a message naming the top-level directory with the most entries.
 from __future__ import annotations
 
 import os
+import shlex
 import stat
 from collections import Counter
 from dataclasses import dataclass
@@ -116,17 +124,20 @@ BUILTIN_EXCLUDES: tuple[tuple[str, str], ...] = (
 
 #: Credential-like files: never shipped, whatever git or any ignore file says, unless a
 #: ``.clusterctlignore`` names that very path on a ``!`` line without wildcards (the
-#: allow list: ``!.env.example``, ``!certs/ca.pem``).  A wildcard line (``!*``, ``!*.pem``)
-#: never takes one back.  gitignore patterns, each with why; ``--dry-run`` lists the
-#: ones a workdir held.
+#: allow list: ``!.env.example``, ``!certs/ca.pem``, ``!/a\[1\].pem``).  A wildcard line
+#: (``!*``, ``!*.pem``) never takes one back.  gitignore patterns (all lowercase: a path
+#: is matched in lowercase, so ``ID_RSA`` is one too), each with why; the last row that
+#: matches decides, and a ``!`` row says what it matches is no credential.
+#: ``--dry-run`` lists the ones a workdir held.
 CREDENTIALS: tuple[tuple[str, str], ...] = (
-    (".env", "an environment file (they usually hold secrets)"),
-    (".env.*", "an environment file (they usually hold secrets)"),
-    (".envrc", "direnv's environment file (it usually exports secrets)"),
     ("id_rsa*", "an SSH private key"),
     ("id_dsa*", "an SSH private key"),
     ("id_ecdsa*", "an SSH private key"),
     ("id_ed25519*", "an SSH private key"),
+    ("!*.pub", "a public key: no secret"),
+    (".env", "an environment file (they usually hold secrets)"),
+    (".env.*", "an environment file (they usually hold secrets)"),
+    (".envrc", "direnv's environment file (it usually exports secrets)"),
     (".ssh/", "SSH keys and configuration"),
     ("*.pem", "a certificate or private key"),
     ("*.key", "a private key"),
@@ -149,6 +160,27 @@ CREDENTIALS: tuple[tuple[str, str], ...] = (
     ("credentials.json", "a credentials file"),
     ("*.credentials", "a credentials file"),
     (".htpasswd", "password hashes"),
+    ("kubeconfig", "Kubernetes credentials"),
+    ("kubeconfig*.yaml", "Kubernetes credentials"),
+    ("kubeconfig*.yml", "Kubernetes credentials"),
+    ("*.kubeconfig", "Kubernetes credentials"),
+    ("*service[-_]account*.json", "a cloud service account key"),
+    ("sa[-_]key*.json", "a cloud service account key"),
+    ("*[-_]sa[-_]key*.json", "a cloud service account key"),
+    ("application_default_credentials.json", "Google Cloud's login"),
+    (".config/gcloud/", "Google Cloud's logins"),
+    (".azure/", "Azure's logins"),
+    (".pgpass", "PostgreSQL passwords"),
+    (".my.cnf", "MySQL passwords"),
+    (".s3cfg", "s3cmd's S3 keys"),
+    (".boto", "boto's and gsutil's cloud keys"),
+    ("*.tfstate", "Terraform state (it holds the secrets of what it made)"),
+    ("*.tfstate.backup", "Terraform state (it holds the secrets of what it made)"),
+    (".dockercfg", "registry logins"),
+    (".hf_token", "a Hugging Face token"),
+    ("**/.huggingface/token", "a Hugging Face token"),
+    ("**/huggingface/token", "a Hugging Face token"),
+    ("**/huggingface/stored_tokens", "Hugging Face tokens"),
 )
 
 _BUILTIN = "built-in"
@@ -198,8 +230,8 @@ class LeftOut:
 
     @property
     def allow_line(self) -> str:
-        """The ``.clusterctlignore`` line that ships it after all (its path, named)."""
-        return "!/" + self.path.rstrip("/")
+        """The ``.clusterctlignore`` line that ships it after all (its path, named, escaped)."""
+        return "!" + ignore_line(self.path.rstrip("/"))
 
 
 def shown(path: str) -> str:
@@ -277,8 +309,8 @@ def _read_rules(path: Path, rel: str, base: str, kind: str, problems: dict[str, 
     patterns = []
     named = set()
     for number, line in enumerate(lines, 1):
-        if kind == _OURS and line.startswith("!") and not _GLOB & set(line.replace("\\", "")):
-            named.add(base + line[1:].strip().strip("/"))
+        if kind == _OURS and line.startswith("!") and (path := _literal(line[1:])):
+            named.add(base + path.strip("/"))
         try:
             # "#": a comment keeps the pattern's index equal to its line's (pathspec drops "")
             GitIgnoreSpec.from_lines([line or "#"], backend=BACKEND)
@@ -292,24 +324,46 @@ def _read_rules(path: Path, rel: str, base: str, kind: str, problems: dict[str, 
     return _layer(base, patterns, kind, rel, named=frozenset(named))
 
 
+def _literal(pattern: str) -> str | None:
+    """The path ``pattern`` names when it holds no wildcard (``\\[`` is a literal ``[``), its
+    escapes undone; None for a pattern with one (``*``, ``?``, ``[`` not escaped)."""
+    while pattern.endswith(" ") and not pattern.endswith("\\ "):  # git drops trailing spaces
+        pattern = pattern[:-1]
+    out = []
+    escape = False
+    for c in pattern:
+        if escape:
+            out.append(c)
+            escape = False
+        elif c == "\\":
+            escape = True
+        elif c in _GLOB:
+            return None
+        else:
+            out.append(c)
+    return None if escape else "".join(out)
+
+
 def _layer(base: str, lines: list[str], kind: str, source: str, **extra) -> _Layer:
     files = GitIgnoreSpec.from_lines(lines, backend=BACKEND)
     return _Layer(base, files, PathSpec(files.patterns, backend=BACKEND), kind, source, **extra)
 
 
 _BUILTIN_LAYER = _layer("", [p for p, _ in BUILTIN_EXCLUDES], _BUILTIN, "built-in")
-_CREDENTIALS = [(GitIgnoreSpec.from_lines([p], backend=BACKEND), why) for p, why in CREDENTIALS]
+_CREDENTIALS = [(GitIgnoreSpec.from_lines([p.removeprefix("!")], backend=BACKEND), p.startswith("!"), why)
+                for p, why in CREDENTIALS]
 
 
 def _credential(path: str, is_dir: bool, layers: tuple[_Layer, ...]) -> str | None:
     """Why ``path`` is credential-like and not on the allow list, or None."""
-    probe = path + "/" if is_dir else path
-    for spec, why in _CREDENTIALS:
+    probe = (path + "/" if is_dir else path).lower()
+    credential = None
+    for spec, negated, why in _CREDENTIALS:  # the last row that matches decides
         if spec.match_file(probe):
-            if any(path in layer.named for layer in layers if layer.kind == _OURS):
-                return None
-            return why
-    return None
+            credential = None if negated else why
+    if credential and any(path in layer.named for layer in layers if layer.kind == _OURS):
+        return None
+    return credential
 
 
 def _git_exclude(root: Path) -> Path | None:
@@ -373,6 +427,11 @@ def _text_problem(text: str) -> str | None:
     return control_problem(text)
 
 
+def _shell(path: str) -> str:
+    """``path`` as a shell command takes it: controls escaped, quoted, never read as an option."""
+    return shlex.quote(shown("./" + path if path.startswith("-") else path))
+
+
 def _link_problem(root: str, path: str, target: str) -> str | None:
     """Why the link at ``path`` (text ``target``) cannot ship, or None."""
     if bad := _text_problem(target):
@@ -383,7 +442,7 @@ def _link_problem(root: str, path: str, target: str) -> str | None:
         if real == root or real.startswith(root + os.sep):
             rel = os.path.relpath(real, os.path.dirname(os.path.join(root, path)))
             return (f"is a symbolic link to the absolute path {shown(target)}, which the nodes "
-                    f"do not have; valid: a relative link (ln -sfn {shown(rel)} {shown(path)})")
+                    f"do not have; valid: a relative link (ln -sfn {_shell(rel)} {_shell(path)})")
         return (f"is a symbolic link to {shown(target)}, outside the workdir; valid: a link "
                 "to a path inside the workdir")
     lexical = os.path.normpath(os.path.join(os.path.dirname(path), target))
@@ -436,9 +495,11 @@ def walk(root: Path | str, *, max_files: int = MAX_FILES, use_git: bool = True,
         listed = gitinfo.listed(real_root, max_files) if use_git else None
     except gitinfo.TooMany:
         raise _too_many(real_root, max_files, Counter()) from None
+    except gitinfo.Unlisted as e:
+        raise _unlisted(real_root, e, max_files) from None
     if listed is not None:
         layers += (_Layer("", _BUILTIN_LAYER.files, _BUILTIN_LAYER.dirs, _LISTED, _LISTED, listed),)
-        if not listed.files and not listed.gitlinks and _holds_anything(real_root):
+        if not listed.files and not listed.unlisted and _holds_anything(real_root):
             raise WorkdirError(
                 f"workdir {shown(top)}: git lists no file in it (its .gitignore files, "
                 "info/exclude or core.excludesFile leave out everything; `git check-ignore -v "
@@ -476,11 +537,9 @@ def walk(root: Path | str, *, max_files: int = MAX_FILES, use_git: bool = True,
             continue
         entries.sort(key=lambda e: os.fsencode(e.name))
         names = {e.name: e for e in entries}
-        # git has read the .gitignore files already, except inside a repository it does not enter
-        git_reads = listed is not None and not listed.under_gitlink(base.rstrip("/"))
         for name, kind in zip(IGNORE_FILES, (_GIT, _OURS), strict=True):
             entry = names.get(name)
-            if kind == _GIT and git_reads:
+            if kind == _GIT and listed is not None:  # git has read the .gitignore files
                 continue
             if entry is not None and entry.is_file(follow_symlinks=False):
                 layer = _read_rules(Path(entry.path), base + name, base, kind, problems)
@@ -508,6 +567,13 @@ def walk(root: Path | str, *, max_files: int = MAX_FILES, use_git: bool = True,
                 problems[path] = (f"{shown(path)}: its name {bad}; valid: a UTF-8 name without control "
                                   f"characters (rename it), {_leave_out(path, is_dir)}")
                 continue
+            if is_dir and listed is not None and path in listed.unlisted:
+                why = listed.unlisted[path]
+                problems[path] = (f"{shown(path)}/: a nested git repository git cannot list "
+                                  f"({shown(why)}), so what its ignore files leave out is unknown; "
+                                  f"valid: {_git_fix(why, Path(entry.path), Path(entry.path))}, "
+                                  f"{_leave_out(path, True)}")
+                continue
             if is_dir:
                 todo.append((path + "/", layers))
             elif stat.S_ISLNK(st.st_mode):
@@ -532,6 +598,35 @@ def walk(root: Path | str, *, max_files: int = MAX_FILES, use_git: bool = True,
     if problems:
         raise problems_error(real_root, [problems[k] for k in sorted(problems, key=os.fsencode)])
     return found
+
+
+def _unlisted(root: Path, e: gitinfo.Unlisted, max_files: int) -> WorkdirError:
+    """The refusal of a workdir in a repository git cannot list, with what a walk without
+    git finds wrong besides (a FIFO planted as a .gitignore is what makes git hang)."""
+    problem = (f"it is in the git repository {shown(str(e.repository))}, but git cannot list it "
+               f"({shown(e.why)}), so what git leaves out (the .gitignore files above it, "
+               ".git/info/exclude, core.excludesFile) is unknown; "
+               f"valid: {_git_fix(e.why, e.repository, root)}")
+    try:
+        walk(root, max_files=max_files, use_git=False)
+    except WorkdirError as other:
+        if other.problems:
+            return problems_error(root, [f"git: {problem}", *other.problems])
+    return WorkdirError(f"workdir {shown(str(root))}: {problem}")
+
+
+def _git_fix(why: str, repository: Path, where: Path) -> str:
+    """What would let git list ``where`` in ``repository``, given git's reason ``why``."""
+    if "dubious ownership" in why:
+        return ("a repository you own, or trust this one: git config --global --add "
+                f"safe.directory {_shell(str(repository))}")
+    if "not installed" in why:
+        return "git on PATH (install it): git says what of a repository ships"
+    if "did not answer" in why:
+        return (f"a repository git lists within {gitinfo.TIMEOUT_S:g} s (see what it does with: "
+                f"git -C {_shell(str(where))} ls-files --others --exclude-standard)")
+    return (f"a repository git can read (git -C {_shell(str(where))} status shows git's own "
+            "error)")
 
 
 def _holds_anything(root: Path) -> bool:
