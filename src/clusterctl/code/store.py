@@ -27,12 +27,17 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from clusterctl.code.ignore import MAX_FILES
 from clusterctl.code.snapshot import Entry, Snapshot, parse_manifest
 from clusterctl.core.errors import UserError
-from clusterctl.core.files import write_atomic
+from clusterctl.core.files import open_below, write_atomic
 from clusterctl.core.paths import cache_dir
 
 _CHUNK = 1 << 20
+#: The largest manifest the store writes or reads back: MAX_FILES entries of 400 bytes (a
+#: line is ~90 bytes and its path; a real tree's are far shorter).  A manifest read back
+#: larger than this is not one :func:`save` wrote.
+MANIFEST_LIMIT = MAX_FILES * 400
 
 
 def store_dir() -> Path:
@@ -111,8 +116,38 @@ def save(snapshot: Snapshot) -> StoredTree:
             _copy_object(snapshot.source(entry), entry, snapshot.root)
     path = _manifest_path(snapshot.digest)
     if not path.is_file():
-        write_atomic(path, snapshot.manifest())
+        manifest = snapshot.manifest()
+        if len(manifest) > MANIFEST_LIMIT:      # load() would refuse it: never written
+            raise UserError(f"workdir {snapshot.root}: its manifest (one line per file) would be "
+                            f"{len(manifest)} bytes, more than the code store keeps "
+                            f"({MANIFEST_LIMIT}); nothing was started. Leave out what the nodes do "
+                            "not need (.clusterctlignore), or ship fewer files.")
+        write_atomic(path, manifest)
     return StoredTree(snapshot.digest, tuple(snapshot.entries))
+
+
+def _read_manifest(path: Path) -> bytes:
+    """The bytes of the manifest ``path``, read only when it is what :func:`save` writes there:
+    a regular file (a FIFO is never waited on), not a symlink (nor under one, below the store:
+    :func:`~clusterctl.core.files.open_below`), the caller's own (the cache is the user's), of
+    at most :data:`MANIFEST_LIMIT` bytes, read in bounded chunks.  FileNotFoundError when
+    missing; UserError naming the file and what to do otherwise."""
+    redo = "remove it and ship the tree again (`clusterctl launch --workdir`)."
+    with open_below(store_dir(), path) as f:
+        st = os.fstat(f.fileno())
+        if st.st_uid != os.geteuid():
+            raise UserError(f"{path} belongs to uid {st.st_uid}, not to you: the code store is your "
+                            f"own cache and clusterctl reads no other user's manifest; {redo}")
+        if st.st_size > MANIFEST_LIMIT:
+            raise UserError(f"{path} is {st.st_size} bytes, more than the {MANIFEST_LIMIT} bytes of "
+                            f"the largest manifest clusterctl writes; nothing was read from it; {redo}")
+        chunks, total = [], 0
+        while chunk := f.read(min(_CHUNK, MANIFEST_LIMIT + 1 - total)):
+            chunks.append(chunk)
+            total += len(chunk)
+            if total > MANIFEST_LIMIT:
+                raise UserError(f"{path} grew past {MANIFEST_LIMIT} bytes while it was read; {redo}")
+    return b"".join(chunks)
 
 
 def has(digest: str) -> bool:
@@ -122,11 +157,12 @@ def has(digest: str) -> bool:
 
 def load(digest: str) -> StoredTree:
     """The stored tree of ``digest``; UserError when this machine never shipped it (or its
-    store was removed), naming the store."""
+    store was removed), naming the store, or when its manifest is not one :func:`save` wrote
+    (:func:`_read_manifest`)."""
     path = _manifest_path(digest)
     try:
-        data = path.read_bytes()
-    except OSError:
+        data = _read_manifest(path)
+    except FileNotFoundError:
         raise UserError(f"code {digest} is not in this machine's code store ({store_dir()}): it was "
                         "shipped from another machine, or the store was removed.") from None
     if "sha256:" + hashlib.sha256(data).hexdigest() != digest:

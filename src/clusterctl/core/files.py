@@ -16,7 +16,9 @@ names the file and what to fix, never a traceback.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
+import io
 import os
 import pwd
 import stat
@@ -124,6 +126,118 @@ def open_text(path: Path) -> IO[str]:
         os.close(fd)
         raise UserError(f"{path} is not a regular file; nothing was read from it.")
     return os.fdopen(fd, encoding="utf-8", errors="replace")
+
+
+#: Opening one directory below the root: never through a symlink.
+_DIR_BELOW = os.O_RDONLY | os.O_DIRECTORY | _NOFOLLOW
+#: The most of a file a follower reads at a time (a line longer than this comes in pieces).
+CHUNK = 1 << 20
+
+
+def _below_refusal(where: Path, root: Path, dir_fd: int, name: str, e: OSError) -> Exception:
+    """Why ``name`` (``where``, in the directory ``dir_fd``) could not be opened, as a message."""
+    if isinstance(e, FileNotFoundError):
+        return FileNotFoundError(e.errno, e.strerror, str(where))
+    try:
+        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except OSError:
+        return denied(where, "read", e)
+    if stat.S_ISLNK(st.st_mode):
+        return UserError(f"cannot read {where} (a symlink: clusterctl never follows one here, nor "
+                         f"anywhere below {root}); nothing was read through it. Remove it (someone "
+                         "may have planted it) and run again.")
+    if e.errno == errno.ENOTDIR:
+        return UserError(f"{where} is {_kind(st.st_mode)} where a directory should be; nothing was "
+                         "read from it. Remove it and run again.")
+    return denied(where, "read", e)
+
+
+def open_below(root: Path, path: Path) -> IO[bytes]:
+    """The regular file ``path``, below the directory ``root`` (the runs directory, the code
+    store), opened to read in binary: read it in chunks, it may be large.
+
+    Opened one component at a time from ``root`` (``openat`` with ``O_NOFOLLOW``): a symlink at
+    any component below ``root`` is refused, never followed (``root`` itself may be one: the
+    user named it; a ``path`` not below ``root`` is opened from its own directory).  A FIFO is
+    never waited on (``O_NONBLOCK``), only a regular file is read, and only one owned by the
+    caller or by the owner of the directory holding it (a file another user put there is not
+    read).  FileNotFoundError when a component is missing (nothing written yet); UserError
+    naming the file and what to fix otherwise."""
+    root, path = Path(root), Path(path)
+    try:
+        parts = path.relative_to(root).parts
+    except ValueError:
+        root, parts = path.parent, (path.name,)
+    if not parts or any(p in ("", ".", "..") for p in parts):
+        raise ValueError(f"{path} is not a file below {root}")
+    try:
+        fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        raise
+    except OSError as e:
+        raise denied(root, "read", e) from None
+    where = root
+    try:
+        for i, name in enumerate(parts):
+            where = where / name
+            try:
+                nfd = os.open(name, _DIR_BELOW if i < len(parts) - 1 else os.O_RDONLY | _NOFOLLOW,
+                              dir_fd=fd)
+            except OSError as e:
+                raise _below_refusal(where, root, fd, name, e) from None
+            holder = os.fstat(fd)
+            os.close(fd)
+            fd = nfd
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise UserError(f"{where} is {_kind(st.st_mode)}, not a regular file; nothing was read "
+                            "from it. Remove it (someone may have planted it) and run again.")
+        if st.st_uid not in (os.geteuid(), holder.st_uid):
+            raise UserError(f"{where} belongs to {_owner(st.st_uid)}, not to the owner of its "
+                            f"directory ({_owner(holder.st_uid)}) nor to you; nothing was read from "
+                            "it. Remove it (someone else put it there) and run again.")
+        f = os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+    return f
+
+
+def read_below(root: Path, path: Path, *, limit: int = READ_LIMIT) -> bytes:
+    """The bytes of the regular file ``path`` below ``root`` (:func:`open_below`), at most
+    ``limit``: UserError naming the file when it holds more.  FileNotFoundError when missing."""
+    with open_below(root, path) as f:
+        size = os.fstat(f.fileno()).st_size
+        data = f.read(limit + 1) if size <= limit else b""
+        if size > limit or len(data) > limit:
+            raise UserError(f"{path} is {max(size, len(data))} bytes, more than the {limit} bytes "
+                            "clusterctl ever writes there; nothing was read from it. Remove it and "
+                            "run again.")
+    return data
+
+
+def read_from(root: Path, path: Path, offset: int, *, limit: int = CHUNK) -> bytes:
+    """What the regular file ``path`` below ``root`` (:func:`open_below`) holds from byte
+    ``offset``, at most ``limit`` bytes (b"" when nothing new: call again for more).
+    FileNotFoundError when missing."""
+    with open_below(root, path) as f:
+        return os.pread(f.fileno(), limit, offset)
+
+
+def lines_below(root: Path, path: Path, *, max_line: int) -> Iterator[str]:
+    """The text lines of the regular file ``path`` below ``root`` (:func:`open_below`), bad
+    bytes replaced, read as a stream: a line longer than ``max_line`` characters comes in
+    pieces, so the file is never held whole.  FileNotFoundError when missing."""
+    with io.TextIOWrapper(open_below(root, path), encoding="utf-8", errors="replace") as f:
+        while line := f.readline(max_line):
+            yield line
+
+
+def _owner(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return f"uid {uid}"
 
 
 def open_append(path: Path, mode: int = 0o644) -> IO[str]:

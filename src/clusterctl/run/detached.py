@@ -30,7 +30,8 @@ from dataclasses import dataclass
 from typing import TextIO
 
 from clusterctl.core.errors import ClusterctlError
-from clusterctl.core.files import open_append
+from clusterctl.core.files import CHUNK, open_append, read_from
+from clusterctl.core.paths import runs_dir
 from clusterctl.run import records
 
 SUPERVISOR_LOG = "supervisor.log"
@@ -97,24 +98,41 @@ def start(run_id: str, follow: Callable[[], int], *, show: Callable[[str], None]
 
 
 def _new_lines(path, offset: int) -> tuple[str, int]:
-    """The complete lines of ``path`` after ``offset`` (one text) and the new offset; none
-    while the file cannot be read."""
+    """The complete lines of the run's file ``path`` after ``offset`` (one text, at most
+    :data:`~clusterctl.core.files.CHUNK` bytes: call again for more; a line longer than that
+    comes in pieces) and the new offset; none while the file is not there yet.
+
+    Read as every file under the runs directory is (:func:`~clusterctl.core.files.read_from`):
+    no symlink followed at any component below it, never a FIFO, never the whole file;
+    UserError naming a file that is not to be read."""
     try:
-        with open(path, "rb") as f:
-            f.seek(offset)
-            data = f.read()
-    except OSError:
+        data = read_from(runs_dir(), path, offset, limit=CHUNK)
+    except FileNotFoundError:
         return "", offset
     end = data.rfind(b"\n") + 1
+    if end == 0 and len(data) == CHUNK:       # a line longer than a chunk: this piece of it
+        end = len(data)
     return data[:end].decode("utf-8", "replace"), offset + end
+
+
+def _each_new(path, offset: int, take: Callable[[str], None]) -> int:
+    """Hand ``take`` the complete lines of ``path`` after ``offset``, a chunk at a time, until
+    none is left; the new offset."""
+    while True:
+        text, new = _new_lines(path, offset)
+        if text:
+            take(text)
+        if new == offset:
+            return offset
+        offset = new
 
 
 def _show_new(path, offset: int, show: Callable[[str], None]) -> int:
     """Show the complete lines of ``path`` after ``offset``; the new offset."""
-    text, offset = _new_lines(path, offset)
-    for line in text.splitlines():
-        show(line)
-    return offset
+    def each(text: str) -> None:
+        for line in text.splitlines():
+            show(line)
+    return _each_new(path, offset, each)
 
 
 def attach(run_id: str, stream: TextIO, *, note: Callable[[str], None], poll: float = 0.5,
@@ -150,11 +168,10 @@ def attach(run_id: str, stream: TextIO, *, note: Callable[[str], None], poll: fl
 
 def _copy_new(path, offset: int, stream: TextIO) -> int:
     """Write the complete lines of ``path`` after ``offset`` to ``stream``; the new offset."""
-    text, offset = _new_lines(path, offset)
-    if text:
+    def each(text: str) -> None:
         stream.write(text)
         stream.flush()
-    return offset
+    return _each_new(path, offset, each)
 
 
 def ask_to_stop(record: records.RunRecord, *, timeout: float = 60.0) -> bool:

@@ -26,6 +26,7 @@ Reading a container's output on its node is :mod:`clusterctl.cluster.containers`
 
 from __future__ import annotations
 
+import itertools
 import os
 import queue
 import re
@@ -49,7 +50,9 @@ from clusterctl.cluster.containers import (
 )
 from clusterctl.core import console
 from clusterctl.core.deadline import bounded
-from clusterctl.core.files import open_append, open_text
+from clusterctl.core.files import lines_below, open_append
+from clusterctl.core.lines import MAX_LINE
+from clusterctl.core.paths import runs_dir
 from clusterctl.run.plan import MASK, maskable
 from clusterctl.run.records import MERGED_LOG, RunRecord
 from clusterctl.run.spool import Spool
@@ -66,6 +69,9 @@ KEEP_LAST = 20  # lines per node kept in memory for the first-failure summary
 # about 0.4 s of output, a few MB; a full queue makes the streams wait (backpressure).
 QUEUE_LINES = 4096
 DRAIN_SECONDS = 0.2  # the supervisor's drain() writes for at most this long, then looks around
+# Characters of a stored line read at a time: a line LogSink wrote (at most MAX_LINE and its
+# prefix) whole; anything longer comes in pieces, never held whole
+READ_LINE = MAX_LINE + 1024
 
 
 def prefix(node: str, rank: int) -> str:
@@ -73,11 +79,16 @@ def prefix(node: str, rank: int) -> str:
 
 
 def parse_prefixed(line: str) -> tuple[str, int, str] | None:
-    """``node2[1]| text`` -> ("node2", 1, "text"); None for a line without a prefix."""
+    """``node2[1]| text`` -> ("node2", 1, "text"); None for a line without a prefix, or whose
+    rank is no rank clusterctl writes (at most 9 ASCII digits: a line read back may hold
+    thousands, which ``int`` refuses, or digits of another script, which it takes)."""
     m = _PREFIXED.match(line)
     if not m:
         return None
-    return m.group("node"), int(m.group("rank")), m.group("text")
+    rank = m.group("rank")
+    if len(rank) > 9 or not rank.isascii():
+        return None
+    return m.group("node"), int(rank), m.group("text")
 
 
 def style_for(rank: int) -> str:
@@ -292,22 +303,34 @@ def lines_from_files(record: RunRecord, *, node: str | None = None,
     merged.log can be far larger than memory.
     """
     def read() -> Iterator[tuple[str, str]]:
-        merged = record.attempt_dir() / MERGED_LOG
-        if os.path.lexists(merged):     # a planted symlink is refused by name, never read
-            with open_text(merged) as f:
-                for raw in f:
-                    parsed = parse_prefixed(raw.rstrip("\n"))
-                    if parsed and (node is None or parsed[0] == node):
-                        yield parsed[0], parsed[2]
+        merged = _file_lines(record.attempt_dir() / MERGED_LOG)
+        if merged is not None:
+            for raw in merged:
+                parsed = parse_prefixed(raw.rstrip("\n"))
+                if parsed and (node is None or parsed[0] == node):
+                    yield parsed[0], parsed[2]
             return
         # a run stopped with `clusterctl stop` before anything was merged: per-node files
         for n in record.nodes:
-            if (node is None or n.node == node) and os.path.lexists(record.log_path(n.node)):
-                with open_text(record.log_path(n.node)) as f:
-                    for raw in f:
-                        yield n.node, raw.rstrip("\n")
+            if node is None or n.node == node:
+                for raw in _file_lines(record.log_path(n.node)) or ():
+                    yield n.node, raw.rstrip("\n")
 
     yield from tail_per_node(read, tail)
+
+
+def _file_lines(path: Path) -> Iterator[str] | None:
+    """The lines of a run's file (:func:`~clusterctl.core.files.lines_below` from the runs
+    directory: no symlink followed at any component below it, never a FIFO, a line at a time),
+    or None when there is no such file.  UserError naming a file that is not to be read."""
+    lines = lines_below(runs_dir(), path, max_line=READ_LINE)
+    try:
+        first = next(lines)
+    except FileNotFoundError:
+        return None
+    except StopIteration:
+        return iter(())
+    return itertools.chain((first,), lines)
 
 
 def tail_per_node(read: Callable[[], Iterable[tuple[str, str]]],

@@ -15,7 +15,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from clusterctl.cluster.containers import parse_docker_time
+from clusterctl.core.errors import UserError
+from clusterctl.core.files import read_below
+from clusterctl.core.paths import runs_dir
 from clusterctl.run import hints, supervise
+
+#: The most a task record may hold: the script writes one line of a few numbers and names.
+TASK_RECORD_LIMIT = 64 << 10
 
 
 @dataclass(frozen=True)
@@ -30,15 +36,18 @@ class TaskRecord:
 
 
 def read_task_records(records_dir: Path) -> dict[str, TaskRecord]:
-    """Every readable task record, by node (a half-written one is skipped)."""
+    """Every readable task record, by node (a half-written one is skipped, and so is one that
+    is no record a task wrote: a symlink at any component below the runs directory, a FIFO, a
+    file past :data:`TASK_RECORD_LIMIT`; :func:`~clusterctl.core.files.read_below`, never
+    followed, waited on nor read whole)."""
     found: dict[str, TaskRecord] = {}
     for path in sorted(records_dir.glob("*.json")) if records_dir.is_dir() else []:
         try:
-            d = json.loads(path.read_text())
+            d = json.loads(read_below(runs_dir(), path, limit=TASK_RECORD_LIMIT))
             found[d["node"]] = TaskRecord(node=d["node"], rank=int(d["rank"]), exit_code=int(d["exit_code"]),
                                           finished=_parse_time(d["finished"]),
                                           stopped=bool(d.get("stopped", False)))
-        except (OSError, ValueError, KeyError, TypeError):
+        except (OSError, ValueError, KeyError, TypeError, UserError):
             continue
     return found
 

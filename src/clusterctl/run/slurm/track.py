@@ -42,7 +42,11 @@ from pathlib import Path
 
 import hostlist
 
-from clusterctl.core.lines import LineSplitter
+from clusterctl.core.errors import UserError
+from clusterctl.core.files import lines_below, open_below, read_below
+from clusterctl.core.lines import MAX_LINE, LineSplitter
+from clusterctl.core.paths import runs_dir
+from clusterctl.core.text import digits
 from clusterctl.run import hints, logs, records, supervise
 from clusterctl.run.slurm import script as slurm_script
 from clusterctl.run.slurm.client import (
@@ -52,9 +56,10 @@ from clusterctl.run.slurm.client import (
     scontrol_fields,
     slurm_client,
 )
-from clusterctl.run.slurm.tasks import TaskRecord, outcome_of, read_task_records
+from clusterctl.run.slurm.tasks import TASK_RECORD_LIMIT, TaskRecord, outcome_of, read_task_records
 
 STOP_REQUEST = slurm_script.STOP_REQUEST     # the requeue step of the script checks it too
+STOP_REQUEST_LIMIT = 64 << 10   # request_stop writes who and when: a few hundred bytes
 POLL_INTERVAL = 1.0       # seconds between reads of the job's output
 READ_CHUNK = 1 << 20      # bytes read from the output file at a time
 QUEUE_EVERY = 2.0         # seconds between squeue calls
@@ -114,8 +119,8 @@ def parse_sacct(text: str, job_id: str) -> JobInfo | None:
         code, _, sig = f["ExitCode"].partition(":")
         nodes = f["NodeList"]
         return JobInfo(source="sacct", state=state.strip(),
-                       exit_code=int(code) if code.isdigit() else None,
-                       signal=int(sig) if sig.isdigit() else None,
+                       exit_code=int(code) if digits(code) else None,
+                       signal=int(sig) if digits(sig) else None,
                        nodes=hostlist.expand_hostlist(nodes) if nodes and nodes not in (
                            "None assigned", "(null)") else [],
                        cancelled_by=_user(by.strip()) if by.strip() else None)
@@ -128,8 +133,8 @@ def parse_scontrol(text: str) -> JobInfo:
     code, _, sig = f.get("ExitCode", "").partition(":")
     nodes = f.get("NodeList", "")
     return JobInfo(source="scontrol", state=f.get("JobState", ""),
-                   exit_code=int(code) if code.isdigit() else None,
-                   signal=int(sig) if sig.isdigit() else None,
+                   exit_code=int(code) if digits(code) else None,
+                   signal=int(sig) if digits(sig) else None,
                    nodes=hostlist.expand_hostlist(nodes) if nodes and nodes != "(null)" else [])
 
 
@@ -186,14 +191,13 @@ def output_path(record: records.RunRecord) -> Path:
 def output_lines(record: records.RunRecord, *, node: str | None = None) -> Iterator[tuple[str, str]]:
     """(node, text) of every labelled line of the job's output file so far (Slurm's own lines,
     ``srun: error: ...``, are left out); task N is the record's node of rank N.  Read as a
-    stream: the file can be larger than memory."""
+    stream (:func:`~clusterctl.core.files.lines_below`: no symlink followed below the runs
+    directory, never a FIFO, a long line in pieces): the file can be larger than memory.
+    UserError naming the file when it is not one to read."""
     names = {n.rank: n.node for n in record.nodes}
+    lines = lines_below(runs_dir(), output_path(record), max_line=MAX_LINE)
     try:
-        f = open(output_path(record), encoding="utf-8", errors="replace")  # noqa: SIM115
-    except OSError:
-        return
-    with f:
-        for line in f:
+        for line in lines:
             parsed = parse_label(line.rstrip("\n"))
             if parsed is None:
                 attempt = slurm_script.parse_attempt_mark(line.rstrip("\n"))
@@ -203,16 +207,21 @@ def output_lines(record: records.RunRecord, *, node: str | None = None) -> Itera
             name = names.get(parsed[0], f"task{parsed[0]}")
             if node is None or name == node:
                 yield name, parsed[1]
+    except FileNotFoundError:
+        return
 
 
 # --------------------------------------------------------------------------- the end
 
 def stop_request(record: records.RunRecord) -> str | None:
-    """Who asked clusterctl to stop the run (``clusterctl stop`` writes it before scancel)."""
+    """Who asked clusterctl to stop the run (``clusterctl stop`` writes it before scancel).
+    None when there is no such request, or the file is not one clusterctl wrote (a symlink, a
+    FIFO, too large: :func:`~clusterctl.core.files.read_below`; never followed nor waited on)."""
     try:
-        return json.loads((record.dir / STOP_REQUEST).read_text())["by"]
-    except (OSError, ValueError, KeyError, TypeError):
+        by = json.loads(read_below(runs_dir(), record.dir / STOP_REQUEST, limit=STOP_REQUEST_LIMIT))["by"]
+    except (OSError, ValueError, KeyError, TypeError, UserError):
         return None
+    return by if isinstance(by, str) else None
 
 
 def request_stop(record: records.RunRecord, by: str) -> None:
@@ -303,8 +312,11 @@ def settle(record: records.RunRecord, env: Mapping[str, str], *, info: JobInfo |
     if tasks and (not record.nodes or not info.nodes and earlier_attempts(record)):
         fit_nodes(record, nodes_from_tasks(tasks))    # a requeued job: the last attempt's nodes
     last: dict[str, deque[str]] = {}
-    for node, text in output_lines(record):
-        last.setdefault(node, deque(maxlen=logs.KEEP_LAST)).append(text)
+    try:
+        for node, text in output_lines(record):
+            last.setdefault(node, deque(maxlen=logs.KEEP_LAST)).append(text)
+    except UserError:
+        last = {}     # an output file not to be read: the outcome stands without its last lines
     result, who = outcome(record, tasks, [n.node for n in record.nodes], info, interrupted=None,
                           last_lines={k: list(v) for k, v in last.items()},
                           ended=time.time())
@@ -319,15 +331,15 @@ def earlier_attempts(record: records.RunRecord) -> list[int]:
     directories its later attempts moved their task records to, in order."""
     base = record.dir / slurm_script.RECORDS_DIR
     found = [p.name.removeprefix("attempt-") for p in base.glob("attempt-*")] if base.is_dir() else []
-    return sorted(int(k) for k in found if k.isdigit())
+    return sorted(int(k) for k in found if digits(k))
 
 
 def _attempt_of(records_dir: Path) -> int | None:
     """The attempt the task records in ``records_dir`` belong to (their ``attempt``)."""
     for path in sorted(records_dir.glob("*.json")):
         try:
-            return int(json.loads(path.read_text())["attempt"])
-        except (OSError, ValueError, KeyError, TypeError):
+            return int(json.loads(read_below(runs_dir(), path, limit=TASK_RECORD_LIMIT))["attempt"])
+        except (OSError, ValueError, KeyError, TypeError, UserError):
             continue
     return None
 
@@ -395,7 +407,7 @@ class OutputTail:
         grow by gigabytes; one line is bounded by core.lines.MAX_LINE)."""
         got = False
         try:
-            with open(self.path, "rb") as f:
+            with open_below(runs_dir(), self.path) as f:   # never a link below runs/, never a FIFO
                 f.seek(self._pos)
                 while data := f.read(READ_CHUNK):
                     got = True
