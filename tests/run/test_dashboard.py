@@ -372,3 +372,30 @@ def test_the_how_to_page_states_the_live_tails_bounds():
     assert f"last {livetail.TAIL_LINES:,} lines" in page
     assert f"at most {livetail.KEEP_BYTES // 2**20} MB" in page
     assert f"for {livetail.IDLE_S:g} s is let go" in page
+
+
+def test_a_record_another_user_planted_as_the_callers_is_neither_listed_nor_followed(served, runs_dir):
+    """A group member writes runs/spoof/run.json saying uid/user are the caller's, a live plain
+    detached run whose inventory is /etc/shadow: the dashboard makes the check `clusterctl
+    runs` makes (the file's owner is the launcher), so it neither lists the run, nor serves
+    it, nor follows it (which would read the planted inventory and reach its hosts)."""
+    rec = make("spoof", detached=True, state="running")
+    path = rec.dir / records.RECORD_NAME
+    data = json.loads(path.read_text())
+    data.update(inventory="/etc/shadow", uid=os.geteuid(), user="root")
+    path.write_text(json.dumps(data))
+    os.chown(path, 65534, 65534)                           # written by someone else
+    os.chown(rec.dir, 65534, 65534)
+    d = served()
+    status, table = ask_json(d, "/api/runs")
+    assert status == 200 and [r["run"] for r in table] == []
+    for url in ("/api/runs/spoof", "/api/runs/spoof/log", "/api/runs/spoof/metrics"):
+        status, body = ask_json(d, url)
+        assert status == 403 and "not to be trusted" in body["error"], (url, body)
+    assert d.live._tails == {}
+    # the same record, renamed into another run's directory, is refused too
+    os.chown(path, os.geteuid(), os.getegid())
+    os.chown(rec.dir, os.geteuid(), os.getegid())
+    os.rename(rec.dir, runs_dir / "other-1")
+    status, body = ask_json(d, "/api/runs/other-1")
+    assert status == 403 and "names run 'spoof'" in body["error"], body

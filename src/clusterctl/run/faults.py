@@ -55,6 +55,7 @@ from clusterctl.cluster.inventory import Inventory, Node, load_inventory
 from clusterctl.cluster.runtime import runtime_of
 from clusterctl.cluster.transport import Cluster, NodeConnection, describe_error
 from clusterctl.core.errors import EnvironmentProblem, NodeError, UserError, did_you_mean, one_of
+from clusterctl.core.text import digits
 from clusterctl.run import records
 
 KILL, SIGSTOP = "kill", "sigstop"
@@ -183,7 +184,7 @@ def not_sandbox_message(kind: str, node: Node, inventory_path) -> str:
 
 def _attempt(labels: dict) -> int:
     value = str((labels or {}).get(ATTEMPT_LABEL, "0"))
-    return int(value) if value.isdigit() else 0
+    return int(value) if digits(value) else 0
 
 
 def pick_container(found: Iterable[tuple[ContainerState, int]], *, run_id: str, node: str) -> ContainerState:
@@ -244,13 +245,13 @@ want = sys.argv[1] if len(sys.argv) > 1 else "-"
 me = os.getpid()
 procs = {}
 for name in os.listdir("/proc"):
-    if name.isdigit() and int(name) != me:
+    if name.isdecimal() and int(name) != me:
         info = proc(int(name))
         if info["cmd"]:
             procs[info["pid"]] = info
 if procs.get(1, {}).get("exe") in ("docker-init", "tini", "tini-static"):
     del procs[1]
-ranks = [p for p in procs.values() if p["rank"] is not None and p["rank"].isdigit()
+ranks = [p for p in procs.values() if p["rank"] is not None and p["rank"].isdecimal()
          and procs.get(p["ppid"], {}).get("rank") != p["rank"]]
 ranks.sort(key=lambda p: (int(p["rank"]), p["pid"]))
 out = {"ranks": [{"pid": p["pid"], "rank": int(p["rank"]), "state": p["state"], "cmd": p["cmd"]}
@@ -488,7 +489,7 @@ def resolve(kind: str, node: str, *, nodes: str | os.PathLike | None = None, run
     if nodes is None:
         if not record.inventory:
             raise UserError(f"run {record.run_id} recorded no inventory; give --nodes FILE.")
-        inventory = load_inventory(record.inventory)
+        inventory = load_inventory(records.inventory_path(record))
         target_node = check_node(inventory, node)
     found = None
     if kind in SANDBOX_KINDS:

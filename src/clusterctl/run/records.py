@@ -34,12 +34,14 @@ whose record is not written yet), so two launches at once never get the same one
 
 from __future__ import annotations
 
+import dataclasses
 import grp
 import json
 import os
 import pwd
 import re
 import secrets
+import shlex
 import signal
 import socket
 import stat
@@ -47,9 +49,17 @@ import tempfile
 from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated, Any, get_type_hints
 
-from pydantic import BaseModel, Field, PrivateAttr, ValidationError
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    create_model,
+)
 
 from clusterctl.cluster.containers import ContainerState, find_containers
 from clusterctl.cluster.inventory.model import NODE_NAME_RE
@@ -58,7 +68,9 @@ from clusterctl.core.deadline import bounded
 from clusterctl.core.errors import UserError, did_you_mean
 from clusterctl.core.files import denied, one_at_a_time, read_regular, write_atomic
 from clusterctl.core.paths import runs_dir
-from clusterctl.core.text import control_problem, shown
+from clusterctl.core.secretnames import ENV_NAME
+from clusterctl.core.text import control_problem, escaped, shown
+from clusterctl.run import recovery
 from clusterctl.run.jobs import MAX_RESTARTS
 
 if TYPE_CHECKING:
@@ -216,6 +228,68 @@ class CodeRecord(BaseModel):
     sent: dict[str, int] = Field(default_factory=dict)   # node -> bytes sent to put the code there
 
 
+# --- the shapes of a record's nested fields: checked at load, kept as the dicts they were ------
+
+def _shaped(model: type[BaseModel]) -> AfterValidator:
+    """A dict field read back holds what ``model`` says (pydantic refuses another shape at load,
+    as for any field of the record); it stays the plain dict the code uses, as ``model`` dumps it."""
+    def check(value: dict) -> dict:
+        try:
+            return model.model_validate(value).model_dump()
+        except ValidationError as e:
+            raise ValueError(_first_error(e)) from None
+    return AfterValidator(check)
+
+
+#: :class:`clusterctl.run.recovery.AttemptEnd` as an attempt's ``end`` holds it, its fields and
+#: types taken from the dataclass (``launch --resume`` makes one of each: another key is refused)
+_AttemptEnd = create_model(
+    "AttemptEnd", __config__=ConfigDict(extra="forbid"),
+    **{f.name: (get_type_hints(recovery.AttemptEnd)[f.name],
+                ... if f.default is dataclasses.MISSING else f.default)
+       for f in dataclasses.fields(recovery.AttemptEnd)})
+
+
+class _OddRank(BaseModel):
+    """A rank the hang watchdog found not with the majority (watchdog.HangReport.record)."""
+
+    node: str
+    rank: int | None
+    pid: int | None
+    state: str
+    reason: str
+
+
+class _Hang(BaseModel):
+    """What the hang watchdog found (watchdog.HangReport.record): the keys read back typed."""
+
+    model_config = ConfigDict(extra="allow")
+
+    timeout_seconds: float | None = None
+    silent_seconds: float | None = None
+    phase: str = "running"
+    last_output: str | None = None
+    detected: str | None = None
+    dump_seconds: float | None = None
+    stacks_dir: str | None = None
+    files: list[str] = Field(default_factory=list)
+    majority_frame: str | None = None
+    odd_ranks: list[_OddRank] = Field(default_factory=list)
+    node_errors: dict[str, str] = Field(default_factory=dict)
+    error: str | None = None
+
+
+class _Spec(BaseModel):
+    """The job as it ran (request.spec_of): what ``launch --rerun``/``--resume`` reads back."""
+
+    model_config = ConfigDict(extra="allow")
+
+    job: str | None = None
+    flags: dict[str, Any] = Field(default_factory=dict)
+    secret_env: list[str] = Field(default_factory=list)
+    cwd: str | None = None
+
+
 class AttemptRecord(BaseModel):
     """One attempt of a run that restarts (``max_restarts``): its nodes, how and why it ended,
     and what followed.  Its logs are in :meth:`RunRecord.attempt_dir`."""
@@ -236,7 +310,8 @@ class AttemptRecord(BaseModel):
     # seconds, for `runs --json` and the benchmark: failure noticed, containers stopped,
     # nodes checked again, every container of the next attempt running
     timings: dict[str, float] = Field(default_factory=dict)
-    end: dict | None = None           # how it ended, as recovery.AttemptEnd (launch --resume reads it)
+    # how it ended, as recovery.AttemptEnd (launch --resume reads it)
+    end: Annotated[dict, _shaped(_AttemptEnd)] | None = None
 
 
 class RunRecord(BaseModel):
@@ -267,11 +342,13 @@ class RunRecord(BaseModel):
     launcher: Launcher | None = None  # the launch process following the run (None: detached/older)
     note: str = ""  # why the state is what it is, when that is not obvious (state unknown...)
     hang_timeout: float | None = None  # seconds of silence the watchdog allowed (None: no watchdog)
-    hang: dict | None = None  # what the hang watchdog found (clusterctl.run.watchdog.HangReport.record)
+    # what the hang watchdog found (clusterctl.run.watchdog.HangReport.record)
+    hang: Annotated[dict, _shaped(_Hang)] | None = None
     collective_errors: list[str] = Field(default_factory=list)  # "node[rank]| line" of a suspicious run
     flight: dict[str, list[str] | str] = Field(default_factory=dict)  # node -> flight/<node>/ files, or why none
     code: CodeRecord | None = None  # the shipped project of a workdir run (None: the image's own code)
-    spec: dict | None = None  # the job as it ran (secret values left out), for `launch --rerun`
+    # the job as it ran (secret values left out), for `launch --rerun`
+    spec: Annotated[dict, _shaped(_Spec)] | None = None
     # recovery (clusterctl.run.recovery): the attempt running or last run (``nodes`` are its
     # nodes), every attempt so far, the restarts allowed, and the nodes excluded for good
     attempt: int = 0
@@ -331,7 +408,9 @@ class RunRecord(BaseModel):
         The first save of a record made here (not read from disk) creates run.json
         exclusively and records who launched it (``user``): when the run id is recorded
         already (another launch drew it at the same moment), UserError, and the other's
-        record is left as it was."""
+        record is left as it was.  Free text from a job's output or a node is saved as it
+        reads back (:func:`_fit_to_read_back`: escaped, bounded)."""
+        _fit_to_read_back(self)
         new = not self._on_disk
         if new:
             d = own_run_dir(self.run_id)
@@ -492,15 +571,26 @@ def _read(path: Path) -> RunRecord:
     (no symlink, bounded), its ``run_id`` its directory's name, its ``uid`` the owner of the
     file and of the directory.  RecordError when not; OSError when it cannot be read."""
     text, st = read_regular(path)
+    record = trusted(text, st, os.lstat(path.parent), path.parent.name)
+    record._on_disk = True
+    return record
+
+
+def trusted(text: str | bytes, st: os.stat_result, d: os.stat_result, dir_name: str) -> RunRecord:
+    """The record in ``text`` (a run.json whose stat is ``st``, in the directory ``dir_name``
+    whose stat is ``d``), when it is what it says: every value usable (:func:`read_back_problem`),
+    its ``run_id`` its directory's name, its ``uid`` the owner of the file and of the
+    directory; ``uid`` and ``user`` are then the owner's, whatever the file says.  The one
+    check of a record read back (``clusterctl`` and the dashboard).  RecordError, or pydantic's
+    ValidationError, when not.  Pure."""
     record = RunRecord.model_validate_json(text)
-    d = os.lstat(path.parent)
     if not _RUN_ID.match(record.run_id):
-        raise RecordError(f"its run id {record.run_id[:80]!r} is not a valid one")
+        raise RecordError(f"its run id {shown(record.run_id, 80)} is not a valid one")
     problem = read_back_problem(record)
     if problem:
         raise RecordError(problem)
-    if record.run_id != path.parent.name:
-        raise RecordError(f"it names run {record.run_id!r} but is in directory {path.parent.name!r} "
+    if record.run_id != dir_name:
+        raise RecordError(f"it names run {shown(record.run_id, 80)} but is in directory {shown(dir_name, 80)} "
                           "(renamed or copied)")
     if d.st_uid != st.st_uid:
         raise RecordError(f"the file's owner ({user_name(st.st_uid)}) does not own its directory "
@@ -510,47 +600,208 @@ def _read(path: Path) -> RunRecord:
                           f"{user_name(st.st_uid)} (uid {st.st_uid}) wrote it")
     record.uid = st.st_uid              # an older record without uid: its file's owner's
     record.user = user_name(st.st_uid)  # the name shown is the owner's, whatever the file says
-    record._on_disk = True
     return record
 
 
+# --- what a record read back may hold: one table of (field, rule), walked over every record --
+
+#: Every state a run (and each of its attempts) is recorded in.
+RUN_STATES = ("starting", "running", "restarting", "succeeded", "failed", "hung", "suspicious",
+              "interrupted", "start-failed", "stopped", "unknown")
+#: Every state a node's container is recorded in: clusterctl's words and what the container
+#: runtimes report (docker: created ... dead; Podman also configured, initialized, stopping).
+NODE_STATES = ("created", "running", "exited", "stopped", "lost", "unknown", "restarting", "paused",
+               "removing", "dead", "configured", "initialized", "stopping")
+#: What a first failure (and an attempt's end) was: supervise.Failure.kind, recovery.AttemptEnd.kind.
+FAILURE_KINDS = ("exit", "lost", "start", "check", "hang")
+#: Characters of free text (a note, a reason, an output line), of a name (node, host, container,
+#: user; DNS's 253), of a path, and of one command-line argument or environment value.
+TEXT_MAX, NAME_MAX, PATH_MAX, ARG_MAX = 4096, 253, 4096, 65536
+#: Ranks are 0..RANK_MAX; exit codes what a process returns (docker, srun, a shell: 0-255, the
+#: code clusterctl records for a run too: exitcodes, 128 + a signal); pids at most Linux's pid_max.
+RANK_MAX, EXIT_MAX, PID_MAX = 10**7, 255, 2**22
+
 _DIGEST = re.compile(r"sha256:[0-9a-f]{64}\Z")
+#: A Slurm job id as clusterctl records it: what slurm.submit.parse_job_id takes from sbatch.
+_SLURM_JOB = re.compile(r"[0-9]{1,20}\Z")
+_GIT_COMMIT = re.compile(r"[0-9a-f]{4,64}\Z")
+
+
+@dataclasses.dataclass(frozen=True)
+class _Rule:
+    """What one field read back may hold: ``problem(value)`` says why not, in words safe to print
+    (None: usable); ``fit`` makes a value clusterctl itself produced (free text from a job's
+    output, a runtime's word) one that reads back, when the record is saved."""
+
+    problem: Callable[[Any], str | None]
+    fit: Callable[[Any], Any] | None = None
+
+
+def _text(limit: int, *, lines: bool = False) -> _Rule:
+    """Text of at most ``limit`` characters without a control character (``lines``: but tab and
+    line feed); saved escaped and cut to fit."""
+    def problem(v: Any) -> str | None:
+        if not isinstance(v, str):
+            return f"is {shown(v, 40)}, not text"
+        if len(v) > limit:
+            return f"is {len(v)} characters long, more than {limit}"
+        return control_problem(v, multiline=lines)
+    return _Rule(problem, lambda v: escaped(v)[:limit] if isinstance(v, str) else v)
+
+
+def _pattern(regex: re.Pattern, what: str) -> _Rule:
+    return _Rule(lambda v: None if isinstance(v, str) and regex.match(v) else f"is {shown(v, 40)}, {what}")
+
+
+def _one_of(words: tuple[str, ...], what: str, fit: str | None = None) -> _Rule:
+    return _Rule(lambda v: None if v in words else f"is {shown(v, 40)}, {what}",
+                 (lambda _v: fit) if fit else None)
+
+
+def _int(low: int, high: int, what: str) -> _Rule:
+    def problem(v: Any) -> str | None:
+        number = isinstance(v, int) and not isinstance(v, bool)
+        if number and low <= v <= high:
+            return None
+        said = str(v) if number and abs(v) < 10**40 else shown(v, 40)
+        return f"is {said}, not {what} (from {low} to {high})"
+    return _Rule(problem)
+
+
+def _node_name(v: Any) -> str | None:
+    if isinstance(v, str) and len(v) <= NAME_MAX and NODE_NAME_RE.fullmatch(v):
+        return None
+    return (f"is {shown(v, 40)}, which is not a node name (letters, digits, '.', '_', ':' and '-', "
+            "starting with a letter or digit)")
+
+
+_NODE = _Rule(_node_name)
+_NAME, _LINE, _PATH = _text(NAME_MAX), _text(TEXT_MAX), _text(PATH_MAX)
+_ARG = _text(ARG_MAX, lines=True)
+_LINES = _Rule(lambda v: next(filter(None, map(_LINE.problem, v)), None) if isinstance(v, list)
+               else _LINE.problem(v), lambda v: [*map(_LINE.fit, v)] if isinstance(v, list) else _LINE.fit(v))
+_RUN_STATE = _one_of(RUN_STATES, "not a state of a run")
+_NODE_STATE = _one_of(NODE_STATES, "not a state of a container", fit="unknown")
+_KIND = _one_of(FAILURE_KINDS, "not a kind of failure")
+_EXIT = _int(0, EXIT_MAX, "an exit code")
+_RANK = _int(0, RANK_MAX, "a rank")
+_COUNT = _int(0, MAX_RESTARTS, "a number of attempts")
+_DIGEST_RULE = _pattern(_DIGEST, "not sha256:<64 hex digits>")
+
+
+def _node_fields(at: str) -> list[tuple[str, _Rule]]:
+    return [(f"{at}.node", _NODE), (f"{at}.host", _NAME), (f"{at}.container", _NAME),
+            (f"{at}.rank", _RANK), (f"{at}.state", _NODE_STATE), (f"{at}.exit_code", _EXIT),
+            (f"{at}.stopped_by", _LINE), (f"{at}.flight_dir", _PATH),
+            (f"{at}.env{{}}", _text(NAME_MAX + 2)), (f"{at}.env[]", _ARG)]
+
+
+def _failure_fields(at: str) -> list[tuple[str, _Rule]]:
+    return [(f"{at}.node", _NODE), (f"{at}.rank", _RANK), (f"{at}.kind", _KIND),
+            (f"{at}.exit_code", _EXIT), (f"{at}.reason", _LINE), (f"{at}.last_lines[]", _LINE)]
+
+
+#: Every value of a record read back and what it may hold (:func:`read_back_problem`), as a
+#: path: ``a.b`` a field, ``a[]`` each item of a list (each value of a dict), ``a{}`` each key
+#: of a dict.  A value that is None (not recorded) is not checked.
+READ_BACK: tuple[tuple[str, _Rule], ...] = (
+    # node names: they become file names (<node>.log, flight/<node>/) and arguments
+    ("spares[]", _NODE), ("next_nodes[]", _NODE), ("excluded{}", _NODE), ("flight{}", _NODE),
+    *_node_fields("nodes[]"), *_failure_fields("first_failure"),
+    ("attempt", _COUNT), ("max_restarts", _COUNT),
+    ("image_digest", _DIGEST_RULE), ("slurm_job", _pattern(_SLURM_JOB, "not a Slurm job id (digits)")),
+    ("job", _NAME), ("inventory", _PATH), ("image", _LINE), ("image_id", _LINE), ("registry", _LINE),
+    ("master_addr", _NAME), ("master_port", _int(0, 65535, "a port")), ("state", _RUN_STATE),
+    ("exit_code", _EXIT), ("argv[]", _ARG), ("scheduler", _NAME), ("stopped_by", _LINE),
+    ("launcher.host", _NAME), ("launcher.boot_id", _NAME), ("launcher.pid", _int(1, PID_MAX, "a pid")),
+    ("note", _LINE), ("collective_errors[]", _LINE), ("flight[]", _LINES),
+    ("excluded[]", _LINE), ("checkpoint", _PATH), ("checkpoint_start", _PATH),
+    ("hang.phase", _one_of(("start", "running"), "not a phase of a hang")), ("hang.stacks_dir", _PATH),
+    ("hang.files[]", _NAME), ("hang.majority_frame", _LINE), ("hang.last_output", _NAME),
+    ("hang.detected", _NAME), ("hang.odd_ranks[].node", _NODE), ("hang.odd_ranks[].rank", _RANK),
+    ("hang.odd_ranks[].pid", _int(1, PID_MAX, "a pid")), ("hang.odd_ranks[].state", _NAME),
+    ("hang.odd_ranks[].reason", _LINE), ("hang.node_errors{}", _NODE), ("hang.node_errors[]", _LINE),
+    ("hang.error", _LINE),
+    ("code.workdir", _PATH), ("code.git_commit", _pattern(_GIT_COMMIT, "not a git commit (hex)")),
+    ("code.requirements", _PATH), ("code.requirements_digest", _LINE), ("code.image", _LINE),
+    ("code.sent{}", _NODE),
+    ("spec.job", _PATH), ("spec.cwd", _PATH), ("spec.flags.workdir", _PATH),
+    ("spec.flags.requirements", _PATH),
+    ("spec.secret_env[]", _pattern(ENV_NAME, "not an environment variable's name")),
+    *_node_fields("attempts[].nodes[]"), *_failure_fields("attempts[].first_failure"),
+    ("attempts[].excluded{}", _NODE), ("attempts[].replaced{}", _NODE), ("attempts[].replaced[]", _NODE),
+    ("attempts[].attempt", _COUNT), ("attempts[].state", _RUN_STATE), ("attempts[].exit_code", _EXIT),
+    ("attempts[].master_addr", _NAME), ("attempts[].ended", _LINE), ("attempts[].then", _LINE),
+    ("attempts[].excluded[]", _LINE), ("attempts[].checkpoint", _PATH), ("attempts[].timings{}", _NAME),
+    ("attempts[].end.attempt", _COUNT), ("attempts[].end.state", _RUN_STATE),
+    ("attempts[].end.exit_code", _EXIT), ("attempts[].end.node", _NODE), ("attempts[].end.kind", _KIND),
+    ("attempts[].end.last_line", _LINE), ("attempts[].end.lost[]", _NODE),
+    ("attempts[].end.blamed[]", _NODE), ("attempts[].end.checkpoint", _PATH),
+)
+
+
+def _at(obj: Any, steps: list[str], label: str, put: Callable[[Any], None] | None):
+    """(label, value, put) of each value at ``steps`` below ``obj`` (see :data:`READ_BACK`);
+    ``put`` replaces the value (None: a key, or an item of a tuple)."""
+    if obj is None:
+        return
+    if not steps:
+        yield label, obj, put
+        return
+    step, rest = steps[0], steps[1:]
+    name = step.rstrip("[]{}")
+    child = obj.get(name) if isinstance(obj, dict) else getattr(obj, name, None) if isinstance(
+        obj, BaseModel) else None
+    where = f"{label}.{name}" if label else name
+    if step.endswith("{}"):
+        for key in child if isinstance(child, dict) else ():
+            yield from _at(key, rest, f"{where} key", None)
+    elif step.endswith("[]"):
+        items = (child.items() if isinstance(child, dict) else enumerate(child)
+                 if isinstance(child, (list, tuple)) else ())
+        for key, value in items:
+            yield from _at(value, rest, f"{where}[{shown(key, 40) if isinstance(child, dict) else key}]",
+                           None if isinstance(child, tuple) else
+                           (lambda v, c=child, k=key: c.__setitem__(k, v)))
+    else:
+        yield from _at(child, rest, where, (lambda v: obj.__setitem__(name, v)) if isinstance(obj, dict)
+                       else (lambda v: setattr(obj, name, v)))
 
 
 def read_back_problem(record: RunRecord) -> str | None:
-    """Why ``record`` holds a value that must not be used: a node name that would become a
-    file name (``<node>.log``, ``flight/<node>/``) or a path part (``..``, ``/``), a digest
-    that is not one, or a name, host, container or image holding a control character (it
-    would act on a terminal when printed).  None when every such value is usable.  Pure."""
-    nodes = [*record.nodes, *(n for a in record.attempts for n in a.nodes)]
-    names = [*(n.node for n in nodes), *record.spares, *record.next_nodes, *record.excluded,
-             *record.flight, *(k for a in record.attempts for k in (*a.excluded, *a.replaced.values()))]
-    for name in names:
-        if len(name) > 253 or not NODE_NAME_RE.fullmatch(name):
-            return (f"it names a node {shown(name, 40)}, which is not a node name (letters, digits, "
-                    "'.', '_', ':' and '-', starting with a letter or digit)")
-    if not 0 <= record.attempt <= MAX_RESTARTS or not 0 <= record.max_restarts <= MAX_RESTARTS:
-        return (f"its attempt ({record.attempt}) or max_restarts ({record.max_restarts}) is not "
-                f"from 0 to {MAX_RESTARTS}")
-    for digest in (record.image_digest,):
-        if digest is not None and not _DIGEST.match(digest):
-            return f"its image digest {shown(digest, 80)} is not sha256:<64 hex digits>"
-    texts = [("image", record.image), ("image_id", record.image_id), ("registry", record.registry),
-             ("job", record.job), ("master_addr", record.master_addr),
-             *((f"node {n.node} {k}", v) for n in nodes for k, v in (("host", n.host), ("container", n.container)))]
-    for field, value in texts:
-        problem = control_problem(value) if isinstance(value, str) else None
-        if problem:
-            return f"its {field} {problem}"
+    """Why ``record`` holds a value that must not be used, by :data:`READ_BACK`: a node name that
+    would become a file name or a path part (``..``, ``/``), a Slurm job id that is no job id
+    (it becomes an argument of scancel and sacct), a state that is none, text holding a
+    control character (it would act on a terminal when printed) or too long to print, an
+    exit code or rank no process or job has.  None when every value is usable.  Pure."""
+    for path, rule in READ_BACK:
+        for label, value, _put in _at(record, path.split("."), "", None):
+            problem = rule.problem(value)
+            if problem:
+                return f"its {label} {problem}"
     return None
 
 
+def _fit_to_read_back(record: RunRecord) -> None:
+    """Make the values clusterctl itself recorded read back (:data:`READ_BACK`): free text from
+    a job's output or a node (a last line, a reason) escaped and cut, a runtime's unknown word
+    for a container's state "unknown".  What is already fine is left as it is."""
+    for path, rule in READ_BACK:
+        if rule.fit is None:
+            continue
+        for _label, value, put in list(_at(record, path.split("."), "", None)):
+            if put is not None and rule.problem(value):
+                put(rule.fit(value))
+
+
 def _first_error(e: Exception) -> str:
+    """The first problem pydantic (or a read) found, safe to print: a location or message
+    read back may hold a planted key."""
     if isinstance(e, ValidationError):
         first = e.errors()[0]
         loc = ".".join(str(p) for p in first["loc"])
-        return f"field {loc}: {first['msg']}"
-    return str(e).splitlines()[0]
+        return shown(f"field {loc}: {first['msg']}", 300, quoted=False)
+    return shown(str(e).splitlines()[0] if str(e) else type(e).__name__, 300, quoted=False)
 
 
 def list_runs(skipped: list[str] | None = None) -> list[RunRecord]:
@@ -561,15 +812,19 @@ def list_runs(skipped: list[str] | None = None) -> list[RunRecord]:
         return []
     found: list[RunRecord] = []
     for path in root.glob(f"*/{RECORD_NAME}"):
+        said = escaped(str(path))       # a directory name anyone sharing the runs directory chose
         try:
             found.append(_read(path))
         except RecordError as e:
             if skipped is not None:
-                skipped.append(f"{path}: not to be trusted ({e})")
+                skipped.append(f"{said}: not to be trusted ({e})")
         except PermissionError:
             if skipped is not None:
-                skipped.append(f"{path}: not readable (its owner runs `chmod a+r` on it)")
-        except (ValidationError, ValueError, OSError):
+                skipped.append(f"{said}: not readable (its owner runs `chmod a+r` on it)")
+        except (ValidationError, ValueError) as e:
+            if skipped is not None:
+                skipped.append(f"{said}: not a valid run record ({_first_error(e)})")
+        except OSError:
             continue  # a foreign or damaged directory is not a run; `runs` skips it
     found.sort(key=lambda r: (r.started, r.run_id), reverse=True)
     return found
@@ -751,11 +1006,14 @@ def _claim_live(claim: PortClaim, recorded: Mapping[str, RunRecord]) -> bool:
 def _claims(recorded: Mapping[str, RunRecord]) -> list[tuple[Path, PortClaim | None, bool]]:
     """Every claim file: (path, the claim or None when unreadable, whether it counts).  A
     claim that cannot be read counts for CLAIM_TTL after it was written (its port is not
-    known: see :func:`take_master_port`); one whose name, owner or content disagree counts
-    not at all."""
+    known: see :func:`take_master_port`); a damaged one counts not at all.  A file whose name
+    is no run id's, or whose run id or uid disagrees with its name or owner, is no claim
+    (left out, never removed); a claim's ``user`` is its file's owner, whatever it says."""
     d = _claims_dir()
     found = []
     for path in sorted(d.glob("*.json")) if d.is_dir() else []:
+        if not _RUN_ID.match(path.name[:-len(".json")]):
+            continue        # no name clusterctl gives a claim: not one, and never removed
         try:
             text, st = read_regular(path)
             claim = PortClaim.model_validate_json(text)
@@ -770,8 +1028,8 @@ def _claims(recorded: Mapping[str, RunRecord]) -> list[tuple[Path, PortClaim | N
             found.append((path, None, False))
             continue
         if path.name != f"{claim.run_id}.json" or claim.uid not in (None, st.st_uid):
-            found.append((path, None, False))
-            continue
+            continue        # renamed, or says another uid wrote it: no claim, never removed
+        claim.user = user_name(st.st_uid)   # who holds it: its file's owner, whatever it says
         found.append((path, claim, _claim_live(claim, recorded)))
     return found
 
@@ -804,15 +1062,21 @@ def _holders(master_addr: str, skip_run: str | None, recorded: Mapping[str, RunR
             if _is_mine(path):
                 stale.append(path)
         elif claim is None:
-            raise UserError(
-                f"the port claim {path} cannot be read (owner {_owner_name(path)}), so the port it "
-                "holds is not known and none was chosen; nothing was started. Its owner makes it "
-                f"readable (`chmod a+r {path}`) or removes it; it stops counting "
-                f"{CLAIM_TTL.total_seconds() / 3600:g} h after it was written.")
+            raise UserError(unreadable_claim_message(path))
         elif claim.run_id != skip_run and claim.master_addr == master_addr:
             held.setdefault(claim.port, Holder(run_id=claim.run_id, user=claim.user,
                                                state=getattr(recorded.get(claim.run_id), "state", "starting")))
     return held, stale
+
+
+def unreadable_claim_message(path: Path) -> str:
+    """Why no port was chosen while the claim ``path`` cannot be read, and what its owner does
+    (the path escaped, and shell-quoted in the command to copy)."""
+    shown_path = escaped(str(path))
+    return (f"the port claim {shown_path} cannot be read (owner {_owner_name(path)}), so the port it "
+            "holds is not known and none was chosen; nothing was started. Its owner makes it "
+            f"readable (`chmod a+r {shlex.quote(shown_path)}`) or removes it; it stops counting "
+            f"{CLAIM_TTL.total_seconds() / 3600:g} h after it was written.")
 
 
 def _is_mine(path: Path) -> bool:
@@ -856,6 +1120,30 @@ def take_master_port(run_id: str, master_addr: str, choose: Callable[[Mapping[in
 
 
 # --- what a record implies about the nodes ---------------------------------------------------
+
+def inventory_path(record: RunRecord, nodes: Path | None = None) -> Path:
+    """The inventory to reach ``record``'s nodes with: ``nodes`` (``--nodes``) when given,
+    else the one recorded.  Another user's record names a file that user chose: it is read
+    only when it is a regular file that user owns (root, or a member of a shared runs
+    directory, would otherwise read and quote any file the record names, and reach the
+    hosts in it with their own identity).  UserError saying to give ``--nodes`` when not."""
+    if nodes is not None:
+        return Path(nodes)
+    path = Path(record.inventory)
+    if owned_by(record):
+        return path
+    try:
+        st = os.lstat(path)
+    except OSError:
+        st = None
+    if st is None or not stat.S_ISREG(st.st_mode) or st.st_uid != record.uid:
+        whose = "is not there" if st is None else (
+            "is not a regular file" if not stat.S_ISREG(st.st_mode) else f"belongs to {user_name(st.st_uid)}")
+        raise UserError(f"run {record.run_id} is {others_run(record)}'s, and the inventory its record "
+                        f"names ({shown(record.inventory)}) {whose}, not to them: it is not read. "
+                        "Give the inventory of its nodes: --nodes FILE.")
+    return path
+
 
 def may_have_containers(record: RunRecord) -> bool:
     """Whether the run's containers may still exist on the nodes.
