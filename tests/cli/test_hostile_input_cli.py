@@ -128,7 +128,7 @@ def test_a_control_character_in_a_set_value_or_image_option_is_refused(inv, job)
                   "--set MODE=...", "contains a control character (\\x1b)")
     assert "a\\x1b[2Jb" not in out  # the value itself is not shown (it may be a secret)
     refused(cli("launch", str(job), "--nodes", str(inv), "--dry-run", "--image", "x/y:1\x07"),
-            "image 'x/y:1\\x07' contains a control character")
+            "--image 'x/y:1\\x07' is not a valid image reference", "control character (\\x07)")
 
 
 # --------------------------------------------------------------------------- secrets

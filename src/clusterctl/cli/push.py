@@ -24,6 +24,8 @@ from clusterctl.cluster.registry.reference import registry_option
 from clusterctl.cluster.transport import Cluster
 from clusterctl.core.console import err, interactive, out, print_table
 from clusterctl.core.errors import UserError
+from clusterctl.core.imageref import check_image
+from clusterctl.core.text import shown
 
 
 def _size(n: int) -> str:
@@ -143,11 +145,12 @@ def push(
     image there once and prints its digest; every node pulls it by digest. Exit 2 when the
     registry cannot be reached, refuses the credentials or lacks TLS."""
     if strategy not in distribute.STRATEGIES:
-        raise UserError(f"--strategy {strategy!r}: valid values are "
+        raise UserError(f"--strategy {shown(strategy)}: valid values are "
                         + ", ".join(distribute.STRATEGIES))
     if nodes is None and registry is None:
         raise UserError("push: give --nodes FILE (or $CLUSTERCTL_NODES), --registry "
                         "HOST[:PORT][/NAMESPACE], or both.")
+    check_image(image, "push IMAGE")      # before any engine, registry or node is asked
     target = registry_option(registry)
     inventory = load_inventory(nodes) if nodes is not None else None
     target = target or (inventory.registry if inventory is not None else None)

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from clusterctl.core.errors import ClusterctlError
+from clusterctl.core.text import without_credentials
 from clusterctl.image import baseimage, context, imagebuild, render
 from clusterctl.image import wheelhouse as wh
 from clusterctl.image.context import Rendered
@@ -82,7 +83,8 @@ class BuildPlan:
                  + (" (built first when missing: clusterctl build --target base)" if self.local_base else "")),
                 ("Dockerfile", f"{self.out_dir / 'Dockerfile'} (sha256 {sha256_text(self.dockerfile)[:16]})"),
             ]
-            rows += [("build arg", f"{k}={v}") for k, v in sorted(self.build_args.items())]
+            rows += [("build arg", f"{k}={without_credentials(v)}")   # a proxy URL's password
+                     for k, v in sorted(self.build_args.items())]
             if self.wheelhouse:
                 rows.append(("wheelhouse", str(self.wheelhouse)))
             elif self.needs_wheelhouse:

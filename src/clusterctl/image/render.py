@@ -32,6 +32,8 @@ from jinja2.sandbox import SandboxedEnvironment
 
 from clusterctl.core import paths
 from clusterctl.core.errors import ClusterctlError, UserError, one_of
+from clusterctl.core.imageref import check_image
+from clusterctl.core.text import control_problem, shown
 from clusterctl.image.targets import Resolved, resolve
 
 ENTRYPOINT_TEMPLATE = "blocks/entrypoint.sh.j2"
@@ -40,12 +42,6 @@ PREDEFINED_BUILD_ARGS = frozenset(
     n for name in ("HTTP_PROXY", "HTTPS_PROXY", "FTP_PROXY", "NO_PROXY", "ALL_PROXY")
     for n in (name, name.lower())
 )
-# A Docker image reference: [registry[:port]/]path[:tag][@sha256:digest].
-_REFERENCE = re.compile(
-    r"^(?:[a-zA-Z0-9](?:[a-zA-Z0-9.-]*[a-zA-Z0-9])?(?::[0-9]+)?/)?"
-    r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*"
-    r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@sha256:[0-9a-f]{64})?\Z"
-)
 _BUILD_ARG_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
@@ -53,13 +49,9 @@ _BUILD_ARG_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
 def check_reference(ref: str, option: str) -> str:
-    """``ref`` when it is a valid image reference; otherwise a UserError naming ``option``."""
-    if not _REFERENCE.match(ref or ""):
-        raise UserError(
-            f"{option} {ref!r} is not a valid image reference; expected [REGISTRY/]NAME[:TAG], "
-            "lowercase name, e.g. clusterctl/base:bookworm or nvcr.io/nvidia/pytorch:21.09-py3."
-        )
-    return ref
+    """``ref`` when it is a valid image reference; otherwise a UserError naming ``option``
+    (:func:`clusterctl.core.imageref.check_image`, the one check of a reference)."""
+    return check_image(ref, option)
 
 
 def parse_build_args(items: Sequence[str]) -> dict[str, str]:
@@ -69,8 +61,14 @@ def parse_build_args(items: Sequence[str]) -> dict[str, str]:
         name, sep, value = item.partition("=")
         if not sep or not _BUILD_ARG_NAME.match(name):
             raise UserError(
-                f"--build-arg {item!r} is not NAME=VALUE; expected e.g. --build-arg "
+                f"--build-arg {shown(item)} is not NAME=VALUE; expected e.g. --build-arg "
                 "ACCL_INSTALLER_URL=http://host/accl.sh (NAME: letters, digits, _)."
+            )
+        problem = control_problem(value)
+        if problem:   # the value is not quoted back: it may be a secret
+            raise UserError(
+                f"--build-arg {shown(name)}=...: the value {problem}; valid: one line of text "
+                "without control characters, e.g. --build-arg HTTPS_PROXY=http://proxy:3128."
             )
         args[name] = value
     return args
@@ -83,7 +81,7 @@ def check_build_args(resolved: Resolved, args: Mapping[str, str]) -> dict[str, s
     if unknown:
         valid = one_of(sorted(declared)) if declared else "none (besides the proxy variables)"
         raise UserError(
-            f"--build-arg {unknown[0]}: target {resolved.target.name} declares no such ARG. "
+            f"--build-arg {shown(unknown[0])}: target {resolved.target.name} declares no such ARG. "
             f"Its build args: {valid}."
         )
     return {**declared, **args}

@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from clusterctl.core import accelerators
 from clusterctl.core.errors import UserError, did_you_mean, one_of
+from clusterctl.core.text import shown
 from clusterctl.core.yamlfile import FileProblems, Problems, parse, read_text, show, validate_model
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
@@ -266,7 +267,7 @@ def get_target(name: str) -> Target:
     if name in targets:
         return targets[name]
     raise UserError(
-        f'unknown target "{name}"{did_you_mean(name, list(targets))}. '
+        f'unknown target "{shown(name, quoted=False)}"{did_you_mean(name, list(targets))}. '
         f"Known targets: {one_of(list(targets))} (see `clusterctl targets`)."
     )
 
@@ -286,14 +287,14 @@ def _torch_pins(target: Target, torch: str | None) -> tuple[str | None, dict[str
         if torch is not None:
             raise UserError(
                 f"target {target.name} takes torch from its base image ({target.base_image}); "
-                f"--torch {torch} cannot change it. Pick another base with --base-image REF."
+                f"--torch {shown(torch, quoted=False)} cannot change it. Pick another base with --base-image REF."
             )
         return None, {}, []
     version = torch or spec.default
     known = target.torch_versions()
     if version not in known:
         raise UserError(
-            f"torch {version} is not known for target {target.name}{did_you_mean(version, known)}. "
+            f"torch {shown(version, quoted=False)} is not known for target {target.name}{did_you_mean(version, known)}. "
             f"Known versions: {one_of(known)}"
             + (f" (table src/clusterctl/image/data/{spec.table})." if spec.table else ".")
         )

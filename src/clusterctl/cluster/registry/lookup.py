@@ -23,6 +23,8 @@ from typing import TYPE_CHECKING
 
 from clusterctl.cluster.registry.reference import DIGEST, Registry, pinned
 from clusterctl.core.errors import UserError
+from clusterctl.core.imageref import check_image
+from clusterctl.core.text import shown
 
 if TYPE_CHECKING:
     from docker import DockerClient
@@ -40,13 +42,15 @@ def pinned_reference(image: str, registry: Registry, client: DockerClient | None
     unreachable engine is an EnvironmentProblem (exit 2) saying how to reach one.
 
     ``image`` may already be pinned there (``HOST[:PORT]/[NS/]NAME@sha256:...``): it is
-    returned as it is, the engine is not asked."""
+    returned as it is, the engine is not asked.  Anything not an image reference
+    (:func:`clusterctl.core.imageref.check_image`) is refused before the engine is asked."""
+    check_image(image, "image")
     repo, at, digest = image.partition("@")
     if at:
         want = registry.repository(repo)
         if repo == want and DIGEST.match(digest):
             return image
-        raise UserError(f"image {image!r} is pinned by digest but not in the registry {registry} "
+        raise UserError(f"image {shown(image)} is pinned by digest but not in the registry {registry} "
                         f"(its repository there would be {want}); valid: a local image "
                         f"(REPO:TAG) pushed with `{push_command('REPO:TAG', registry)}`, or "
                         f"{want}@sha256:<digest>.")
@@ -58,15 +62,15 @@ def pinned_reference(image: str, registry: Registry, client: DockerClient | None
     try:
         attrs = client.images.get(image).attrs
     except ImageNotFound:
-        raise UserError(f"image {image} is not in this machine's Docker engine, so it cannot have "
-                        f"been pushed to the registry {registry}; valid: build or pull {image}, "
+        raise UserError(f"image {shown(image)} is not in this machine's Docker engine, so it cannot "
+                        f"have been pushed to the registry {registry}; valid: build or pull it, "
                         f"then `{push_command(image, registry)}`. Nothing was written.") from None
     except DockerException as e:
-        raise UserError(f"the Docker engine could not say what {image} is "
-                        f"({e.__class__.__name__}: {str(e)[:200]}); nothing was written.") from None
+        raise UserError(f"the Docker engine could not say what image {shown(image)} is "
+                        f"({e.__class__.__name__}: {shown(str(e), 200)}); nothing was written.") from None
     ref = pinned(attrs.get("RepoDigests") or [], registry, image)
     if ref is None:
-        raise UserError(f"image {image} has not been pushed to the registry {registry} (this "
+        raise UserError(f"image {shown(image)} has not been pushed to the registry {registry} (this "
                         f"machine's Docker engine records no digest of it in "
                         f"{registry.repository(image)}); push it first: "
                         f"`{push_command(image, registry)}`. Nothing was written.")
