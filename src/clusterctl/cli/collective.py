@@ -15,6 +15,7 @@ from rich.table import Table
 
 from clusterctl.core.console import interactive, out
 from clusterctl.core.errors import UserError
+from clusterctl.core.text import digits
 from clusterctl.run import records
 from clusterctl.run.collective import model
 from clusterctl.run.collective.check import CheckResult
@@ -44,7 +45,7 @@ def parse_pair_rounds(text: str) -> int | None:
     t = text.strip().lower()
     if t == "all":
         return None
-    if t.isdigit() and 1 <= int(t) <= 10_000:
+    if digits(t) and 1 <= int(t) <= 10_000:
         return int(t)
     raise UserError(f"--pair-rounds {text!r} is not a number of rounds; valid: a whole number "
                     "from 1 (each node meets that many partners) or 'all' (every pair)")

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from clusterctl.core import accelerators
 from clusterctl.core.accelerators import version_key
 from clusterctl.core.scripts import script_text
+from clusterctl.core.text import digits
 
 SCRIPT = script_text("clusterctl.cluster", "accel-probe.sh")
 
@@ -125,7 +126,7 @@ def parse_parts(token: str, text: str) -> dict[str, tuple[int, str]]:
 
 def _int(text: str | None) -> int | None:
     text = (text or "").strip()
-    return int(text) if text.isdigit() else None
+    return int(text) if digits(text) else None
 
 
 def _sum(values) -> int | None:
@@ -176,7 +177,7 @@ def parse_compute_apps(text: str) -> list[ComputeApp]:
     apps = []
     for line in text.splitlines():
         fields = [f.strip() for f in line.split(",")]
-        if len(fields) >= 4 and fields[0].startswith("GPU-") and fields[1].isdigit():
+        if len(fields) >= 4 and fields[0].startswith("GPU-") and digits(fields[1]):
             apps.append(ComputeApp(fields[0], int(fields[1]), ",".join(fields[2:-1]), fields[-1]))
     return apps
 

@@ -50,6 +50,7 @@ from clusterctl.cluster.runtime import ContainerRuntime, node_runtime
 from clusterctl.cluster.transport import tree
 from clusterctl.core.errors import NodeError
 from clusterctl.core.scripts import script_text
+from clusterctl.core.text import digits
 
 if TYPE_CHECKING:
     from clusterctl.cluster.inventory import Node
@@ -368,7 +369,7 @@ def parse_removal(text: str, chosen: Sequence[Item]) -> tuple[dict[str, int], di
         what, _, name = words[:3]
         if what == "removed":
             kib = words[3] if len(words) > 3 else "0"
-            removed[name] = int(kib) * 1024 if kib.isdigit() and kib != "0" else sizes[name]
+            removed[name] = int(kib) * 1024 if digits(kib) and kib != "0" else sizes[name]
         elif what == "gone":
             removed[name] = 0
         elif what == "kept":

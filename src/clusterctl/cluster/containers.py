@@ -48,6 +48,7 @@ from clusterctl.core.errors import NodeError
 from clusterctl.core.lines import LineSplitter
 from clusterctl.core.scripts import script_text
 from clusterctl.core.secretnames import ENV_NAME
+from clusterctl.core.text import digits
 
 LABEL_PREFIX = "io.clusterctl."
 RUN_LABEL = f"{LABEL_PREFIX}run"
@@ -115,7 +116,7 @@ def state_from_inspect(node: str, data: dict) -> ContainerState:
         exit_code=None if status in ("running", "created", "restarting") else st.get("ExitCode"),
         started=parse_docker_time(st.get("StartedAt")),
         finished=parse_docker_time(st.get("FinishedAt")),
-        rank=int(rank) if rank and rank.isdigit() else None,
+        rank=int(rank) if rank and digits(rank) else None,
     )
 
 

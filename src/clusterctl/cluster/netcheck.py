@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 from clusterctl.cluster import sshconfig
 from clusterctl.core.errors import NodeError
 from clusterctl.core.scripts import script_text
+from clusterctl.core.text import digits
 
 if TYPE_CHECKING:
     from clusterctl.cluster.transport import Cluster, NodeConnection
@@ -110,8 +111,8 @@ def read_listen(marker: str, stdout: str) -> tuple[int, str, int] | None:
     it printed none."""
     for line in stdout.splitlines():
         parts = line.split()
-        if len(parts) == 5 and parts[0] == marker and parts[1] == "ports" and parts[2].isdigit() \
-                and parts[4].isdigit():
+        if len(parts) == 5 and parts[0] == marker and parts[1] == "ports" and digits(parts[2]) \
+                and digits(parts[4]):
             return int(parts[2]), parts[3], int(parts[4])
     return None
 
@@ -121,7 +122,7 @@ def read_connect(marker: str, stdout: str, count: int) -> dict[int, str]:
     found: dict[int, str] = {}
     for line in stdout.splitlines():
         parts = line.split(None, 3)
-        if len(parts) >= 3 and parts[0] == marker and parts[1].isdigit() and int(parts[1]) < count:
+        if len(parts) >= 3 and parts[0] == marker and digits(parts[1]) and int(parts[1]) < count:
             found[int(parts[1])] = "ok" if parts[2] == "ok" else (parts[3] if len(parts) > 3 else "?")
     return found
 

@@ -59,6 +59,7 @@ from clusterctl.cluster.transport import (
 )
 from clusterctl.core import accelerators
 from clusterctl.core.errors import NodeError, UserError
+from clusterctl.core.text import digits
 
 if TYPE_CHECKING:
     from clusterctl.cluster.inventory import Node
@@ -438,7 +439,7 @@ def parse_ss(text: str) -> set[int]:
         fields = line.split()
         if len(fields) >= 4 and ":" in fields[3]:
             port = fields[3].rsplit(":", 1)[1]
-            if port.isdigit():
+            if digits(port):
                 ports.add(int(port))
     return ports
 

@@ -28,6 +28,8 @@ import math
 import re
 from dataclasses import dataclass
 
+from clusterctl.core.text import digits
+
 #: the argv whose output :func:`parse_nvidia_smi` reads
 NVIDIA_SMI_QUERY = ("nvidia-smi", "--query-gpu=index,utilization.gpu,memory.used,memory.total",
                     "--format=csv,noheader,nounits")
@@ -121,7 +123,7 @@ def parse_nvidia_smi(text: str) -> list[GpuUse]:
     gpus: list[GpuUse] = []
     for line in (text or "").splitlines():
         fields = [f.strip() for f in line.split(",")]
-        if len(fields) != 4 or not fields[0].isdigit():
+        if len(fields) != 4 or not digits(fields[0]):
             continue
         util, used, total = (_number(f) for f in fields[1:])
         gpus.append(GpuUse(index=int(fields[0]), util_percent=util,

@@ -1,8 +1,9 @@
 """Control characters in values that came from a user: found at validation, named safely.
 
 One job: say whether a value holds a character no name, address, path or one-line field
-may hold (NUL, escape sequences, other C0/C1 controls, DEL), and describe it without
-printing it (an ESC echoed into a terminal would act there).  Pure.
+may hold (NUL, escape sequences, other C0/C1 controls, DEL, and the invisible characters
+that reorder or hide text: bidi overrides and isolates, zero-width space, BOM), and describe
+it without printing it (an ESC echoed into a terminal would act there).  Pure.
 
 Contract:
 
@@ -29,8 +30,11 @@ from __future__ import annotations
 
 import re
 
-_ANY = re.compile(r"[\x00-\x1f\x7f-\x9f]")
-_BUT_TAB_LF = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+# C0, DEL, C1, and the invisible characters that reorder or hide text on a terminal (bidi
+# embeddings, overrides and isolates, LRM/RLM, the zero-width space, the BOM: "Trojan Source")
+_FORMAT = "\u200b\u200e\u200f\u202a-\u202e\u2066-\u2069\ufeff"
+_ANY = re.compile(f"[\\x00-\\x1f\\x7f-\\x9f{_FORMAT}]")
+_BUT_TAB_LF = re.compile(f"[\\x00-\\x08\\x0b-\\x1f\\x7f-\\x9f{_FORMAT}]")
 
 
 def control_problem(value: str, *, multiline: bool = False) -> str | None:
@@ -49,6 +53,13 @@ def control_problem(value: str, *, multiline: bool = False) -> str | None:
     return f"contains a control character ({code})"
 
 
+def digits(value: str) -> bool:
+    """Whether ``value`` is a whole number in ASCII digits: ``str.isdigit`` is true for '²'
+    (which ``int`` refuses) and for '３' (which ``int`` takes, and docker, sbatch and torchrun
+    would not)."""
+    return value.isascii() and value.isdigit()
+
+
 def escaped(value: str) -> str:
     """``value`` with control characters shown as escapes (safe to print)."""
     return _ANY.sub(lambda m: repr(m.group())[1:-1], value)
@@ -58,8 +69,9 @@ def escaped(value: str) -> str:
 SHOWN_MAX = 120
 # userinfo after a scheme (any: a token alone is a credential), or USER:PASS@ at the start
 # of a word; never a digest's '@sha256:' (``repo:tag@sha256:...``)
-_URL_USERINFO = re.compile(r"(?<=://)[^\s/@]+@")
-_REF_USERINFO = re.compile(r"(?:^|(?<=[\s'\"=,(\[]))[^\s/@:'\"=]*:[^\s/@'\"]*@(?!sha256:)")
+# (a password may hold '@' itself: the userinfo ends at the host's '@', the last before '/')
+_URL_USERINFO = re.compile(r"(?<=://)[^\s/]+@")
+_REF_USERINFO = re.compile(r"(?:^|(?<=[\s'\"=,(\[]))[^\s/@:'\"=]*:[^\s/'\"]*@(?!sha256:)")
 
 
 def without_credentials(value: str) -> str:

@@ -29,6 +29,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from clusterctl.core.text import digits
+
 #: The interpreter that runs the spawner in the container.
 PYTHON = "python3"
 
@@ -83,7 +85,7 @@ def split_spawn(command: Sequence[str]) -> tuple[int | str, int, list[str]] | No
     if list(command[:3]) != head or len(command) < 6 or command[5] != SEPARATOR:
         return None
     first = command[3]
-    return (int(first) if first.isdigit() else first), int(command[4]), list(command[6:])
+    return (int(first) if digits(first) else first), int(command[4]), list(command[6:])
 
 
 def process_env(first_rank: int, nproc: int) -> list[dict[str, str]]:

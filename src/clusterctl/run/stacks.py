@@ -64,7 +64,7 @@ def proc(pid):
 me = os.getpid()
 procs = {}
 for name in os.listdir("/proc"):
-    if name.isdigit() and int(name) != me:
+    if name.isdecimal() and int(name) != me:
         info = proc(int(name))
         if info["cmd"]:
             procs[info["pid"]] = info
@@ -93,7 +93,7 @@ def dump(pid, extra):
 
 def order(p):
     rank = p["env"].get("RANK", "")
-    return (int(rank) if rank.isdigit() else -1, p["pid"])
+    return (int(rank) if rank.isdecimal() else -1, p["pid"])
 
 
 for p in sorted(ranks, key=order):

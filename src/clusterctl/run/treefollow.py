@@ -40,6 +40,7 @@ from clusterctl.cluster.runtime import ContainerRuntime, node_runtime, runtime_f
 from clusterctl.cluster.transport import STREAM_WINDOW_SIZE, Cluster, tree
 from clusterctl.core.errors import NodeError
 from clusterctl.core.lines import LineSplitter
+from clusterctl.core.text import digits
 
 REMOVED = "@@clusterctl-removed"
 #: The final state docker inspect prints: only what ContainerState reads (the whole inspect
@@ -235,7 +236,7 @@ class TreeFollow:
         st = self.nodes[node]
         if k == 2:
             words = st.wait_out.decode("ascii", "replace").split()
-            if rc == 0 and words and words[-1].lstrip("-").isdigit():
+            if rc == 0 and words and digits(words[-1].lstrip("-")):
                 self.exited.add(node)
                 self.on_exit(node, int(words[-1]))
             return   # no answer (the container ended and was removed first): command 1 tells

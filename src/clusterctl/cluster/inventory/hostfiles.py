@@ -16,7 +16,7 @@ from pathlib import Path
 from clusterctl.cluster.inventory.checks import Reader
 from clusterctl.cluster.inventory.model import Inventory, Node
 from clusterctl.core.errors import did_you_mean
-from clusterctl.core.text import escaped
+from clusterctl.core.text import digits, escaped
 
 _KEYS = ("slots", "max_slots")
 _VALID = "one host per line: host, user@host, host:N or host slots=N (N a whole number of at least 1)"
@@ -72,7 +72,7 @@ class _HostfileReader(Reader):
             if not eq or key not in _KEYS:
                 what = (f'unknown setting "{escaped(tok)}"{did_you_mean(key, _KEYS)}' if eq
                     else f'unexpected "{escaped(tok)}"')
-                if tok.isdigit():
+                if digits(tok):
                     what += f' (did you mean "slots={tok}"?)'
                 self.problems.add(lineno, what, _VALID, field="host")
             elif key == "slots":
@@ -82,7 +82,7 @@ class _HostfileReader(Reader):
         return entry if all(v is not None for v in entry.values()) else None
 
     def _slots(self, lineno: int, value: str, text: str, field: str = "slots") -> int | None:
-        if value.isdigit() and int(value) >= 1:
+        if digits(value) and int(value) >= 1:
             return int(value)
         self.problems.add(lineno, f'"{escaped(value)}" is not a whole number of at least 1 '
                           f'(in "{escaped(text.strip())}")',

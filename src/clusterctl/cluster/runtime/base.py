@@ -28,6 +28,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from typing import ClassVar
 
+from clusterctl.core.text import digits
+
 
 def cdi_names(gpus: str) -> list[str]:
     """Docker's ``--gpus`` value -> the CDI device names it stands for: ``all`` -> [all],
@@ -36,7 +38,7 @@ def cdi_names(gpus: str) -> list[str]:
     if value in ("all", "count=all"):
         return ["all"]
     count = value.split("=", 1)[1] if value.startswith("count=") else value
-    if count.isdigit():
+    if digits(count):
         return [str(i) for i in range(int(count))]
     if value.startswith("device="):
         return [d.strip() for d in value.split("=", 1)[1].split(",") if d.strip()]

@@ -31,6 +31,7 @@ from pathlib import Path
 from clusterctl.cluster import dockerd
 from clusterctl.cluster.sandbox.model import SSH_USER, SandboxNode, load
 from clusterctl.core.errors import EnvironmentProblem, NodeError
+from clusterctl.core.text import digits
 
 # Node daemons own no network set-up (the sandbox does it), and are disposable: a short
 # shutdown timeout keeps `down` from waiting 15 s per daemon for containers to stop.
@@ -272,7 +273,7 @@ def processes_using(path: Path) -> list[int]:
     needle = str(path).encode() + b"/"
     found = []
     for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
+        if not digits(proc.name):
             continue
         with contextlib.suppress(OSError):
             if needle in (proc / "cmdline").read_bytes():

@@ -43,6 +43,7 @@ from pathlib import Path
 from urllib.parse import parse_qs, quote, urlsplit
 
 from clusterctl.core.errors import UserError
+from clusterctl.core.text import digits
 from clusterctl.run import logs, metrics, records
 from clusterctl.run.dashboard import views
 from clusterctl.run.dashboard.files import CHUNK, TAIL, Lines, Refused, RunsDir, run_id_of
@@ -389,6 +390,6 @@ def _int(query: dict[str, list[str]], name: str) -> int | None:
     value = (query.get(name) or [None])[0]
     if value is None:
         return None
-    if not value.isdigit() or len(value) > 18:
+    if not digits(value) or len(value) > 18:
         raise Refused(400, f"{name}={value!r} is not a number of 0 or more")
     return int(value)

@@ -16,6 +16,8 @@ from collections.abc import Mapping, Sequence
 
 import hostlist
 
+from clusterctl.core.text import digits
+
 CLIENT_TIMEOUT = 30.0     # seconds one sbatch / squeue / scontrol / sacct / scancel call may take
 
 #: What every Slurm client prints, then retries for 60 s, when its slurm.conf is not there
@@ -82,7 +84,7 @@ def parse_label(line: str) -> tuple[int, str] | None:
     if not sep:
         head, sep, text = line.partition(":")
     head = head.strip()
-    if sep and head.isdigit():
+    if sep and digits(head):
         return int(head), text
     return None
 

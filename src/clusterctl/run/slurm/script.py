@@ -75,6 +75,7 @@ from pathlib import Path
 from clusterctl.cluster.inventory import Inventory, Node
 from clusterctl.cluster.runtime import ContainerRuntime, runtime_for
 from clusterctl.core.errors import UserError
+from clusterctl.core.text import digits
 from clusterctl.run import mpi, recovery
 from clusterctl.run import plan as planning
 from clusterctl.run.jobs import Job
@@ -116,7 +117,7 @@ def parse_attempt_mark(line: str) -> tuple[int, list[str]] | None:
     if not line.startswith(ATTEMPT_MARK):
         return None
     number, _, nodes = line[len(ATTEMPT_MARK):].partition(" on ")
-    if not number.isdigit():
+    if not digits(number):
         return None
     return int(number), [n for n in nodes.strip().split(",") if n]
 

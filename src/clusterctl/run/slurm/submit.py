@@ -55,6 +55,7 @@ from clusterctl.cluster.registry import push as registry_push
 from clusterctl.cluster.registry.reference import digest_of
 from clusterctl.cluster.transport import Cluster
 from clusterctl.core.errors import ClusterctlError, UserError, did_you_mean, one_of
+from clusterctl.core.text import digits
 from clusterctl.run import launch as launching
 from clusterctl.run import logs, plan, records, recovery, supervise
 from clusterctl.run.jobs import Job
@@ -109,7 +110,7 @@ def parse_slurm_version(text: str) -> tuple[int, int] | None:
     """``sbatch --version``'s ``slurm 22.05.8`` (or ``slurm-wlm 22.05.8``) -> (22, 5)."""
     for word in text.split():
         parts = word.split(".")
-        if len(parts) >= 2 and parts[0].isdigit() and parts[1].isdigit():
+        if len(parts) >= 2 and digits(parts[0]) and digits(parts[1]):
             return int(parts[0]), int(parts[1])
     return None
 
@@ -156,7 +157,7 @@ def parse_job_id(parsable: str) -> str:
     """``sbatch --parsable`` prints ``ID`` or ``ID;CLUSTER``."""
     first = parsable.strip().splitlines()[0] if parsable.strip() else ""
     job_id = first.split(";", 1)[0].strip()
-    if not job_id.isdigit():
+    if not digits(job_id):
         raise ValueError(f"sbatch printed {parsable.strip()!r}, not a job id")
     return job_id
 
