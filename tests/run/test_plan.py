@@ -248,7 +248,7 @@ def test_set_nproc_per_node_changes_torchrun_and_world_size(tmp_path):
     n1, n2 = make_plan(load_job("ddp-smoke"), inv, run_id="r", overrides={"NPROC_PER_NODE": "3"})
     assert (n1.nproc, n2.nproc) == (3, 3)
     assert "--nproc-per-node=3" in n1.argv and n2.env["PET_NPROC_PER_NODE"] == "3"
-    with pytest.raises(UserError, match="NPROC_PER_NODE='two'.*positive whole number"):
+    with pytest.raises(UserError, match="NPROC_PER_NODE='two'.*whole number from 1 to 1024"):
         make_plan(load_job("ddp-smoke"), inv, run_id="r", overrides={"NPROC_PER_NODE": "two"})
 
 
@@ -389,7 +389,7 @@ def test_check_inputs_refuses_what_the_plan_refuses_and_names_the_image(tmp_path
         ({"run_id": "r"}, "HF_TOKEN"),
         ({"run_id": "r", "overrides": {"DATA": "rel"}, **ok}, "must be absolute"),
         ({"run_id": "r", "overrides": {"NPROC_PER_NODE": "0"}, **ok}, "NPROC_PER_NODE"),
-        ({"run_id": "r", "image": "-x", **ok}, "not an image reference"),
+        ({"run_id": "r", "image": "-x", **ok}, "not a valid image reference"),
         ({"run_id": "r", "extra_docker_args": ["--name=x"], **ok}, "--name"),
     ]
     for kw, message in bad:
@@ -587,7 +587,7 @@ def test_cli_bad_set_and_bad_job_exit_2_with_the_place(tmp_path):
     assert f"{job}:4: command.1: unknown placeholder {{rnak}}" in " ".join(result.output.split())
     assert "Traceback" not in result.output
     result = cli("launch", "ddp-smoke", "--nodes", str(inv), "--dry-run", "--image", "--privileged")
-    assert result.exit_code == 2 and "not an image reference" in result.output
+    assert result.exit_code == 2 and "not a valid image reference" in result.output
 
 
 def test_run_record_masks_a_secret_given_with_set_in_clusterctls_own_argv(two_nodes):

@@ -133,7 +133,15 @@ def test_unlike_nodes_are_refused(tmp_path):
 
 
 @pytest.mark.parametrize(("kw", "message"), [
-    ({"nnodes": 0}, "--nnodes 0 is not a node count; valid: a whole number >= 1"),
+    ({"nnodes": 0}, "--nnodes 0 is not a node count; valid: a whole number from 1 to 100,000"),
+    ({"nnodes": 100_001}, "--nnodes 100001 is not a node count; valid: a whole number from 1 to 100,000"),
+    ({"nnodes": 2, "time": "99999999999999"}, "is not a Slurm time limit"),    # past 365 days
+    ({"nnodes": 2, "time": "366-0"}, "is not a Slurm time limit"),
+    ({"nnodes": 2, "time": "1-24"}, "is not a Slurm time limit"),              # hours after days
+    ({"nnodes": 2, "time": "1-99:99:99"}, "is not a Slurm time limit"),
+    ({"nnodes": 2, "time": "2:60:00"}, "is not a Slurm time limit"),
+    ({"nnodes": 2, "time": "\uff13\uff10"}, "is not a Slurm time limit"),      # full-width digits
+    ({"nnodes": 2, "partition": "p" * 5000}, "... (5000 characters)"),        # cut, not echoed whole
     ({"nnodes": 2, "time": "ten minutes"}, "--time 'ten minutes' is not a Slurm time limit; valid:"),
     ({"nnodes": 2, "time": "1:2:3:4"}, "is not a Slurm time limit"),
     ({"nnodes": 2, "container": "rkt"}, "--container 'rkt' is not a container mode; valid: docker, podman or pyxis"),
@@ -147,7 +155,8 @@ def test_bad_options_are_user_errors(kw, message):
     assert message in str(e.value)
 
 
-@pytest.mark.parametrize("time", ["30", "30:00", "1:00:00", "2-0", "2-12:00", "2-12:00:00", "UNLIMITED"])
+@pytest.mark.parametrize("time", ["30", "30:00", "1:00:00", "2-0", "2-12:00", "2-12:00:00", "UNLIMITED",
+                                  "525600", "365-0", "90:00", "100:30:00"])
 def test_good_times(time):
     assert check_options(nnodes=1, time=time).time == time
 

@@ -8,6 +8,7 @@ second test adds a requirements file.  Timings are printed, never asserted.
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from pathlib import Path
@@ -101,7 +102,13 @@ def test_own_project_edit_unchanged_and_rerun(clean_nodes, cpu_image, runs_dir, 
     assert records.list_runs()[0].code.sent == {n: 0 for n in sb.nodes}
     assert "3 present" in res.output
 
-    # a rerun of the first run after the edit runs the OLD code, on the same nodes
+    # a rerun of the first run after the edit runs the OLD code, on the same nodes; its dry run
+    # shows that code (not a fresh snapshot of the edited directory) and the image it runs on
+    res = runner.invoke(app, ["launch", "--rerun", first.run_id, "--dry-run", "--json"])
+    assert res.exit_code == 0, res.output
+    shown = json.loads(res.stdout)
+    assert {p["env"]["CLUSTERCTL_CODE_DIGEST"] for p in shown} == {first.code.digest}
+    assert {p["image"] for p in shown} == {first.image}
     res = runner.invoke(app, ["launch", "--rerun", first.run_id])
     assert res.exit_code == 0, res.output
     rerun = records.list_runs()[0]

@@ -19,6 +19,8 @@ from clusterctl.cluster.registry.reference import Registry, registry_option
 from clusterctl.core.console import err
 from clusterctl.core.errors import UserError
 from clusterctl.core.files import write_atomic
+from clusterctl.core.imageref import check_image
+from clusterctl.core.text import escaped, shown
 from clusterctl.run import backends
 from clusterctl.run import export as exporting
 from clusterctl.run import workspace as workspaces
@@ -72,6 +74,8 @@ def export(
     create it, values elided) as an SSH launch.  With --registry the image is named by digest
     as pushed there.  No cluster (nor registry) is contacted."""
     reg = registry_option(registry)
+    if image is not None:
+        check_image(image, "--image")     # before a workdir image is built or an engine asked
     spec = load_job(job, {"workdir": str(workdir)} if workdir is not None else None)
     if spec.workdir is not None:
         image = _code_image(spec, image, reg)
@@ -91,7 +95,7 @@ def export(
         typer.echo(text, nl=False)
     else:
         _write(output, text)
-        err.print(f"wrote {manifest.body['kind']} {manifest.body['metadata']['name']} to {output}",
+        err.print(f"wrote {manifest.body['kind']} {manifest.body['metadata']['name']} to {escaped(str(output))}",
                   markup=False, highlight=False)
     if manifest.secret_name:
         given = manifest.secret_given
@@ -104,9 +108,9 @@ def export(
     if manifest.pull_secret:
         where = (" (a runtime patch of the runtime's node pods: a TrainJob's own spec has no "
                  "imagePullSecrets)" if to == "trainjob" else "")
-        err.print(f"the pods pull {manifest.image} with the Secret {manifest.pull_secret}{where}; "
+        err.print(f"the pods pull {escaped(manifest.image)} with the Secret {escaped(manifest.pull_secret)}{where}; "
                   "create it before applying (the username and password of your `docker login`, "
-                  f"elided here):\n  {manifest.pull_secret_command()}",
+                  f"elided here):\n  {escaped(manifest.pull_secret_command())}",
                   markup=False, highlight=False, soft_wrap=True)
 
 
@@ -135,9 +139,15 @@ def _write(path: Path, text: str) -> None:
     """``text`` to ``path`` whole or not at all (a temporary file in the same directory, renamed)."""
     parent = path.parent if str(path.parent) else Path(".")
     if not parent.is_dir():
-        raise UserError(f"-o {path}: directory {parent} does not exist; valid: a file in an existing directory.")
+        raise UserError(f"-o {shown(str(path))}: directory {shown(str(parent))} does not exist; valid: "
+                        "a file in an existing directory.")
     if path.is_dir():
-        raise UserError(f"-o {path}: is a directory; valid: a file name, e.g. {path / 'job.yaml'}.")
+        raise UserError(f"-o {shown(str(path))}: is a directory; valid: a file name, e.g. "
+                        f"{shown(str(path / 'job.yaml'))}.")
+    if path.exists() and not path.is_file():   # the file is replaced whole: never a device node
+        raise UserError(f"-o {shown(str(path))}: is not a regular file (a device, a pipe or a "
+                        "socket), which writing the manifest would replace; valid: a file name, "
+                        "or leave -o out to print the manifest.")
     write_atomic(path, text)
 
 

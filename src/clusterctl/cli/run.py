@@ -106,7 +106,7 @@ def launch(
              "Python stacks (py-spy) into runs/<id>/stacks/, name the odd ranks, stop the run, "
              "exit 124. Default: the job's hang_timeout, else none.")] = None,
     fail_grace: Annotated[int, typer.Option(
-        "--fail-grace", min=0, metavar="SECONDS",
+        "--fail-grace", min=0, max=3600, metavar="SECONDS",
         help="After a rank fails, the other containers get SIGTERM and this many seconds "
              "before SIGKILL (the run is doomed already; Ctrl-C gives 3).")] = supervise.Settings.fail_grace,
     resume: Annotated[str | None, typer.Option(

@@ -10,7 +10,11 @@ from __future__ import annotations
 import re
 
 #: What a valid duration looks like, for messages.
-DURATION_HELP = "a duration such as 90s, 10m, 1h30m or 1.5h (a number alone is seconds), more than 0"
+DURATION_HELP = ("a duration such as 90s, 10m, 1h30m or 1.5h (a number alone is seconds), more "
+                 "than 0 and at most 3650 days")
+#: The longest duration clusterctl takes, ten years (a timeout past it is no timeout: leave
+#: it out; an age past it is older than any image or tree clusterctl made).
+MAX_SECONDS = 3650 * 24 * 3600.0
 
 _UNIT = {"h": 3600.0, "m": 60.0, "s": 1.0}
 _WHOLE = re.compile(r"^(?:(?P<h>\d+(?:\.\d+)?)h)?(?:(?P<m>\d+(?:\.\d+)?)m)?(?:(?P<s>\d+(?:\.\d+)?)s?)?\Z")
@@ -26,10 +30,12 @@ def parse_duration(value: object) -> float:
         text = str(value).strip().lower().replace(" ", "")
         m = _WHOLE.match(text)
         if not text or not m or not any(m.group(k) for k in _UNIT):
-            raise ValueError(f"{value!r} is not a duration")
+            raise ValueError(f"{str(value)[:40]!r} is not a duration")
         seconds = sum(float(m.group(k)) * f for k, f in _UNIT.items() if m.group(k))
     if not seconds > 0 or seconds != seconds or seconds == float("inf"):
-        raise ValueError(f"{value!r} is not more than 0 seconds")
+        raise ValueError(f"{str(value)[:40]!r} is not more than 0 seconds")
+    if seconds > MAX_SECONDS:
+        raise ValueError(f"{str(value)[:40]!r} is more than 3650 days")
     return seconds
 
 

@@ -42,8 +42,9 @@ ARGV_HINT = ("export NAME=... (or read it from a file: `export NAME=$(cat FILE)`
              "`--env NAME` or `--set NAME` without a value: the value then never appears in "
              "this machine's process list")
 
-#: An environment variable name (what a secret's name must be to be moved or masked by name).
-ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+#: An environment variable name (what a secret's name must be to be moved or masked by name);
+#: at most 255 characters: a longer one is no one's variable and would be echoed whole.
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,254}\Z")
 
 
 def is_secret_name(name: str, declared: Sequence[str] = ()) -> bool:

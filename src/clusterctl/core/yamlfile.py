@@ -121,7 +121,7 @@ class FileProblems(UserError):
     what = "file"  # subclasses name the kind of file: "inventory", "job file"
 
     def __init__(self, file: str | os.PathLike, problems: list[Problem]) -> None:
-        self.file = str(file)
+        self.file = escaped(str(file))      # a file's name may hold a line break or an escape
         self.problems = sorted(problems, key=lambda p: p.line)
         n = len(self.problems)
         head = f"{self.file}: {n:,} problem{'s' if n != 1 else ''} in the {self.what} (nothing was started):"

@@ -80,6 +80,7 @@ from __future__ import annotations
 
 import copy
 import re
+import shlex
 import string
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -91,8 +92,9 @@ from clusterctl.cluster.inventory.model import MAX_SLOTS
 from clusterctl.cluster.registry.reference import digest_of
 from clusterctl.core import accelerators
 from clusterctl.core.errors import UserError, did_you_mean, one_of
+from clusterctl.core.imageref import check_image
 from clusterctl.core.secretnames import is_secret_name
-from clusterctl.core.text import shown, without_credentials
+from clusterctl.core.text import digits, shown
 from clusterctl.image import targets
 from clusterctl.run import mpi, recovery
 from clusterctl.run.jobs import (
@@ -230,6 +232,7 @@ IMAGE_ENTRYPOINT = "/opt/clusterctl/entrypoint.sh"
 INT32_MAX = 2**31 - 1
 _LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?\Z")    # RFC 1123 label: a namespace
 _SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*\Z")
+_QUALIFIED = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?\Z")   # a resource's NAME
 
 DEFAULT_RDMA_RESOURCE = "rdma/hca"
 #: Device path prefixes of the RDMA device plugin (k8s-rdma-shared-dev-plugin: its resource
@@ -301,8 +304,11 @@ class Manifest:
         if not self.pull_secret:
             return None
         ns = self.body["metadata"].get("namespace")
-        return (f"kubectl create secret docker-registry {self.pull_secret}" + (f" -n {ns}" if ns else "")
-                + (f" --docker-server={self.pull_server}" if self.pull_server else "")
+        # each value is validated (a Secret name, a namespace, a checked reference's registry);
+        # quoted anyway: a copy-paste line never runs what a value holds
+        return (f"kubectl create secret docker-registry {shlex.quote(self.pull_secret)}"
+                + (f" -n {shlex.quote(ns)}" if ns else "")
+                + (f" --docker-server={shlex.quote(self.pull_server)}" if self.pull_server else "")
                 + " --docker-username=... --docker-password=...")
 
     def secret_command(self) -> str | None:
@@ -356,11 +362,12 @@ def build_manifest(job: Job, *, kind: str, nnodes: int, slots: int = 1, image: s
     UserError (exit 2) for anything a manifest cannot carry.
     """
     if kind not in KINDS:
-        raise UserError(f'--to {kind!r}: unknown kind{did_you_mean(kind, KINDS)}; valid: {one_of(KINDS)}.')
+        raise UserError(f'--to {shown(kind)}: unknown kind{did_you_mean(kind, KINDS)}; valid: {one_of(KINDS)}.')
     if not 1 <= nnodes <= INT32_MAX:
         raise UserError(f"--nnodes {nnodes}: a job needs at least 1 node and a manifest holds at most "
                         f"{INT32_MAX} (replicas and numNodes are Kubernetes int32 fields); valid: a "
                         f"whole number from 1 to {INT32_MAX}.")
+    job.check_node_count(nnodes, "--nnodes")
     if not 1 <= slots <= MAX_SLOTS:
         raise UserError(f"--slots {slots}: valid: accelerators (processes) per node, a whole number "
                         f"from 1 to {MAX_SLOTS}.")
@@ -368,14 +375,21 @@ def build_manifest(job: Job, *, kind: str, nnodes: int, slots: int = 1, image: s
         raise UserError(f"--namespace {shown(namespace)}: not a Kubernetes namespace; valid: at most 63 "
                         "lower-case letters, digits and '-', starting and ending with a letter or digit "
                         "(e.g. team-a).")
+    if not (len(runtime) <= 253 and _SUBDOMAIN.match(runtime)):
+        raise UserError(f"--runtime {shown(runtime)}: not a ClusterTrainingRuntime name; valid: at most "
+                        "253 lower-case letters, digits, '-' and '.', starting and ending with a letter "
+                        f"or digit (e.g. {DEFAULT_RUNTIME}).")
+    if not _resource_name(rdma_resource):
+        raise UserError(f"--rdma-resource {shown(rdma_resource)}: not a Kubernetes resource name; valid: "
+                        "[DOMAIN/]NAME, NAME at most 63 letters, digits, '-', '_' and '.', starting and "
+                        f"ending with a letter or digit (e.g. {DEFAULT_RDMA_RESOURCE}).")
     target = targets.get_target(job.target) if job.target else None
+    what = "--image" if image else job.where("image")
     image = image or job.image or (targets.resolve(job.target).tag if job.target else None)
-    if not image or image.startswith("-") or any(c.isspace() for c in image) \
-            or without_credentials(image) != image:
-        raise UserError(f"job {job.name}: image {shown(image)} is not an image reference"
-                        + (" (it holds a credential: `docker login` and --registry give the pods "
-                           "theirs)" if image and without_credentials(image) != image else "")
-                        + "; valid: --image REGISTRY/REPO:TAG (the cluster's nodes pull it).")
+    if not image:
+        raise UserError(f"{job.path}: job {job.name} has no image: give `image` or `target` in "
+                        "the job, or --image REGISTRY/REPO:TAG (the cluster's nodes pull it).")
+    check_image(image, what)    # also what the kubectl line names as the registry
     name = _dns_name(job.name)
     if secret_name is not None and not (len(secret_name) <= 253 and _SUBDOMAIN.match(secret_name)):
         raise UserError(f"--secret-name {shown(secret_name)}: not a Kubernetes Secret name; valid: lower-case "
@@ -411,7 +425,7 @@ def build_manifest(job: Job, *, kind: str, nnodes: int, slots: int = 1, image: s
     env = _env_list(job, launch, upper, secret, set(per_pod), secret_name)
     secret_keys = tuple(e["name"] for e in env if "secretKeyRef" in e.get("valueFrom", {}))
     given = {k: _origin(job, target, env_sets, k) for k in secret_keys if upper.get(k)}
-    args = [_fill(a, values, refs) for a in job.command]
+    args = job.check_filled_command([_fill(a, values, refs) for a in job.command])
     flags = [expand(a, values) for a in (target.run.flags if target else [])]
     flags += [expand(a, values) for a in job.docker_args]
     devices = _target_devices(target, slots)
@@ -669,7 +683,7 @@ def pod_settings(flags: Sequence[str], devices: Sequence[str], *, slots: int,
         elif flag in resource_of_flag:
             resource = resource_of_flag[flag]
             count = str(slots) if value in ("all", "") else value.removeprefix("count=")
-            if not count.isdigit():
+            if not digits(count):
                 raise UserError(f"{where}: {flag}={value!r} cannot be exported; valid: {flag}=all "
                                 f"({resource} = slots) or {flag}=N.")
             pod.resources[resource] = count
@@ -846,15 +860,22 @@ def image_registry(image: str) -> str | None:
     return None
 
 
+def _resource_name(name: str) -> bool:
+    """Whether ``name`` is a Kubernetes (extended) resource name: ``[DOMAIN/]NAME``."""
+    prefix, _, base = name.rpartition("/")
+    return (bool(_QUALIFIED.match(base)) and len(base) <= 63
+            and (not prefix or (len(prefix) <= 253 and bool(_SUBDOMAIN.match(prefix)))))
+
+
 def _dns_name(name: str) -> str:
     """A job name as a Kubernetes object name (RFC 1035 label: a-z, 0-9, '-', a letter
     first, at most 63)."""
     out = _DNS.sub("-", name.lower()).strip("-")
-    if out[:1].isdigit():      # RFC 1035 (both operators check it): a letter first
+    if digits(out[:1]):      # RFC 1035 (both operators check it): a letter first
         out = "job-" + out
     out = out[:63].rstrip("-")
     if not out:
-        raise UserError(f"job name {name!r} gives no Kubernetes name; valid: a job file named with "
+        raise UserError(f"job name {shown(name)} gives no Kubernetes name; valid: a job file named with "
                         "letters, digits and '-'.")
     return out
 

@@ -49,7 +49,7 @@ from clusterctl.core import paths
 from clusterctl.core.durations import DURATION_HELP, parse_duration
 from clusterctl.core.errors import UserError, did_you_mean, one_of
 from clusterctl.core.secretnames import ENV_NAME, SECRET_RULE, is_secret_name  # noqa: F401 (is_secret_name: request)
-from clusterctl.core.text import control_problem, escaped
+from clusterctl.core.text import control_problem, escaped, shown
 from clusterctl.core.yamlfile import FileProblems, Problems, dotted, parse, read_text, show
 from clusterctl.image import targets
 
@@ -169,7 +169,7 @@ def load_job(name_or_path: str | Path, overrides: dict[str, Any] | None = None, 
     ``workdir_needed=False``: the workdir need not exist any more (``launch --rerun`` ships
     the recorded copy from the head's store)."""
     path = job_path(name_or_path)
-    problems = Problems(path, spell=dotted, error=JobFileError)
+    problems = Problems(path, spell=_spelling(overrides or {}), error=JobFileError)
     data = parse(read_text(path, "job file"), problems, verbatim=_is_text, like="the shipped jobs/ddp-smoke.yaml")
     if overrides and isinstance(data, dict):
         data = _with_overrides(data, overrides, problems)
@@ -184,7 +184,7 @@ def inline_job(overrides: dict[str, Any], name: str | None = None, *,
     problems = Problems(COMMAND_LINE, spell=dotted, error=JobFileError)
     if name is None:
         wd = overrides.get("workdir")
-        name = re.sub(r"[^A-Za-z0-9_.-]+", "-", Path(wd).absolute().name).strip("-.") if wd else ""
+        name = re.sub(r"[^A-Za-z0-9_.-]+", "-", Path(wd).absolute().name).strip("-._")[:128] if wd else ""
     return _validate(Path(COMMAND_LINE), dict(overrides), problems, given=overrides, name=name or "run",
                      workdir_needed=workdir_needed)
 
@@ -217,6 +217,9 @@ TORCHRUN_PREFIX: tuple[str, ...] = (
     "--master-port={master_port}", "--max-restarts=0",
 )
 
+#: A job's name (its file's name without .yaml): it goes into container labels, run records,
+#: a Slurm script's header and a manifest's, so nothing there may break a line or a word.
+JOB_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 _PYTHON = re.compile(r"^(?:.*/)?python(?:3(?:\.\d+)?)?\Z")
 
 
@@ -477,13 +480,42 @@ def _job_fields() -> list[tuple]:
                 if isinstance(default, dict | list) else field(default=default))
         out.append((name, info.annotation, made))
     out.append(("lines", dict[str, int], field(default_factory=dict, compare=False, repr=False)))
+    # the keys given on the command line (a message about one names its flag, not the file)
+    out.append(("given", frozenset, field(default=frozenset(), compare=False, repr=False)))
     return out
 
 
 class _JobMethods:
     def where(self, key: str) -> str:
-        """``file:line: key`` for a message about ``key`` (its line, else its parent's)."""
+        """``file:line: key`` for a message about ``key`` (its line, else its parent's); a key
+        given on the command line: its flag (``--nproc-per-node (job key nproc_per_node)``)."""
+        top = key.split(".", 1)[0]
+        if top in self.given:
+            return _given_as(top, key)
         return _locate(self.path, self.lines, key)
+
+    def check_node_count(self, n: int, option: str) -> int:
+        """``n`` when this job may run on that many nodes (its ``nnodes`` MIN:MAX, if it has
+        one); UserError naming ``option`` and the job's line otherwise (``--nnodes`` of Slurm
+        and export: the job's own count wins over nothing silently)."""
+        if self.max_nodes is not None:
+            low, high = self.min_nodes or self.max_nodes, self.max_nodes
+            if not low <= n <= high:
+                said = str(high) if low == high else f"{low}:{high}"
+                valid = f"--nnodes {high}" if low == high else f"--nnodes from {low} to {high}"
+                raise UserError(f"{option} {n}: {self.where('nnodes')}: the job runs on nnodes "
+                                f"{said}; valid: {valid}, or change the job's nnodes.")
+        return n
+
+    def check_filled_command(self, command: list[str]) -> list[str]:
+        """``command`` (this job's, its placeholders filled) when its first word, the program,
+        is not empty; UserError naming the job's line otherwise (``command: ["{CMD}", ...]``
+        with ``--set CMD=``: the file's own check sees the placeholder, not the value)."""
+        if command and not command[0].strip():
+            raise UserError(f"{self.where('command.0')}: the program to run (the command's first "
+                            f"word, {shown(self.command[0])}) is empty once its placeholders are "
+                            "filled; valid: a program name or path, e.g. --set NAME=python.")
+        return command
 
     @property
     def placeholder_names(self) -> frozenset[str]:
@@ -575,7 +607,14 @@ def _validate(path: Path, data: Any, problems: Problems, *, given: dict[str, Any
     fields.update(_workdir_fields(path, spec, given or {}, problems, needed=workdir_needed))
     if fields["workdir"] is not None and spec.contract == "torchrun":
         fields["command"] = under_torchrun(spec.command)
-    job = Job(name=name or path.stem, path=path,
+    name = name or path.stem
+    if not JOB_NAME_RE.fullmatch(name):
+        problems.add((), f"the job's name {shown(name, 80)} (its file's name without .yaml) cannot "
+                     "be used in labels, records and scripts",
+                     "a file name of letters, digits, '.', '_' and '-' (at most 128, starting with "
+                     "a letter or digit), e.g. train-bert.yaml")
+        problems.raise_if_any()
+    job = Job(name=name, path=path, given=frozenset(given or {}),
               lines={dotted(k): v for k, v in problems.lines.items() if k}, **fields)
     _check_placeholders(job, problems)
     problems.raise_if_any()
@@ -633,7 +672,7 @@ def _recovery_fields(spec: _Spec, problems: Problems) -> dict:
         problem = control_problem(spec.checkpoint)
         if problem or not spec.checkpoint.startswith("/") or ":" in spec.checkpoint \
                 or spec.checkpoint.rstrip("/") == "":
-            _add(problems, ("checkpoint",), problem or f"{escaped(spec.checkpoint)!r} is not an absolute "
+            _add(problems, ("checkpoint",), problem or f"{shown(spec.checkpoint)} is not an absolute "
                                                        "directory path other than / (without ':')")
     if spec.nnodes is not None:
         try:
@@ -650,9 +689,9 @@ def parse_nnodes(value: int | str) -> tuple[int, int]:
     try:
         lo, hi = int(low), int(high if sep else low)
     except ValueError:
-        raise ValueError(f"{escaped(text)!r} is not N or MIN:MAX") from None
+        raise ValueError(f"{shown(text)} is not N or MIN:MAX") from None
     if lo < 1 or hi < lo:
-        raise ValueError(f"{escaped(text)!r}: need 1 <= MIN <= MAX")
+        raise ValueError(f"{shown(text)}: need 1 <= MIN <= MAX")
     return lo, hi
 
 
@@ -678,7 +717,7 @@ def hang_line_problem(text: str) -> str | None:
     try:
         re.compile(text)
     except re.error as e:
-        return f"{escaped(text)!r} is not a regular expression ({e})"
+        return f"{shown(text)} is not a regular expression ({e})"
     return None
 
 
@@ -713,6 +752,21 @@ def _line_of(lines: dict[str, int], key: str) -> int:
     while probe and probe not in lines:
         probe = probe.rpartition(".")[0]
     return lines.get(probe, 0)
+
+
+def _given_as(top: str, key: str) -> str:
+    """How a message names a job key given on the command line: its flag, and the key."""
+    flag = KEY_FLAGS.get(top)
+    said = flag.flag if flag else ("the command after --" if top == "command" else "the command line")
+    return f"{said} (job key {key})"
+
+
+def _spelling(given: Mapping[str, Any]):
+    """A job file's field spelling that says which fields the command line gave."""
+    def spell(path: tuple) -> str:
+        text = dotted(path)
+        return _given_as(str(path[0]), text) if path and path[0] in given else text
+    return spell
 
 
 def _locate(path: Path, lines: dict[str, int], key: str) -> str:
@@ -810,17 +864,22 @@ def mount_problem(mount: str, *, expanded: bool = True) -> str | None:
     """What is wrong with a ``HOST:CONTAINER[:MODE]`` mount, or None.
 
     Before placeholders are filled (``expanded=False``) the host part is not
-    checked, since ``{BERT_DIR}`` is only a path later.
+    checked, since ``{BERT_DIR}`` is only a path later.  A path may not hold a control
+    character (a line break would split a Slurm script's line) or a ',' (pyxis's
+    ``--container-mounts`` separates mounts with it: ``/data,/etc`` would mount /etc).
     """
     parts = mount.split(":")
     if len(parts) not in (2, 3) or not all(parts[:2]):
-        return f'"{mount}" is not HOST:CONTAINER or HOST:CONTAINER:ro'
+        return f"{shown(mount)} is not HOST:CONTAINER or HOST:CONTAINER:ro"
     if len(parts) == 3 and parts[2] not in ("ro", "rw"):
-        return f'mode "{parts[2]}" in "{mount}" is not ro or rw'
+        return f"mode {shown(parts[2])} in {shown(mount)} is not ro or rw"
     if not parts[1].startswith(("/", "{")):
-        return f'container path "{parts[1]}" in "{mount}" must be absolute'
+        return f"container path {shown(parts[1])} in {shown(mount)} must be absolute"
     if expanded and not parts[0].startswith("/"):
-        return f'host path "{parts[0]}" in "{mount}" must be absolute'
+        return f"host path {shown(parts[0])} in {shown(mount)} must be absolute"
+    bad = control_problem(mount) or ("holds a ','" if "," in mount else None)
+    if bad:
+        return f"{shown(mount)} {bad}: a mount's paths are plain absolute paths"
     return None
 
 
@@ -866,7 +925,7 @@ def _check_placeholders(job: Job, problems: Problems) -> None:
         try:
             names = placeholders(template)
         except ValueError as e:  # an env value may be a secret: quoted only outside env
-            where = "in the value" if path[0] == "env" else f"in {escaped(template)!r}"
+            where = "in the value" if path[0] == "env" else f"in {shown(template)}"
             _add(problems, path, f"{e} {where}",
                  "{name} placeholders without format specs; write {{ and }} for literal braces")
             continue

@@ -180,15 +180,23 @@ def watchdog_options(hang_timeout: float | None) -> tuple[str, ...]:
 def dry_run(job: Job, inventory: Inventory, *, run_id: str | None = None, image: str | None = None,
             overrides: Mapping[str, str] | None = None,
             hang_timeout: float | None = None,
-            on_code: Callable[[code_snapshot.Snapshot], None] | None = None) -> list[plan.NodePlan]:
+            on_code: Callable[[code_snapshot.Snapshot], None] | None = None,
+            workspace=None) -> list[plan.NodePlan]:
     """The plan ``launch`` would run, touching no node (interfaces: the inventory's only).
     With a workdir, the snapshot is taken (the same refusals as launch's) and handed to
-    ``on_code``; each node's copy is shown at its ``code_dir`` (unexpanded)."""
+    ``on_code``; each node's copy is shown at its ``code_dir`` (unexpanded).  ``workspace``
+    (``--rerun``: the recorded code, from this machine's store): that tree, and its image
+    when ``image`` is None, exactly as the rerun ships them; no snapshot is taken."""
     run_id = records.check_run_id(run_id) if run_id else records.new_run_id(job.name)
     inventory = with_job_port(job, inventory, overrides)
     inventory = attempt_inventory(inventory, first_nodes(job, inventory)[0])   # as launch: no spare
     code = None
-    if job.workdir is not None:
+    if workspace is not None:
+        image = image or workspace.image
+        digest = workspace.tree.digest
+        code = plan.CodeMount(digest, {n.name: f"{n.code_dir}/trees/{digest.split(':')[-1]}"
+                                       for n in inventory.nodes})
+    elif job.workdir is not None:
         snap = code_snapshot.take(job.workdir, limit_bytes=job.max_workdir_size
                                   or code_snapshot.DEFAULT_LIMIT_BYTES)
         if job.requirements is not None:     # its lines are checked too (the engine is not asked)

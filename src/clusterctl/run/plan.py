@@ -90,11 +90,13 @@ from clusterctl.cluster.containers import (
     RANK_LABEL,
     RUN_LABEL,
 )
+from clusterctl.cluster.inventory.model import MAX_SLOTS
 from clusterctl.cluster.runtime import ContainerRuntime, node_runtime, runtime_for
 from clusterctl.core import accelerators
 from clusterctl.core.errors import UserError
+from clusterctl.core.imageref import check_image
 from clusterctl.core.secretnames import ENV_NAME, is_secret_name
-from clusterctl.core.text import control_problem, escaped
+from clusterctl.core.text import control_problem, digits, shown
 from clusterctl.image import targets
 from clusterctl.run import mpi, recovery
 from clusterctl.run.jobs import (
@@ -239,8 +241,8 @@ def parse_sets(items: Iterable[str], environ: Mapping[str, str] | None = None) -
             raise UserError(f"--set (an item of {len(item)} characters, not shown: it may be a secret): "
                             "expected NAME=VALUE (e.g. --set PHASE=2); the value may be empty (NAME=).")
         if not ENV_NAME.match(name):
-            raise UserError(f"--set {escaped(name)!r}=...: {escaped(name)!r} is not a valid variable name; "
-                            "valid: letters, digits and _, not starting with a digit (e.g. BATCH_SIZE).")
+            raise UserError(f"--set {shown(name)}=...: {shown(name)} is not a valid variable name; "
+                            "valid: at most 255 letters, digits and _, not starting with a digit (e.g. BATCH_SIZE).")
         problem = control_problem(value, multiline=True)
         if problem:
             raise UserError(f"--set {name}=...: the value {problem}; valid: text without NUL or control "
@@ -289,9 +291,9 @@ def pinned_master_port(job: Job, inventory: Inventory, overrides: Mapping[str, s
     for where, value in given:
         if value is None:
             continue
-        text = str(value).strip()
-        if not text.isdigit() or not 1 <= int(text) <= 65535:
-            raise UserError(f"{where} = {escaped(str(value))!r} is not a port; valid: a whole number "
+        text = str(value)
+        if not digits(text) or not 1 <= int(text) <= 65535:
+            raise UserError(f"{where} = {shown(value)} is not a port; valid: a whole number "
                             "from 1 to 65535 (or leave it out: launch picks a free one from "
                             f"{DEFAULT_MASTER_PORT} up).")
         return PinnedPort(int(text), where)
@@ -430,6 +432,7 @@ def make_plan(job: Job, inventory: Inventory, *, run_id: str, image: str | None 
     the first has its own container names (``<run>-<node>-a<K>``).
     UserError (exit 2) on anything unusable.
     """
+    pinned_master_port(job, inventory, overrides)   # a MASTER_PORT given is a port, whoever runs it
     hosts = host_entries(addresses or {})
     launch, nodes = _resolve(job, inventory, run_id=run_id, image=image, overrides=overrides,
                              extra_docker_args=extra_docker_args, host_env=host_env,
@@ -474,11 +477,12 @@ def _resolve(job: Job, inventory: Inventory, *, run_id: str, image: str | None,
     params, env_sets = split_sets(job, overrides or {})
     _check_secret_placeholders(job)
     target = targets.get_target(job.target) if job.target else None
-    image = image_of(job, image)
-    _check_image(job, image)
+    what = "--image" if image is not None else job.where("image")
+    image = image if image is not None else image_of(job)    # an empty --image is refused
+    _check_image(job, image, what)
     for arg in extra_docker_args:
         if reserved_flag(arg):
-            raise UserError(f"docker argument {arg!r}: `{reserved_flag(arg)}` is set by clusterctl "
+            raise UserError(f"docker argument {shown(arg)}: `{reserved_flag(arg)}` is set by clusterctl "
                             "itself and may not be given.")
     launch = _Launch(job, target, image, run_id, tuple(extra_docker_args))
 
@@ -571,11 +575,17 @@ def nproc_for(job: Job, slots: int, upper: Mapping[str, str], who: str) -> int:
     job's value, ``slots`` when the job says so.  ``who`` names the node in the message."""
     given = upper.get("NPROC_PER_NODE")
     if given is not None:
-        if not given.isdigit() or int(given) < 1:
-            raise UserError(f"NPROC_PER_NODE={given!r} for {who} (inventory env or --set) "
-                            "is not a positive whole number; valid: e.g. NPROC_PER_NODE=4.")
+        if not digits(given) or not 1 <= int(given) <= MAX_SLOTS:
+            raise UserError(f"NPROC_PER_NODE={shown(given)} for {who} (inventory env or --set) "
+                            f"is not a whole number from 1 to {MAX_SLOTS}; valid: e.g. "
+                            "NPROC_PER_NODE=4.")
         return int(given)
-    return slots if job.nproc_per_node == "slots" else int(job.nproc_per_node)
+    if job.nproc_per_node == "slots":
+        return slots
+    if not 1 <= int(job.nproc_per_node) <= MAX_SLOTS:
+        raise UserError(f"{job.where('nproc_per_node')}: {job.nproc_per_node} processes per node; "
+                        f"valid: a whole number from 1 to {MAX_SLOTS}, or slots.")
+    return int(job.nproc_per_node)
 
 
 def node_processes(job: Job, inventory: Inventory, overrides: Mapping[str, str] | None = None
@@ -632,7 +642,7 @@ def _node_plan(launch: _Launch, n: _Node, iface: str | None, hosts: list[str],
     env = {**n.launch_env, **nic, **fr_env, **n.upper_env, **code_env, **resume_env}
     name = container_name(launch.run_id, node.name, attempt.number)
     labels = run_labels(launch.run_id, job.name, node.name, str(n.rank), attempt.number)
-    command = [expand(a, n.values) for a in job.command]
+    command = job.check_filled_command([expand(a, n.values) for a in job.command])
     if job.contract == "mpi":       # the container starts the node's processes as mpirun would
         command = mpi.spawn_command(n.first_rank, n.nproc, command)
     argv = docker_run_argv(name=name, labels=labels, options=[*hosts, *options], env=env,
@@ -670,18 +680,13 @@ def docker_run_argv(*, name: str, labels: Mapping[str, str], options: Sequence[s
         env_file=ENV_FILE_STDIN if secrets and not secrets_by_name else None)
 
 
-def _check_image(job: Job, image: str | None) -> None:
-    """The image must be a plain reference: docker would read ``-x`` as an option."""
-    if not image:
+def _check_image(job: Job, image: str | None, what: str = "image") -> None:
+    """The image must be a plain reference (:func:`clusterctl.core.imageref.check_image`):
+    docker would read ``-x`` as an option, a node would log a credential."""
+    if image is None:
         raise UserError(f"{job.path}: job {job.name} has no image: give `image` or `target` in "
                         "the job, or --image.")
-    problem = control_problem(image)
-    if problem:
-        raise UserError(f"image '{escaped(image)}' {problem}; valid: an image reference such as "
-                        "clusterctl/cpu:2.13.0.")
-    if image.startswith("-") or any(c.isspace() for c in image):
-        raise UserError(f"image {image!r} is not an image reference (it starts with '-' or "
-                        "contains whitespace); valid: e.g. clusterctl/cpu:2.13.0.")
+    check_image(image, what)
 
 
 def _docker_options(job: Job, target, node: Node, values: dict[str, str],
@@ -693,7 +698,7 @@ def _docker_options(job: Job, target, node: Node, values: dict[str, str],
     for i, arg in enumerate(job.docker_args):
         arg = expand(arg, values)
         if reserved_flag(arg):
-            raise UserError(f"{job.where(f'docker_args.{i}')}: expands to {arg!r}; "
+            raise UserError(f"{job.where(f'docker_args.{i}')}: expands to {shown(arg)}; "
                             f"`{reserved_flag(arg)}` is set by clusterctl itself.")
         out.append(arg)
     for i, mount in enumerate(job.mounts):
@@ -701,7 +706,7 @@ def _docker_options(job: Job, target, node: Node, values: dict[str, str],
         problem = mount_problem(spec)
         if problem:
             raise UserError(f"{job.where(f'mounts.{i}')}: {problem} (after filling placeholders "
-                            f"from {mount!r}); set the parameter with --set NAME=/absolute/path.")
+                            f"from {shown(mount)}); set the parameter with --set NAME=/absolute/path.")
         out += ["-v", spec]
     out += [f"--device={d}" for d in node_devices(job, node)]
     out += list(extra)

@@ -82,11 +82,18 @@ def command_key(command: list[str] | None) -> list[str] | None:
 
 def check(req: LaunchRequest) -> None:
     """The combinations of options no launch accepts; UserError saying what is valid."""
+    if req.run_id is not None:     # an empty one too: it is refused, not silently replaced
+        records.check_run_id(req.run_id)
     if req.resume is not None:
         if req.job is not None or req.given or req.rerun is not None:
             raise UserError(f"--resume {req.resume}: goes on with the recorded run as it was; give no "
                             "JOB, job flags, command or --rerun with it (--nodes, --set and "
                             "--detach are fine).")
+        if req.dry_run:     # resuming acts at once (it follows, and may restart, the run)
+            raise UserError(f"--resume {req.resume} --dry-run: resuming takes the live run over (it "
+                            "follows its containers and restarts them as the run would), so there is "
+                            f"no plan to show; `clusterctl status {req.resume}` shows its containers. "
+                            "Nothing was done.")
     elif req.rerun is not None:
         if req.job is not None or req.given:
             raise UserError(f"--rerun {req.rerun}: runs the recorded job as it ran; give no JOB, job "
@@ -167,7 +174,7 @@ def recorded_job(record: records.RunRecord, nodes: Path | None, sets: list[str],
             else inline_job(flags, name=record.job, workdir_needed=needed))
     if record.code is not None:
         spec = replace(spec, requirements=None)
-    inventory = load_inventory(nodes or record.inventory)
+    inventory = load_inventory(records.inventory_path(record, nodes))
     ws = workspaces.rerun(record.code) if record.code is not None else None
     return spec, inventory, ws
 
@@ -227,7 +234,7 @@ def rerun(req: LaunchRequest, note) -> Prepared:
         note(f"rerun of {run_id_of}: code {record.code.digest} from this machine's store"
              + (f" (git {ws.git.commit[:7]})" if ws.git.commit else ""))
     image = req.image
-    if ws is not None and not req.dry_run and ws.image and image is None:
+    if ws is not None and ws.image and image is None:     # the dry run shows the same image
         image = ws.image
     return Prepared(req, spec, inventory, record_spec=record.spec, workspace=ws, image=image)
 

@@ -41,7 +41,13 @@ MAX_SLOTS = 1024
 Slots = Annotated[int, Field(strict=True, ge=1, le=MAX_SLOTS)]
 StrictBool = Annotated[bool, Field(strict=True)]
 
-_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]*")
+_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,252}")     # at most 253, as a DNS name
+#: A host: a DNS name, an IPv4 or IPv6 address (a zone after %), or an ssh_config alias of
+#: the same characters; nothing a shell or ssh would read as more than one word.
+_HOST_RE = re.compile(r"[A-Za-z0-9._:%\[\]-]{1,253}")
+#: A login name: what POSIX and directory services use ('DOMAIN\user', 'user@realm', a
+#: machine account's final '$'); nothing a shell would expand.
+_USER_RE = re.compile(r"[A-Za-z0-9._@\\-]{1,255}\$?")
 #: What a node name may be (fullmatch), wherever one is read: an inventory, a run record.
 NODE_NAME_RE = _NAME_RE
 _IFACE_RE = re.compile(r"[A-Za-z0-9._@-]{1,15}")  # Linux: at most 15 characters (IFNAMSIZ - 1)
@@ -96,6 +102,17 @@ def _host(value: str) -> str:
     _argument_safe(value)
     if "@" in value:
         raise _invalid("holds a user (write the user as user: and the address as host:)")
+    if not _HOST_RE.fullmatch(value):
+        raise _invalid("is not a host name or address (at most 253 letters, digits, '.', '-', "
+                       "':', '%', '[', ']')")
+    return value
+
+
+def _user(value: str) -> str:
+    _argument_safe(value)
+    if not _USER_RE.fullmatch(value):
+        raise _invalid("is not a login name (letters, digits, '.', '_', '-', '@', '\\', a "
+                       "final '$')")
     return value
 
 
@@ -119,8 +136,9 @@ def _mountable_node_path(value: str) -> str:
 
 def _device(value: str) -> str:
     _one_line(value)
-    if not value.startswith("/") or _SPACE.search(value):
-        raise _invalid("is not an absolute device path")
+    if not value.startswith("/") or _SPACE.search(value) or "," in value:
+        raise _invalid("is not an absolute device path (HOST[:CONTAINER[:PERMISSIONS]], no ',' "
+                       "or blanks)")
     return value
 
 
@@ -141,7 +159,7 @@ def _runtime(value: object) -> str:
 
 NodeName = Annotated[str, AfterValidator(_matching(_NAME_RE, "is not a usable node name"))]
 Host = Annotated[str, AfterValidator(_host)]
-User = Annotated[str, AfterValidator(_argument_safe)]
+User = Annotated[str, AfterValidator(_user)]
 Device = Annotated[str, AfterValidator(_device)]
 Interface = Annotated[str, AfterValidator(_matching(_IFACE_RE, "is not a network interface name"))]
 EnvName = Annotated[str, AfterValidator(_matching(ENV_NAME, "is not an environment variable name"))]
@@ -274,10 +292,10 @@ class SSHSettings(BaseModel):
         "`true`: trust and record the key of a host not yet in `known_hosts` (first contact), "
         "as `--accept-new-host-keys` does. A key that changed is always an error naming the "
         "node."))
-    connect_timeout: Annotated[float, Field(strict=True, gt=0)] = Field(10.0, description=(
-        "Seconds to wait for a node's SSH to answer."))
-    fanout: Annotated[int, Field(strict=True, ge=1)] = Field(32, description=(
-        "At most this many nodes are contacted at once."))
+    connect_timeout: Annotated[float, Field(strict=True, gt=0, le=3600, allow_inf_nan=False)] = Field(10.0, description=(
+        "Seconds to wait for a node's SSH to answer (more than 0, at most 3600)."))
+    fanout: Annotated[int, Field(strict=True, ge=1, le=4096)] = Field(32, description=(
+        "At most this many nodes are contacted at once (1 to 4096)."))
     # launch's preflight and start reach the nodes through each other, over ONE connection
     # from here (clusterctl.cluster.transport.tree); tree_width children per node
     tree: TreeMode = Field("auto", description=(

@@ -9,6 +9,7 @@ per way of running a job, and the table below that names them once.
 from __future__ import annotations
 
 from clusterctl.core.errors import UserError, one_of
+from clusterctl.core.text import shown
 from clusterctl.run.backends.base import (
     Backend,
     BackendOption,
@@ -35,7 +36,7 @@ def get(name: str) -> Backend:
     backend = BACKENDS.get(name)
     if backend is None or backend.renders_only:
         valid = [b.name for b in launchers()]
-        raise UserError(f"--scheduler {name!r} is not a scheduler; valid: {one_of(valid)}.")
+        raise UserError(f"--scheduler {shown(name)} is not a scheduler; valid: {one_of(valid)}.")
     return backend
 
 

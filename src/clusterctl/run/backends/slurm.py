@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import shutil
 import threading
+from dataclasses import replace
 from pathlib import Path
 
 from clusterctl.cluster import containers
@@ -21,6 +22,7 @@ from clusterctl.code import snapshot as code_snapshot
 from clusterctl.core.errors import ClusterctlError, UserError
 from clusterctl.core.tools import require_binaries
 from clusterctl.image.codeimage import code_tag
+from clusterctl.run import launch as launching
 from clusterctl.run import logs as logs_mod
 from clusterctl.run import plan, records, request, supervise
 from clusterctl.run import workspace as workspaces
@@ -70,18 +72,29 @@ class SlurmBackend(Backend):
         spec = request.job_of(req.job, req.given)
         inventory = load_inventory(req.nodes) if req.nodes is not None else None
         opts = req.scheduler_options
+        left: list[str] = []
+        if inventory is not None:
+            # the nodes an SSH launch would start on (its dry run shows the same): spares and
+            # nodes past the job's `nnodes` take no rank; Slurm allocates what --nodelist names
+            chosen, _ = launching.first_nodes(spec, inventory)
+            spare = {n.name for n in inventory.spares}
+            why = {True: "spare: true", False: "past the job's nnodes"}
+            left = [f"{n.name} ({why[n.name in spare]} in {inventory.path})"
+                    for n in inventory.nodes if n.name not in chosen]
+            inventory = replace(inventory, nodes=[n for n in inventory.nodes if n.name in chosen])
         options = slurm_options.check_options(
             nnodes=opts.get("nnodes"), partition=opts.get("partition"), time=opts.get("time"),
             container=slurm_options.container_mode(
                 opts.get("container"),
                 {n.name: node_runtime(n).name for n in inventory.nodes} if inventory else {},
                 str(inventory.path) if inventory else ""),
-            nodelist=[n.name for n in inventory.active] if inventory else ())
-        spares = [n.name for n in inventory.nodes if n.spare] if inventory else []
-        if spares:   # Slurm allocates what --nodelist names: a spare there would be a rank
-            ui.note(f"note: {', '.join(spares)} (spare: true in {inventory.path}) takes no rank "
-                    "on Slurm, and Slurm cannot swap it in: the job names its nodes, so a requeued "
-                    "attempt waits for them; give --nnodes N instead of --nodes for Slurm to choose")
+            nodelist=[n.name for n in inventory.nodes] if inventory else ())
+        if opts.get("nnodes") is not None:
+            spec.check_node_count(opts["nnodes"], "--nnodes")
+        if left:
+            ui.note(f"note: {', '.join(left)} takes no rank on Slurm, and Slurm cannot swap it in: "
+                    "the job names its nodes, so a requeued attempt waits for them; give --nnodes N "
+                    "instead of --nodes for Slurm to choose")
         overrides = plan.parse_sets(req.sets, os.environ)
         run_id = records.check_run_id(req.run_id) if req.run_id else records.new_run_id(spec.name)
         image = req.image
@@ -230,7 +243,7 @@ def _remove_leftovers(record: records.RunRecord, nodes: Path | None, env: dict[s
     if in_queue(record.slurm_job, env) is not False:
         return {}
     try:
-        inventory = load_inventory(nodes or record.inventory)
+        inventory = load_inventory(records.inventory_path(record, nodes))
     except (UserError, OSError) as e:
         ui.note(f"the run's containers are left to its tasks to remove: {str(e).splitlines()[0]}")
         return {}

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from clusterctl.cluster import preflight
 from clusterctl.cluster.inventory import Inventory, load_inventory
+from clusterctl.cluster.registry.reference import split_tag
 from clusterctl.cluster.transport import Cluster
 from clusterctl.code.ignore import shown
 from clusterctl.core.errors import ClusterctlError, UserError
@@ -27,12 +28,12 @@ from clusterctl.run.jobs import Job
 
 def _cluster(nodes: Path | None, record: records.RunRecord) -> Cluster:
     """The nodes of ``record``'s run: ``--nodes``, else the inventory recorded with it."""
-    return Cluster(load_inventory(nodes or record.inventory))
+    return Cluster(load_inventory(records.inventory_path(record, nodes)))
 
 
 def show_code(ui: Ui, snap) -> None:
     """What a dry run would ship, before the plan (a comment line, as the plan's own)."""
-    ui.echo(f"# code: {snap.root} -> /workspace: {snap.file_count} files, {snap.total_bytes} "
+    ui.echo(f"# code: {shown(str(snap.root))} -> /workspace: {snap.file_count} files, {snap.total_bytes} "
             f"bytes, {snap.digest}\n")
     for left in snap.left_out:
         ui.echo(f"# code: left out {shown(left.path)}: {left.why}; to ship it, name it: "
@@ -63,7 +64,7 @@ def report(ui: Ui, result: launching.RunResult, *, detach: bool, json_: bool) ->
 class SshBackend(Backend):
     name = "ssh"
     leaves_containers = True
-    only_note = "an SSH launch runs on every node of --nodes FILE."
+    only_note = "an SSH launch runs on the nodes of --nodes FILE (the first `nnodes` of them when the job has that key)."
 
     # ------------------------------------------------------------------ launch
 
@@ -85,7 +86,14 @@ class SshBackend(Backend):
         if req.dry_run:
             plans = launching.dry_run(job, inventory, run_id=req.run_id, image=prepared.image,
                                       overrides=overrides, hang_timeout=req.hang_timeout,
-                                      on_code=None if req.json else (lambda snap: show_code(ui, snap)))
+                                      on_code=None if req.json else (lambda snap: show_code(ui, snap)),
+                                      workspace=prepared.workspace)
+            if inventory.registry is not None and plans and not req.json:
+                # launch pushes first, then every node runs the registry's digest of it
+                tagged = inventory.registry.tagged(plans[0].image)
+                ui.echo(f"# image: {plans[0].image} is pushed to {inventory.registry} at launch "
+                        f"({tagged}); every node pulls it and runs it by digest "
+                        f"({split_tag(tagged)[0]}@sha256:...), not the name below\n")
             ui.echo(plan.render_dry_run(plans, json=req.json))
             return 0
         settings = supervise.Settings(fail_grace=req.fail_grace)
