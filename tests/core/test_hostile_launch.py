@@ -284,3 +284,15 @@ def test_export_never_replaces_a_device_or_a_pipe_with_its_file(where, target):
             "is not a regular file")
     after = os.lstat(path)
     assert (after.st_ino, stat.S_IFMT(after.st_mode)) == (before.st_ino, stat.S_IFMT(before.st_mode))
+
+
+def test_check_takes_its_image_through_the_one_guard(where):
+    out = refused(cli("check", "--nodes", "inv.yaml", "--image", "u:s3cr3tPW@r.example/x:1"),
+                  "is not a valid image reference")
+    assert "s3cr3tPW" not in out
+
+
+def test_the_build_dry_run_shows_values_as_typed_not_as_markup(where):
+    res = cli("build", "--target", "cpu", "--dry-run", "--build-arg", "HTTP_PROXY=http://[bold]p[/bold]:3128")
+    assert res.exit_code == 0, res.output
+    assert "[bold]p[/bold]" in res.output

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 
 from clusterctl.cli.display import BuildDisplay
 from clusterctl.cluster import engine
@@ -77,7 +78,8 @@ def build(
     plan = pipeline.plan_build(target, tag=tag, torch=torch, build_args=parse_build_args(build_arg or []),
                                wheelhouse=wheelhouse, base_image=base_image)
     if dry_run:
-        print_table(f"would build {plan.tag} (dry run: nothing built)", ["what", "value"], plan.describe())
+        print_table(f"would build {escape(plan.tag)} (dry run: nothing built)", ["what", "value"],
+                    [[escape(str(c)) for c in row] for row in plan.describe()])   # values, not markup
         return
     client = engine.client()
 

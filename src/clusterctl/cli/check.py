@@ -25,6 +25,7 @@ from clusterctl.cluster.transport import Cluster
 from clusterctl.core import accelerators
 from clusterctl.core.console import interactive, out, table
 from clusterctl.core.errors import UserError
+from clusterctl.core.imageref import check_image
 from clusterctl.image.targets import get_target
 from clusterctl.run.collective import model as collective_model
 from clusterctl.run.jobs import load_job
@@ -130,6 +131,8 @@ def check(
         if given is not None:
             raise UserError(f"{name} belongs to the collective check; add --collective.")
     required = parse_size(need_disk) if need_disk is not None else None
+    if image is not None:
+        check_image(image, "--image")
     inventory = load_inventory(nodes)
     needs = preflight.image_needs(image) if image else None
     if needs is not None and required is None:
