@@ -296,3 +296,18 @@ def test_the_build_dry_run_shows_values_as_typed_not_as_markup(where):
     res = cli("build", "--target", "cpu", "--dry-run", "--build-arg", "HTTP_PROXY=http://[bold]p[/bold]:3128")
     assert res.exit_code == 0, res.output
     assert "[bold]p[/bold]" in res.output
+
+
+@pytest.mark.parametrize("pattern,refused_", [("(a*)*b", True), ("(a+)+", True), ("(x|y+)*", True),
+                                              ("(?:\\d+,)*\\d+", True), ("(?>\\d+,)*\\d+", False),
+                                              ("(?:\\d++,)*\\d+", False), ("^step [0-9]+/", False),
+                                              ("(ab)+c", False), ("Epoch \\d+", False)])
+def test_a_start_line_that_backtracks_exponentially_is_refused(where, pattern, refused_):
+    """Every output line is matched against hang_start_line: '(a*)*b' took 0.8 s on 24 a's,
+    doubling with each one more."""
+    res = cli("launch", "ddp-smoke", "--nodes", "inv.yaml", "--dry-run", "--hang-timeout", "5m",
+              "--hang-start-line", pattern)
+    if refused_:
+        refused(res, "repeats a group that repeats inside", "(?>")
+    else:
+        assert res.exit_code == 0, res.output

@@ -364,7 +364,9 @@ class _Spec(BaseModel):
         "A regular expression: the hang watchdog's clock (`hang_timeout`) starts at the first "
         "output line it matches (searched anywhere in the line), e.g. `'step \\d+'` once "
         "training runs. Default: the first line any rank writes, torchrun's own log lines "
-        "aside. `launch --hang-start-line` wins."),
+        "aside. A pattern that repeats a group with a repetition inside (`(a+)+`) is refused: "
+        "matching every line against it could take exponential time; an atomic group "
+        "(`(?>...)`) is fine. `launch --hang-start-line` wins."),
         **key(valid=f"a regular expression of at most {HANG_LINE_MAX} characters, e.g. 'step \\d+'",
         flag=KeyFlag("--hang-start-line", "The watchdog's clock (--hang-timeout) starts at the first output line this matches, e.g. 'step [0-9]+' (default: the first line any rank writes).", metavar="REGEX")))
     workdir: str | None = Field(None, description=(
@@ -718,7 +720,48 @@ def hang_line_problem(text: str) -> str | None:
         re.compile(text)
     except re.error as e:
         return f"{shown(text)} is not a regular expression ({e})"
+    if _nested_repeat(text):
+        return (f"{shown(text)} repeats a group that repeats inside ((a*)*, (a+)+): matching it can "
+                "take exponential time on one line of output, and every line is matched; write "
+                "it without nested repetition (a+ for (a+)+), or make the inner part atomic: "
+                "(?>\\d+,)*\\d+ or (?:\\d++,)*\\d+")
     return None
+
+
+def _nested_repeat(pattern: str) -> bool:
+    """Whether ``pattern`` holds a repetition (``*``, ``+``, ``{m,n}``) of something that
+    itself holds a repetition of more than one: Python's ``re`` may backtrack through those
+    exponentially (catastrophic backtracking); an atomic group ``(?>...)`` or a possessive
+    ``*+``/``++`` never is backtracked into.  Read from ``re``'s own parse tree."""
+    try:
+        from re import _parser as sre_parse     # Python 3.11+
+    except ImportError:                         # pragma: no cover - 3.10
+        import sre_parse
+    repeats = {sre_parse.MAX_REPEAT, sre_parse.MIN_REPEAT}
+    # an atomic group or a possessive repeat is never backtracked into: a barrier
+    barriers = {getattr(sre_parse, "ATOMIC_GROUP", None), getattr(sre_parse, "POSSESSIVE_REPEAT", None)} - {None}
+
+    def walk(items, inside: bool) -> bool:
+        for op, av in items:
+            if op in barriers:
+                continue
+            if op in repeats:
+                low, high, sub = av
+                if inside and high != 1:
+                    return True
+                if walk(sub, inside or high > 1):
+                    return True
+            elif op is sre_parse.SUBPATTERN:
+                if walk(av[-1], inside):
+                    return True
+            elif op is sre_parse.BRANCH:
+                if any(walk(b, inside) for b in av[1]):
+                    return True
+            elif op in (sre_parse.ASSERT, sre_parse.ASSERT_NOT):
+                if walk(av[1], inside):
+                    return True
+        return False
+    return walk(sre_parse.parse(pattern), False)
 
 
 def _check_hang_line(text: str | None, problems: Problems) -> None:
