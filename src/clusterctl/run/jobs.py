@@ -734,8 +734,8 @@ def _nested_repeat(pattern: str) -> bool:
     exponentially (catastrophic backtracking); an atomic group ``(?>...)`` or a possessive
     ``*+``/``++`` never is backtracked into.  Read from ``re``'s own parse tree."""
     try:
-        from re import _parser as sre_parse     # Python 3.11+
-    except ImportError:                         # pragma: no cover - 3.10
+        from re import _parser as sre_parse  # re's own parser, Python 3.11 on
+    except ImportError:  # Python 3.10
         import sre_parse
     repeats = {sre_parse.MAX_REPEAT, sre_parse.MIN_REPEAT}
     # an atomic group or a possessive repeat is never backtracked into: a barrier
