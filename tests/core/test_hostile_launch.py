@@ -311,3 +311,28 @@ def test_a_start_line_that_backtracks_exponentially_is_refused(where, pattern, r
         refused(res, "repeats a group that repeats inside", "(?>")
     else:
         assert res.exit_code == 0, res.output
+
+
+@pytest.mark.parametrize("value", ["https://u:s3cr3tPW@pypi.example/simple", "https://s3cr3tPWtoken@h.example/x",
+                                   "u:s3cr3tPW@reg.example:5000/x"])
+def test_a_url_holding_a_credential_is_a_secret_whatever_its_name(where, value):
+    """PIP_INDEX_URL=https://user:pw@host is a secret though its name says nothing: it goes
+    through the env file (never docker's argv), is masked in the plan and the manifest is
+    given a secretKeyRef, as a variable named like a secret is."""
+    import json
+    for args in (["launch", "ddp-smoke", "--nodes", "inv.yaml", "--dry-run"],
+                 ["launch", "ddp-smoke", "--nodes", "inv.yaml", "--dry-run", "--json"],
+                 ["launch", "ddp-smoke", "--nnodes", "2", "--dry-run", "--scheduler", "slurm"],
+                 ["export", "ddp-smoke", "--to", "pytorchjob", "--nnodes", "2"],
+                 ["export", "ddp-smoke", "--to", "trainjob", "--nnodes", "2"]):
+        res = cli(*args, "--set", f"PIP_INDEX_URL={value}")
+        assert res.exit_code == 0, (args, res.output)
+        assert "s3cr3tPW" not in res.output, (args, res.output)
+        if "--json" in args:
+            plans = json.loads(res.stdout)
+            assert all("PIP_INDEX_URL" in p["secrets"] for p in plans), plans[0]["secrets"]
+        elif args[0] == "export":
+            assert "key: PIP_INDEX_URL" in res.stdout
+    from clusterctl.run import request
+    spec = request.spec_of(None, {"env": {"PIP_INDEX_URL": value, "LR": "1"}, "command": ["true"]})
+    assert spec["secret_env"] == ["PIP_INDEX_URL"] and "s3cr3tPW" not in json.dumps(spec)

@@ -112,7 +112,9 @@ def test_launch_refuses_a_slurm_conf_naming_no_file_at_once(command, tmp_path):
     assert f"SLURM_CONF={tmp_path}/nowhere/slurm.conf: no such file" in said, said
     assert "valid: the path of the cluster's slurm.conf" in said and "unset SLURM_CONF" in said
     assert "Traceback" not in res.stderr and "Slurm version" not in said
-    assert took < 5, f"took {took:.1f}s (the Slurm clients retry a missing conf for 60 s)"
+    # the Slurm clients retry a missing conf for 60 s; a CLI start on a loaded 2-core CI
+    # machine has taken over 5 s, so the bound sits between the two
+    assert took < 30, f"took {took:.1f}s (the Slurm clients retry a missing conf for 60 s)"
     assert not (tmp_path / "runs" / "conf-missing").exists()     # nothing written
 
 

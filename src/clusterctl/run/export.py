@@ -94,7 +94,7 @@ from clusterctl.core import accelerators
 from clusterctl.core.errors import UserError, did_you_mean, one_of
 from clusterctl.core.imageref import check_image
 from clusterctl.core.secretnames import is_secret_name
-from clusterctl.core.text import digits, shown
+from clusterctl.core.text import digits, shown, without_credentials
 from clusterctl.image import targets
 from clusterctl.run import mpi, recovery
 from clusterctl.run.jobs import (
@@ -578,11 +578,13 @@ def _origin(job: Job, target, env_sets: Mapping[str, str], key: str) -> str:
 
 
 def _secret_variables(job: Job, params: Mapping[str, str], upper: Mapping[str, str]) -> set[str]:
-    """The variables whose value is secret: by name (``secrets``, *TOKEN* ...) or because
-    they hold a secret parameter's value (``AUTH: "Bearer {HF_TOKEN}"``), as in a launch."""
+    """The variables whose value is secret: by name (``secrets``, *TOKEN* ...), because they
+    hold a secret parameter's value (``AUTH: "Bearer {HF_TOKEN}"``), or a URL's credential
+    (``https://user:pw@host``), as in a launch."""
     hidden = [params[p] for p in secret_params(job) if params.get(p)]
     return {k for k, v in upper.items()
-            if is_secret_name(k, job.secrets) or (v and any(h in v for h in hidden))}
+            if is_secret_name(k, job.secrets) or (v and any(h in v for h in hidden))
+            or (v and without_credentials(v) != v)}
 
 
 def _per_pod_env(job: Job, values: Mapping[str, str], upper: Mapping[str, str],

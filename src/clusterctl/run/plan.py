@@ -96,7 +96,7 @@ from clusterctl.core import accelerators
 from clusterctl.core.errors import UserError
 from clusterctl.core.imageref import check_image
 from clusterctl.core.secretnames import ENV_NAME, is_secret_name
-from clusterctl.core.text import control_problem, digits, shown
+from clusterctl.core.text import control_problem, digits, shown, without_credentials
 from clusterctl.image import targets
 from clusterctl.run import mpi, recovery
 from clusterctl.run.jobs import (
@@ -756,7 +756,10 @@ def _secret_names(job: Job, env: Mapping[str, str], upper: dict[str, str],
                             f"in clusterctl's environment: export {name}=... before launching "
                             f"(or --set {name}=...).")
         upper[name] = host_env[name]
-    return {k for k in {**env, **upper} if is_secret_name(k, job.secrets)}
+    both = {**env, **upper}
+    # by name, or by value: a URL or registry reference holding a password or token
+    # (PIP_INDEX_URL=https://user:pw@host/...) is a secret whatever its variable is called
+    return {k for k, v in both.items() if is_secret_name(k, job.secrets) or without_credentials(v) != v}
 
 
 def _env_file(job: Job, secrets: dict[str, str]) -> bytes:

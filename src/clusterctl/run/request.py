@@ -19,6 +19,7 @@ from typing import Any
 from clusterctl.cluster.inventory import SLURM_WORD, Inventory, load_inventory
 from clusterctl.core.durations import DURATION_HELP, parse_duration
 from clusterctl.core.errors import UserError
+from clusterctl.core.text import without_credentials
 from clusterctl.run import plan, records, supervise
 from clusterctl.run import workspace as workspaces
 from clusterctl.run.jobs import Job, escape_braces, inline_job, is_secret_name, job_path, load_job
@@ -113,10 +114,11 @@ def job_of(job: str | None, given: dict) -> Job:
 
 def spec_of(job: str | None, given: dict, secrets=()) -> dict:
     """What run.json keeps to run the job again (``launch --rerun``): the job file and the
-    flags; an ``--env`` value whose name makes it secret (named like one, or listed in the
-    job's ``secrets``) is left out, only its name kept."""
+    flags; an ``--env`` value that is secret (named like one, listed in the job's
+    ``secrets``, or a URL holding a credential) is left out, only its name kept."""
     env = given.get("env") or {}
-    hidden = sorted(k for k in env if is_secret_name(k, secrets))
+    hidden = sorted(k for k, v in env.items()
+                    if is_secret_name(k, secrets) or without_credentials(str(v)) != str(v))
     flags = {**given, "env": {k: v for k, v in env.items() if k not in hidden}} if env else given
     return {"job": str(job_path(job).absolute()) if job is not None else None, "flags": flags,
             "secret_env": hidden, "cwd": str(Path.cwd())}
