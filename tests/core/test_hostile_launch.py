@@ -336,3 +336,12 @@ def test_a_url_holding_a_credential_is_a_secret_whatever_its_name(where, value):
     from clusterctl.run import request
     spec = request.spec_of(None, {"env": {"PIP_INDEX_URL": value, "LR": "1"}, "command": ["true"]})
     assert spec["secret_env"] == ["PIP_INDEX_URL"] and "s3cr3tPW" not in json.dumps(spec)
+
+
+def test_a_slurm_launch_checks_the_image_before_it_builds_a_code_layer_on_it(where):
+    (where / "wd").mkdir()
+    (where / "wd" / "t.py").write_text("print(1)\n")
+    out = refused(cli("launch", "--scheduler", "slurm", "--nnodes", "2", "--dry-run", "--image",
+                      "u:s3cr3tPW@r.example/x:1", "--workdir", "wd", "--", "python", "t.py"),
+                  "is not a valid image reference")
+    assert "s3cr3tPW" not in out

@@ -20,6 +20,7 @@ from clusterctl.cluster.runtime import node_runtime
 from clusterctl.cluster.transport import Cluster
 from clusterctl.code import snapshot as code_snapshot
 from clusterctl.core.errors import ClusterctlError, UserError
+from clusterctl.core.imageref import check_image
 from clusterctl.core.tools import require_binaries
 from clusterctl.image.codeimage import code_tag
 from clusterctl.run import launch as launching
@@ -99,6 +100,8 @@ class SlurmBackend(Backend):
         run_id = records.check_run_id(req.run_id) if req.run_id else records.new_run_id(spec.name)
         image = req.image
         base = plan.image_of(spec, image)
+        if base is not None:   # before a code layer is built on it, or a script names it
+            check_image(base, "--image" if image else spec.where("image"))
         if spec.workdir is not None and base is not None:
             # Slurm's nodes start containers of an image: the code goes in as a thin layer
             if req.dry_run:     # the image it would build, by name (the tag is the tree's digest)
