@@ -1124,25 +1124,49 @@ def take_master_port(run_id: str, master_addr: str, choose: Callable[[Mapping[in
 def inventory_path(record: RunRecord, nodes: Path | None = None) -> Path:
     """The inventory to reach ``record``'s nodes with: ``nodes`` (``--nodes``) when given,
     else the one recorded.  Another user's record names a file that user chose: it is read
-    only when it is a regular file that user owns (root, or a member of a shared runs
-    directory, would otherwise read and quote any file the record names, and reach the
-    hosts in it with their own identity).  UserError saying to give ``--nodes`` when not."""
+    only when that user could read it (a regular file, through directories they may enter):
+    root, or anyone who can read more than they can, would otherwise read, and quote in a
+    refusal, whatever file the record names (/etc/shadow), and reach the hosts in it with
+    their own identity.  A file the caller cannot even look at is left to the reader, whose
+    message says so.  UserError saying to give ``--nodes`` when not."""
     if nodes is not None:
         return Path(nodes)
     path = Path(record.inventory)
-    if owned_by(record):
+    if owned_by(record) or record.uid is None:
         return path
     try:
-        st = os.lstat(path)
+        theirs = readable_by(path, record.uid)
     except OSError:
-        st = None
-    if st is None or not stat.S_ISREG(st.st_mode) or st.st_uid != record.uid:
-        whose = "is not there" if st is None else (
-            "is not a regular file" if not stat.S_ISREG(st.st_mode) else f"belongs to {user_name(st.st_uid)}")
+        return path
+    if not theirs:
         raise UserError(f"run {record.run_id} is {others_run(record)}'s, and the inventory its record "
-                        f"names ({shown(record.inventory)}) {whose}, not to them: it is not read. "
-                        "Give the inventory of its nodes: --nodes FILE.")
+                        f"names ({shown(record.inventory)}) is not a file {others_run(record)} can read: "
+                        "it is not read for them. Give the inventory of its nodes: --nodes FILE.")
     return path
+
+
+def readable_by(path: Path, uid: int) -> bool:
+    """Whether the user ``uid`` may read ``path`` (a regular file, every directory above it
+    enterable), by its modes, owners and that user's groups.  OSError when this process
+    cannot look at it itself."""
+    if uid == 0:
+        return True
+    try:
+        pw = pwd.getpwuid(uid)
+        groups = set(os.getgrouplist(pw.pw_name, pw.pw_gid))
+    except KeyError:
+        groups = set()
+
+    def may(st: os.stat_result, owner: int, group: int, other: int) -> bool:
+        if st.st_uid == uid:
+            return bool(st.st_mode & owner)
+        return bool(st.st_mode & (group if st.st_gid in groups else other))
+
+    real = Path(os.path.realpath(path))
+    if not all(may(os.stat(d), 0o100, 0o010, 0o001) for d in reversed(real.parents)):
+        return False
+    st = os.stat(real)
+    return stat.S_ISREG(st.st_mode) and may(st, 0o400, 0o040, 0o004)
 
 
 def may_have_containers(record: RunRecord) -> bool:
