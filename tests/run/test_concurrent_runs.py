@@ -118,7 +118,12 @@ def test_two_users_launch_on_the_same_nodes_at_once(clean_nodes, cpu_image, runs
     # whose run is whose: without RUN each gets their own; another's only when named
     st = json.loads(_cli("status", "--json", env=env["alice"]).stdout)
     assert (st["run_id"], st["user"]) == (a.run_id, me)
+    # nobody could not read the inventory bob's record names (the sandbox's, in root's 0700
+    # directory): it is not read for them, and --nodes is asked for
     res = _cli("status", b.run_id, env=env["alice"])
+    assert res.returncode == 2 and "is not a file nobody can read" in res.stderr \
+        and "--nodes FILE" in res.stderr, res.stdout + res.stderr
+    res = _cli("status", b.run_id, "--nodes", inv, env=env["alice"])
     assert res.returncode == 0 and "user nobody's run" in res.stdout, res.stdout + res.stderr
     res = _cli("logs", b.run_id, env=env["alice"])
     assert res.returncode == 0 and f"run {b.run_id} is user nobody's run" in res.stderr
@@ -127,7 +132,7 @@ def test_two_users_launch_on_the_same_nodes_at_once(clean_nodes, cpu_image, runs
     assert res.returncode == 2, res.stdout + res.stderr
     assert f"run {b.run_id} is user nobody's run, not yours ({me}); nothing was stopped" in res.stderr
     assert "--any-user" in res.stderr and "Traceback" not in res.stderr
-    res = _cli("stop", b.run_id, "--any-user", env=env["alice"])
+    res = _cli("stop", b.run_id, "--any-user", "--nodes", inv, env=env["alice"])
     assert res.returncode == 0 and "no container (already removed)" in res.stdout, res.stdout + res.stderr
 
 
