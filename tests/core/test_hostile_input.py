@@ -20,39 +20,16 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import threading
 
 import pytest
 import yaml
-from typer.testing import CliRunner
 
-from clusterctl.cli import app
 from clusterctl.core.errors import UserError
 from clusterctl.core.yamlfile import read_text
 from clusterctl.run import records
+from tests.fixtures.hostile import bounded, cli, refused
 
 SECRET = "s3cr3tPW"
-
-
-def cli(*args: str):
-    return CliRunner().invoke(app, list(args))
-
-
-def refused(res, *needles: str) -> str:
-    """The output of a run that must exit 2 without a traceback, holding every needle."""
-    out = res.output
-    assert res.exit_code == 2, (res.exit_code, out, res.exception)
-    assert "Traceback" not in out, out
-    for n in needles:
-        assert n in out, (n, out)
-    return out
-
-
-@pytest.fixture
-def runs_dir(tmp_path, monkeypatch):
-    d = tmp_path / "runs"
-    monkeypatch.setenv("CLUSTERCTL_RUNS", str(d))
-    return d
 
 
 # --------------------------------------------------------------------------- (a) not regular, huge
@@ -76,27 +53,11 @@ def _huge(p, size=64 << 20):
 NOT_REGULAR = [("fifo", _fifo, "FIFO"), ("directory", _dir, "directory"), ("huge", _huge, "larger than")]
 
 
-def _bounded(fn, timeout=10.0):
-    """fn() in a thread; fails (instead of hanging the suite) when it waits on a FIFO."""
-    box: dict = {}
-
-    def go():
-        try:
-            box["value"] = fn()
-        except BaseException as e:  # noqa: BLE001 - handed to the test
-            box["error"] = e
-    t = threading.Thread(target=go, daemon=True)
-    t.start()
-    t.join(timeout)
-    assert not t.is_alive(), "waited on the file (a FIFO is never to be waited on)"
-    return box
-
-
 @pytest.mark.parametrize("kind,make,said", NOT_REGULAR, ids=[k for k, _, _ in NOT_REGULAR])
 def test_read_input_refuses_what_is_not_a_bounded_regular_file(tmp_path, kind, make, said):
     from clusterctl.core.files import read_input
     p = make(tmp_path / "f")
-    box = _bounded(lambda: read_input(p, "the file", limit=1 << 20, valid="a file"))
+    box = bounded(lambda: read_input(p, "the file", limit=1 << 20, valid="a file"))
     assert isinstance(box.get("error"), UserError) and said in str(box["error"]), box
     assert str(p) in str(box["error"])
 
@@ -104,7 +65,7 @@ def test_read_input_refuses_what_is_not_a_bounded_regular_file(tmp_path, kind, m
 @pytest.mark.parametrize("kind,make,said", NOT_REGULAR, ids=[k for k, _, _ in NOT_REGULAR])
 def test_yaml_files_are_never_waited_on_nor_read_whole(tmp_path, kind, make, said):
     p = make(tmp_path / "inv.yaml")
-    box = _bounded(lambda: read_text(p, "inventory"))
+    box = bounded(lambda: read_text(p, "inventory"))
     assert isinstance(box.get("error"), UserError), box
 
 
@@ -112,7 +73,7 @@ def test_yaml_files_are_never_waited_on_nor_read_whole(tmp_path, kind, make, sai
 def test_requirements_file_is_never_waited_on_nor_read_whole(tmp_path, kind, make, said):
     from clusterctl.image import deps
     p = make(tmp_path / "requirements.txt")
-    box = _bounded(lambda: deps.read_requirements(p))
+    box = bounded(lambda: deps.read_requirements(p))
     assert isinstance(box.get("error"), UserError) and str(p) in str(box["error"]), box
 
 
@@ -121,7 +82,7 @@ def test_an_ignore_file_that_is_a_fifo_is_named_not_waited_on(tmp_path, name):
     from clusterctl.code import ignore
     (tmp_path / "train.py").write_text("print(1)\n")
     os.mkfifo(tmp_path / name)
-    box = _bounded(lambda: ignore.walk(tmp_path, use_git=False))
+    box = bounded(lambda: ignore.walk(tmp_path, use_git=False))
     err = box.get("error")
     assert isinstance(err, UserError) and name in str(err) and "FIFO" in str(err), box
 
@@ -130,9 +91,9 @@ def test_an_ignore_file_that_is_a_fifo_is_named_not_waited_on(tmp_path, name):
 def test_a_run_record_that_is_not_a_bounded_regular_file(runs_dir, kind, make, said):
     (runs_dir / "r1").mkdir(parents=True)
     make(runs_dir / "r1" / "run.json")
-    box = _bounded(lambda: records.load("r1"))
+    box = bounded(lambda: records.load("r1"))
     assert isinstance(box.get("error"), UserError) and "run.json" in str(box["error"]), box
-    box = _bounded(lambda: records.list_runs())
+    box = bounded(lambda: records.list_runs())
     assert box.get("value") == [], box
 
 
@@ -268,7 +229,7 @@ def test_shown_cuts_and_escapes():
                                   ["--set", "NPROC_PER_NODE=99999999999"]])
 def test_export_numbers_past_what_kubernetes_takes(args):
     base = ["export", "ddp-smoke", "--to", "pytorchjob"] + ([] if "--nnodes" in args else ["--nnodes", "2"])
-    box = _bounded(lambda: cli(*base, *args), timeout=30)
+    box = bounded(lambda: cli(*base, *args), timeout=30)
     refused(box["value"], "valid:")
 
 
@@ -278,10 +239,10 @@ def test_export_int32_edge_is_taken():
 
 
 @pytest.mark.parametrize("slots", [1025, 10**9])
-def test_inventory_slots_are_bounded(tmp_path, slots):
+def test_inventory_slots_arebounded(tmp_path, slots):
     inv = tmp_path / "inv.yaml"
     inv.write_text(yaml.safe_dump({"nodes": [{"name": "n1", "host": "n1.invalid", "slots": slots}]}))
-    box = _bounded(lambda: cli("launch", "ddp-smoke", "--nodes", str(inv), "--dry-run"), timeout=30)
+    box = bounded(lambda: cli("launch", "ddp-smoke", "--nodes", str(inv), "--dry-run"), timeout=30)
     refused(box["value"], "slots")
 
 

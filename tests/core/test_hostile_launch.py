@@ -22,23 +22,8 @@ from __future__ import annotations
 
 import pytest
 import yaml
-from typer.testing import CliRunner
 
-from clusterctl.cli import app
-
-
-def cli(*args: str):
-    return CliRunner().invoke(app, list(args))
-
-
-def refused(res, *needles: str) -> str:
-    out = res.output
-    assert res.exit_code == 2, (res.exit_code, out, res.exception)
-    assert "Traceback" not in out, out
-    assert "\x1b" not in out and "\x9b" not in out, out
-    for n in needles:
-        assert n in out, (n, out)
-    return out
+from tests.fixtures.hostile import cli, refused
 
 
 @pytest.fixture

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import json
 import os
-import threading
 from pathlib import Path
 
 import pytest
@@ -36,26 +35,11 @@ from clusterctl.core.files import CHUNK, open_below, read_below, read_from
 from clusterctl.run import detached, logs, records
 from clusterctl.run.slurm import track
 from clusterctl.run.slurm.tasks import read_task_records
+from tests.fixtures.hostile import bounded
 
 SECRET = "s3cr3t-shadow-line"
 NOBODY = 65534
 ROOT = os.geteuid() == 0
-
-
-def _bounded(fn, timeout=10.0):
-    """fn() in a thread; fails (instead of hanging the suite) when it waits on a FIFO."""
-    box: dict = {}
-
-    def go():
-        try:
-            box["value"] = fn()
-        except BaseException as e:  # noqa: BLE001 - handed to the test
-            box["error"] = e
-    t = threading.Thread(target=go, daemon=True)
-    t.start()
-    t.join(timeout)
-    assert not t.is_alive(), "waited on the file (a FIFO is never to be waited on)"
-    return box
 
 
 def cli(*args: str):
@@ -136,7 +120,7 @@ def test_open_below_refuses_what_is_not_a_regular_file_of_the_run(runs_dir, secr
     plant(p, secret)
     for read in (lambda: open_below(runs_dir, p).read(), lambda: read_below(runs_dir, p),
                  lambda: read_from(runs_dir, p, 0)):
-        _refusal(_bounded(read), str(p), said)
+        _refusal(bounded(read), str(p), said)
 
 
 def test_open_below_refuses_a_symlink_at_any_component_below_the_root(runs_dir, secret):
@@ -144,7 +128,7 @@ def test_open_below_refuses_a_symlink_at_any_component_below_the_root(runs_dir, 
     os.symlink(secret.parent, runs_dir / "r1" / "attempt-1")       # a directory link
     os.symlink(secret.parent, runs_dir / "r2")                      # the run directory itself
     for p in (runs_dir / "r1" / "attempt-1" / "shadow", runs_dir / "r2" / "shadow"):
-        _refusal(_bounded(lambda p=p: read_below(runs_dir, p)), "symlink", str(p.parent))
+        _refusal(bounded(lambda p=p: read_below(runs_dir, p)), "symlink", str(p.parent))
     # the root itself may be a link: the user named it
     os.symlink(runs_dir, runs_dir.parent / "runs-link")
     (runs_dir / "r1" / "ok.log").write_text("fine\n")
@@ -159,7 +143,7 @@ def test_a_missing_file_is_file_not_found_for_the_caller_to_say(runs_dir):
 
 def test_a_huge_file_is_never_read_whole(runs_dir):
     p = _sparse(runs_dir / "big")
-    _refusal(_bounded(lambda: read_below(runs_dir, p, limit=1 << 20)), "67108864 bytes", str(p))
+    _refusal(bounded(lambda: read_below(runs_dir, p, limit=1 << 20)), "67108864 bytes", str(p))
     got = read_from(runs_dir, p, 5, limit=4096)
     assert got == b"\0" * 4096
     assert len(read_from(runs_dir, p, 0)) == CHUNK
@@ -202,7 +186,7 @@ def test_attach_refuses_a_planted_merged_log(runs_dir, secret, kind, plant, said
     rec = _run()
     plant(rec.dir / records.MERGED_LOG, secret)
     out = Counted()
-    box = _bounded(lambda: detached.attach("r1", out, note=lambda _m: None, poll=0.01))
+    box = bounded(lambda: detached.attach("r1", out, note=lambda _m: None, poll=0.01))
     _refusal(box, "merged.log", said)
     assert SECRET not in "".join(out.text)
 
@@ -213,7 +197,7 @@ def test_the_supervisor_log_shown_by_start_is_read_the_same_way(runs_dir, secret
     log = rec.dir / detached.SUPERVISOR_LOG
     plant(log, secret)
     shown: list[str] = []
-    _refusal(_bounded(lambda: detached._show_new(log, 0, shown.append)), detached.SUPERVISOR_LOG, said)
+    _refusal(bounded(lambda: detached._show_new(log, 0, shown.append)), detached.SUPERVISOR_LOG, said)
     assert shown == []
 
 
@@ -223,7 +207,7 @@ def test_attach_reads_a_huge_merged_log_in_bounded_pieces(runs_dir):
     with open(p, "ab") as f:
         f.write(b"node1[0]| the end\n")
     out = Counted()
-    box = _bounded(lambda: detached.attach("r1", out, note=lambda _m: None, poll=0.01), timeout=60)
+    box = bounded(lambda: detached.attach("r1", out, note=lambda _m: None, poll=0.01), timeout=60)
     assert box.get("value") is not None, box
     assert out.total == (64 << 20) + len("node1[0]| the end\n")
     assert out.largest <= CHUNK
@@ -263,7 +247,7 @@ OWNERS = [pytest.param(None, id="own-run"),
                          ids=["logs", "logs-attempt", "attach"])
 def test_an_attempt_directory_that_is_a_symlink_is_never_followed(runs_dir, secret, owner, args):
     _attempt_link(runs_dir, secret, owner=owner)
-    box = _bounded(lambda: cli(*args))
+    box = bounded(lambda: cli(*args))
     res = box["value"]
     assert res.exit_code == 2, (res.exit_code, res.output, res.exception)
     assert "Traceback" not in res.output and SECRET not in res.output, res.output
@@ -273,14 +257,14 @@ def test_an_attempt_directory_that_is_a_symlink_is_never_followed(runs_dir, secr
 def test_lines_from_files_refuses_a_planted_node_log_too(runs_dir, secret):
     rec = _run()
     os.symlink(secret, rec.log_path("node1"))      # no merged.log: the per-node files are read
-    _refusal(_bounded(lambda: list(logs.lines_from_files(rec))), "node1.log", "symlink")
+    _refusal(bounded(lambda: list(logs.lines_from_files(rec))), "node1.log", "symlink")
 
 
 @pytest.mark.parametrize("kind,plant,said", HOSTILE, ids=IDS)
 def test_logs_refuses_a_planted_merged_log(runs_dir, secret, kind, plant, said):
     rec = _run()
     plant(rec.dir / records.MERGED_LOG, secret)
-    _refusal(_bounded(lambda: list(logs.lines_from_files(rec))), "merged.log", said)
+    _refusal(bounded(lambda: list(logs.lines_from_files(rec))), "merged.log", said)
 
 
 def test_logs_reads_a_huge_line_in_pieces(runs_dir):
@@ -288,7 +272,7 @@ def test_logs_reads_a_huge_line_in_pieces(runs_dir):
     p = _sparse(rec.dir / records.MERGED_LOG, 8 << 20)
     with open(p, "ab") as f:
         f.write(b"\nnode1[0]| after\n")
-    got = _bounded(lambda: list(logs.lines_from_files(rec)), timeout=60)
+    got = bounded(lambda: list(logs.lines_from_files(rec)), timeout=60)
     assert got.get("value") == [("node1", "after")], got.get("error")
 
 
@@ -313,9 +297,9 @@ def _task(d: Path, node: str, rank: int, code: int) -> None:
 def test_the_job_output_file_is_never_followed_nor_waited_on(runs_dir, secret, kind, plant, said):
     rec = _slurm_run(runs_dir)
     plant(track.output_path(rec), secret)
-    _refusal(_bounded(lambda: list(track.output_lines(rec))), f"slurm-{rec.slurm_job}.out", said)
+    _refusal(bounded(lambda: list(track.output_lines(rec))), f"slurm-{rec.slurm_job}.out", said)
     tail = track.OutputTail(track.output_path(rec), logs.LogSink({"node1": 0}))
-    _refusal(_bounded(tail.read), f"slurm-{rec.slurm_job}.out", said)
+    _refusal(bounded(tail.read), f"slurm-{rec.slurm_job}.out", said)
 
 
 def test_a_missing_job_output_file_is_no_output_yet(runs_dir):
@@ -330,10 +314,10 @@ def test_a_planted_task_record_or_stop_request_is_no_record(runs_dir, secret, ki
     rec = _slurm_run(runs_dir)
     _task(rec.dir / "slurm", "node2", 1, 0)
     plant(rec.dir / "slurm" / "node1.json", secret)
-    box = _bounded(lambda: read_task_records(rec.dir / "slurm"))
+    box = bounded(lambda: read_task_records(rec.dir / "slurm"))
     assert list(box.get("value", {})) == ["node2"], box
     plant(rec.dir / track.STOP_REQUEST, secret)
-    assert _bounded(lambda: track.stop_request(rec)) == {"value": None}
+    assert bounded(lambda: track.stop_request(rec)) == {"value": None}
 
 
 def test_task_records_under_a_linked_directory_are_not_read(runs_dir, tmp_path):
@@ -372,7 +356,7 @@ def test_status_and_runs_settle_a_slurm_run_whose_files_are_fifos(runs_dir, fake
     _task(rec.dir / "slurm", "node2", 1, 143)
     for p in (rec.dir / "slurm" / "node1.json", rec.dir / track.STOP_REQUEST, track.output_path(rec)):
         os.mkfifo(p)
-    box = _bounded(lambda: cli(*args), timeout=30)
+    box = bounded(lambda: cli(*args), timeout=30)
     res = box["value"]
     assert res.exit_code == 0, (res.exit_code, res.output, res.exception)
     assert "Traceback" not in res.output
@@ -404,7 +388,7 @@ def test_a_planted_code_manifest_is_refused_before_it_is_read(stored, secret, ki
     else:
         path.unlink()
         plant(path, secret)
-    _refusal(_bounded(lambda: store.load(digest)), str(path), said)
+    _refusal(bounded(lambda: store.load(digest)), str(path), said)
 
 
 def test_a_code_manifest_under_a_linked_trees_directory_is_refused(stored, tmp_path):
@@ -413,11 +397,11 @@ def test_a_code_manifest_under_a_linked_trees_directory_is_refused(stored, tmp_p
     moved = tmp_path / "moved-trees"
     path.parent.rename(moved)
     os.symlink(moved, path.parent)
-    _refusal(_bounded(lambda: store.load(digest)), "symlink", "trees")
+    _refusal(bounded(lambda: store.load(digest)), "symlink", "trees")
 
 
 def test_a_missing_code_manifest_still_says_where_it_was_shipped(stored):
     from clusterctl.code import store
     digest, path = stored
     path.unlink()
-    _refusal(_bounded(lambda: store.load(digest)), "not in this machine's code store")
+    _refusal(bounded(lambda: store.load(digest)), "not in this machine's code store")

@@ -25,25 +25,13 @@ import shlex
 from datetime import datetime, timezone
 
 import pytest
-from typer.testing import CliRunner
 
-from clusterctl.cli import app
 from clusterctl.core.errors import UserError
 from clusterctl.run import logs, records, recovery
+from tests.fixtures.hostile import cli
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
 ESC = "\x1b[2J"
-
-
-def cli(*args: str):
-    return CliRunner().invoke(app, list(args))
-
-
-@pytest.fixture
-def runs_dir(tmp_path, monkeypatch):
-    d = tmp_path / "runs"
-    monkeypatch.setenv("CLUSTERCTL_RUNS", str(d))
-    return d
 
 
 NODE = {"node": "node1", "host": "10.0.0.11", "rank": 0, "container": "r1-node1", "state": "exited",

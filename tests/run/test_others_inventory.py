@@ -28,13 +28,6 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root: files own
 
 
 @pytest.fixture
-def runs_dir(tmp_path, monkeypatch):
-    d = tmp_path / "runs"
-    monkeypatch.setenv("CLUSTERCTL_RUNS", str(d))
-    return d
-
-
-@pytest.fixture
 def open_dir():
     """A directory every user may enter (pytest's tmp_path is root's, 0700)."""
     d = Path(tempfile.mkdtemp(prefix="clusterctl-test-inv-", dir="/tmp"))
