@@ -36,14 +36,20 @@ _NOFOLLOW = os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
 READ_LIMIT = 8 << 20
 
 
+def user_name(uid: int) -> str:
+    """The password database's name of ``uid``, else the uid as digits (what every message
+    naming a file's owner says)."""
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
+
+
 def denied(path: Path, doing: str, e: OSError) -> UserError:
     """A permission or type problem with ``path`` as a message saying what to fix."""
     try:
         st = os.lstat(path)
-        try:
-            owner = pwd.getpwuid(st.st_uid).pw_name
-        except KeyError:
-            owner = str(st.st_uid)
+        owner = user_name(st.st_uid)
         what = (" (a symlink: clusterctl never follows one here; remove it)" if stat.S_ISLNK(st.st_mode)
                 else f" (owner {owner}, mode {stat.S_IMODE(st.st_mode):04o})")
     except OSError:
@@ -193,8 +199,8 @@ def open_below(root: Path, path: Path) -> IO[bytes]:
             raise UserError(f"{where} is {_kind(st.st_mode)}, not a regular file; nothing was read "
                             "from it. Remove it (someone may have planted it) and run again.")
         if st.st_uid not in (os.geteuid(), holder.st_uid):
-            raise UserError(f"{where} belongs to {_owner(st.st_uid)}, not to the owner of its "
-                            f"directory ({_owner(holder.st_uid)}) nor to you; nothing was read from "
+            raise UserError(f"{where} belongs to {user_name(st.st_uid)}, not to the owner of its "
+                            f"directory ({user_name(holder.st_uid)}) nor to you; nothing was read from "
                             "it. Remove it (someone else put it there) and run again.")
         f = os.fdopen(fd, "rb")
     except BaseException:
@@ -231,13 +237,6 @@ def lines_below(root: Path, path: Path, *, max_line: int) -> Iterator[str]:
     with io.TextIOWrapper(open_below(root, path), encoding="utf-8", errors="replace") as f:
         while line := f.readline(max_line):
             yield line
-
-
-def _owner(uid: int) -> str:
-    try:
-        return pwd.getpwuid(uid).pw_name
-    except KeyError:
-        return f"uid {uid}"
 
 
 def open_append(path: Path, mode: int = 0o644) -> IO[str]:

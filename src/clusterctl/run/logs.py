@@ -474,13 +474,16 @@ def show_from_nodes(cluster: Cluster, sources: list[Source], sink: LogSink, *,
 
 
 def follow_from_nodes(cluster: Cluster, sources: list[Source], sink: LogSink, *,
-                      tail: int | None = None) -> None:
-    """Stream the containers' output until every one has ended (Ctrl-C ends it sooner)."""
+                      tail: int | None = None, between: Callable[[], None] | None = None) -> None:
+    """Stream the containers' output until every one has ended (Ctrl-C, or ``between`` -
+    called between batches of lines - closing the cluster's connections, ends it sooner)."""
     redact_sources(sink, sources)
     merger = Merger(sink)
     threads = start_followers(cluster, sources, merger, tail=tail)
     while any(t.is_alive() for t in threads.values()):
         merger.drain(timeout=0.2)
+        if between is not None:
+            between()
     merger.drain()
 
 

@@ -66,7 +66,7 @@ from clusterctl.cluster.inventory.model import NODE_NAME_RE
 from clusterctl.core import exitcodes
 from clusterctl.core.deadline import bounded
 from clusterctl.core.errors import UserError, did_you_mean
-from clusterctl.core.files import denied, one_at_a_time, read_regular, write_atomic
+from clusterctl.core.files import denied, one_at_a_time, read_regular, user_name, write_atomic
 from clusterctl.core.paths import runs_dir
 from clusterctl.core.secretnames import ENV_NAME
 from clusterctl.core.text import control_problem, escaped, shown
@@ -129,14 +129,6 @@ def describe_exit(code: int | None) -> str:
         except ValueError:
             pass
     return f"exit {code}"
-
-
-def user_name(uid: int) -> str:
-    """The password database's name of ``uid``, else the uid as digits."""
-    try:
-        return pwd.getpwuid(uid).pw_name
-    except KeyError:
-        return str(uid)
 
 
 def current_user() -> str:

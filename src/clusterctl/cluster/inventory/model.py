@@ -102,18 +102,14 @@ def _host(value: str) -> str:
     _argument_safe(value)
     if "@" in value:
         raise _invalid("holds a user (write the user as user: and the address as host:)")
-    if not _HOST_RE.fullmatch(value):
-        raise _invalid("is not a host name or address (at most 253 letters, digits, '.', '-', "
-                       "':', '%', '[', ']')")
-    return value
+    return _matching(_HOST_RE, "is not a host name or address (at most 253 letters, digits, '.', "
+                               "'-', ':', '%', '[', ']')")(value)
 
 
 def _user(value: str) -> str:
     _argument_safe(value)
-    if not _USER_RE.fullmatch(value):
-        raise _invalid("is not a login name (letters, digits, '.', '_', '-', '@', '\\', a "
-                       "final '$')")
-    return value
+    return _matching(_USER_RE, "is not a login name (letters, digits, '.', '_', '-', '@', '\\', "
+                               "a final '$')")(value)
 
 
 def _node_path(value: str) -> str:

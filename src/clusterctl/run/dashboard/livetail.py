@@ -133,7 +133,7 @@ class _Tail:
             with self._lock:
                 if self._stop.is_set():
                     return
-                self._cluster = Cluster(load_inventory(record.inventory))
+                self._cluster = Cluster(load_inventory(records.inventory_path(record)))
             sources, unreachable = logs.live_containers(self._cluster, record)
             for node, why in unreachable.items():
                 sink.write(node, f"[clusterctl] not answering ({why}): its output is not shown")
@@ -141,16 +141,10 @@ class _Tail:
                 sink.write(record.nodes[0].node if record.nodes else "-",
                            "[clusterctl] no container of this run is left on its nodes; "
                            f"`clusterctl status {record.run_id}` records how it ended")
-            logs.redact_sources(sink, sources)
-            merger = logs.Merger(sink)
-            threads = logs.start_followers(self._cluster, sources, merger, tail=TAIL_LINES)
             # until every stream ends: the containers ended, or close() cut the connections
             # (the dashboard closed, or no page asked about the run for `idle` seconds)
-            while any(t.is_alive() for t in threads.values()):
-                merger.drain(timeout=0.2)
-                if not self._stop.is_set() and self.clock() - self.asked > self.idle:
-                    self.close()
-            merger.drain()
+            logs.follow_from_nodes(self._cluster, sources, sink, tail=TAIL_LINES,
+                                   between=self._close_if_idle)
         except (ClusterctlError, OSError) as e:
             sink.write(record.nodes[0].node if record.nodes else "-",
                        f"[clusterctl] cannot follow this run's nodes: {e}")
@@ -160,6 +154,10 @@ class _Tail:
             if cluster is not None:
                 cluster.close()
             self.done.set()
+
+    def _close_if_idle(self) -> None:
+        if not self._stop.is_set() and self.clock() - self.asked > self.idle:
+            self.close()
 
     def close(self) -> None:
         """Cut the run's connections; the consumer drains what its streams still put, then ends."""
